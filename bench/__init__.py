@@ -1,0 +1,1 @@
+"""Benchmarks, load generation, simulation and reports; each script prints figures."""

@@ -1,0 +1,1 @@
+"""The shell around the engines: command line, controller, HTTP API, supervision."""

@@ -1,0 +1,1 @@
+"""One engine instance: request state, paged KV bookkeeping, the scheduler, executors and models."""

@@ -1,0 +1,74 @@
+"""One engine instance in-process: scheduler + executor, stepped by its caller.
+
+The loop is the one from DESIGN.md section 3: schedule -> execute -> update.
+`generate` runs a set of prompts to completion with continuous batching
+(offline use); the instance process of issue #3 calls `step` from its socket loop.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engines.executors.base import Executor
+from engines.kv_cache import BlockManager
+from engines.request import Request
+from engines.scheduler import Scheduler, SchedulerConfig
+from ipc.messages import TokenOutput
+from ipc.params import SamplingParams
+
+
+@dataclass
+class Completion:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    finish_reason: str
+    num_preemptions: int
+
+
+class Engine:
+    def __init__(self, executor: Executor, config: SchedulerConfig,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.executor = executor
+        self.kv = BlockManager(executor.num_kv_blocks, executor.block_size)
+        self.scheduler = Scheduler(config, self.kv, executor.max_model_len,
+                                   getattr(executor, "eos_token_ids", frozenset()))
+        self.clock = clock
+        self._ids = itertools.count()
+
+    def add_request(self, prompt_token_ids: list[int], sampling: SamplingParams,
+                    request_id: str | None = None, **slo) -> Request:
+        request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
+        request = Request(request_id, prompt_token_ids, sampling, arrival_time=self.clock(), **slo)
+        self.scheduler.add_request(request)
+        return request
+
+    def abort(self, request_id: str) -> bool:
+        return self.scheduler.abort(request_id) is not None
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def step(self) -> list[TokenOutput]:
+        """Run one iteration; returns the new tokens it produced."""
+        batch = self.scheduler.schedule(self.clock())
+        if not batch:
+            if self.has_work:
+                raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} "
+                                   f"waiting and {len(self.scheduler.running)} running requests")
+            return []
+        sampled = self.executor.execute(batch)
+        return self.scheduler.update(batch, sampled, self.clock())
+
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingParams | Sequence[SamplingParams],
+                 ) -> list[Completion]:
+        """Run all prompts concurrently to completion; results in prompt order."""
+        params = [sampling] * len(prompts) if isinstance(sampling, SamplingParams) else list(sampling)
+        requests = [self.add_request(p, s) for p, s in zip(prompts, params, strict=True)]
+        while self.has_work:
+            self.step()
+        return [Completion(r.request_id, r.prompt_token_ids, r.output_token_ids,
+                           r.finish_reason.value, r.num_preemptions) for r in requests]

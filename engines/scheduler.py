@@ -1,0 +1,227 @@
+"""The scheduler: decides what each engine step runs. Pure -- no I/O, no clock.
+
+`schedule(now)` builds a batch, `update(batch, sampled, now)` applies the step's
+results. Derived from Sarathi-Serve's stall-free batching: in decode-first modes
+every running decode is taken, then prefill chunks fill what is left of the token
+budget; in prefill-first modes (vLLM) whole prompts are admitted while any fit and
+decodes wait. When KV blocks run out, the lowest-priority running request (the last
+admitted) is preempted by recompute: it frees its blocks, keeps its tokens (the
+generated ones join the prompt) and goes back to the front of the waiting queue.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from engines.batch import Batch
+from engines.kv_cache import BlockManager
+from engines.modes import Mode, get_mode
+from engines.request import FinishReason, Request, RequestStatus
+from ipc.messages import TokenOutput
+
+
+class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    mode: str = "sarathi"
+    #: Token budget of one iteration (Sarathi-Serve's chunk size).
+    chunk_size: Annotated[int, Meta(ge=1)] = 512
+    #: Most requests holding KV blocks at once; default min(256, chunk_size).
+    max_num_seqs: Annotated[int, Meta(ge=1)] | None = None
+
+    def resolved_max_num_seqs(self) -> int:
+        return self.max_num_seqs if self.max_num_seqs is not None else min(256, self.chunk_size)
+
+    def validate(self) -> "SchedulerConfig":
+        mode = get_mode(self.mode)
+        if not mode.prefill_first and self.resolved_max_num_seqs() > self.chunk_size:
+            raise ValueError(
+                f"max_num_seqs ({self.max_num_seqs}) must not exceed chunk_size ({self.chunk_size}) "
+                f"in {self.mode} mode: every running decode must fit in one step's token budget")
+        return self
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: BlockManager, max_model_len: int,
+                 eos_token_ids: frozenset[int] | set[int] = frozenset()) -> None:
+        self.config = config.validate()
+        self.mode: Mode = get_mode(config.mode)
+        self.kv = kv
+        self.max_model_len = min(max_model_len, kv.num_blocks * kv.block_size)
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.token_budget = config.chunk_size
+        self.max_num_seqs = config.resolved_max_num_seqs()
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}  # every unfinished request, by id
+        self.num_preemptions = 0
+
+    # ---- requests in and out -------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        if request.num_prompt_tokens >= self.max_model_len:
+            raise ValueError(
+                f"prompt has {request.num_prompt_tokens} tokens; this instance serves at most "
+                f"{self.max_model_len - 1} prompt tokens (context limit {self.max_model_len})")
+        request.max_total_tokens = min(request.max_total_tokens, self.max_model_len)
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def abort(self, request_id: str) -> Request | None:
+        """Finish a request early, freeing its blocks; None if it is unknown or already done."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return None
+        if request.status is RequestStatus.WAITING:
+            self.waiting.remove(request)
+        else:
+            self.running.remove(request)
+        self._finish(request, FinishReason.ABORT)
+        return request
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- scheduling ---------------------------------------------------------------------
+    def schedule(self, now: float) -> Batch:
+        batch = Batch()
+        if self.mode.prefill_first:
+            self._admit_waiting(batch, now, self._max_prefill_tokens())
+            if not batch:
+                self._schedule_decodes(batch)
+        else:
+            self._schedule_decodes(batch)
+            budget = self.token_budget - batch.num_tokens
+            budget = self._continue_prefills(batch, budget)
+            self._admit_waiting(batch, now, budget)
+        return batch
+
+    def _max_prefill_tokens(self) -> int:
+        """Prefill-first modes run whole prompts: the budget must fit the longest one."""
+        return max(self.token_budget, self.max_model_len)
+
+    def _schedule_decodes(self, batch: Batch) -> None:
+        """Take every running decode, oldest first; preempt from the newest end if short of KV."""
+        bs = self.kv.block_size
+        for request in list(self.running):
+            if request.status is not RequestStatus.RUNNING or not request.is_decoding:
+                continue
+            if request.num_computed_tokens >= len(request.block_table) * bs:
+                if not self._make_room(request, 1, batch):
+                    self._preempt(request, batch)
+                    continue
+            batch.add(request, 1)
+
+    def _continue_prefills(self, batch: Batch, budget: int) -> int:
+        """Next chunks of prompts already started, in admission order. Returns budget left."""
+        for request in list(self.running):
+            if budget <= 0:
+                break
+            if request.status is not RequestStatus.RUNNING or request.is_decoding:
+                continue
+            n = min(request.num_uncomputed_tokens, budget)
+            if self._make_room(request, n, batch):
+                batch.add(request, n)
+                budget -= n
+        return budget
+
+    def _admit_waiting(self, batch: Batch, now: float, budget: int) -> None:
+        """Admit waiting requests in the mode's order; stop at the first that does not fit."""
+        if not self.waiting or budget <= 0:
+            return
+        order = self.mode.order_waiting
+        candidates = self.waiting if order is None else list(order(self.waiting, now))
+        admitted: list[Request] = []
+        for request in candidates:
+            if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                break
+            n = request.num_uncomputed_tokens
+            if self.mode.chunked_prefill:
+                n = min(n, budget)
+            elif n > budget:
+                break
+            if not self.kv.allocate(request, n):
+                break
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            admitted.append(request)
+            batch.add(request, n)
+            budget -= n
+        self._remove_from_waiting(admitted, in_queue_order=order is None)
+
+    def _remove_from_waiting(self, admitted: list[Request], in_queue_order: bool) -> None:
+        if in_queue_order:  # admitted are a prefix of the queue
+            for _ in admitted:
+                self.waiting.popleft()
+        elif admitted:
+            taken = set(map(id, admitted))
+            self.waiting = deque(r for r in self.waiting if id(r) not in taken)
+
+    def _make_room(self, request: Request, num_tokens: int, batch: Batch) -> bool:
+        """Allocate blocks for `num_tokens` more tokens, preempting lower-priority requests."""
+        while not self.kv.allocate(request, num_tokens):
+            victim = self._pick_victim(request, batch)
+            if victim is None:
+                return False
+            self._preempt(victim, batch)
+        return True
+
+    def _pick_victim(self, request: Request, batch: Batch) -> Request | None:
+        """The newest running request that is not `request` and not already in this batch."""
+        scheduled = {id(c.request) for c in batch.chunks}
+        for candidate in reversed(self.running):
+            if candidate is not request and id(candidate) not in scheduled:
+                return candidate
+        return None
+
+    def _preempt(self, request: Request, batch: Batch) -> None:
+        self.running.remove(request)
+        self.kv.free(request)
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.WAITING
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)
+        batch.preempted.append(request)
+
+    # ---- results ------------------------------------------------------------------------
+    def update(self, batch: Batch, sampled: list[int], now: float) -> list[TokenOutput]:
+        """Advance each chunk's request; append sampled tokens; finish what stops."""
+        outputs: list[TokenOutput] = []
+        tokens = iter(sampled)
+        for chunk in batch.chunks:
+            request = chunk.request
+            samples = chunk.samples
+            token = next(tokens) if samples else None
+            if request.status is not RequestStatus.RUNNING:
+                continue  # aborted between schedule and update
+            request.num_computed_tokens += chunk.num_tokens
+            if token is None:
+                continue
+            request.token_ids.append(token)
+            if request.first_token_time is None:
+                request.first_token_time = now
+            reason = self._stop_reason(request, token)
+            if reason is not None:
+                self.running.remove(request)
+                self._finish(request, reason)
+            outputs.append(TokenOutput(request.request_id, token,
+                                       reason.value if reason is not None else None))
+        return outputs
+
+    def _stop_reason(self, request: Request, token: int) -> FinishReason | None:
+        sampling = request.sampling
+        if (token in self.eos_token_ids and not sampling.ignore_eos) or token in sampling.stop_token_ids:
+            return FinishReason.STOP
+        if request.num_tokens >= request.max_total_tokens:
+            return FinishReason.LENGTH
+        return None
+
+    def _finish(self, request: Request, reason: FinishReason) -> None:
+        self.kv.free(request)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        del self.requests[request.request_id]

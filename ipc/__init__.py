@@ -1,0 +1,1 @@
+"""The wire: msgspec message structs shared by the controller and the instances."""
