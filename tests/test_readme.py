@@ -1,0 +1,22 @@
+"""The README's set-up promise: CI runs exactly the test command the README gives."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shell_blocks(markdown: str) -> list[str]:
+    parts = markdown.split("```sh\n")[1:]
+    return [p.split("```", 1)[0].strip() for p in parts]
+
+
+def test_ci_runs_the_readme_test_command():
+    blocks = shell_blocks((ROOT / "README.md").read_text())
+    test_commands = [b for b in blocks if "pytest" in b]
+    assert len(test_commands) == 1, "the README gives one test command"
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_commands[0] in ci_lines
+
+
+def test_readme_main_job_runs_the_ascendra_command_on_the_builtin_model():
+    blocks = shell_blocks((ROOT / "README.md").read_text())
+    assert any(b.startswith("python3 -m venv") and "ascendra generate" in b for b in blocks)
