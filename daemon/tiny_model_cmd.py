@@ -10,7 +10,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("make-tiny-model", help="write a small random-weight Llama-family checkpoint "
                        "in the Hugging Face folder format")
     p.add_argument("dir", help="output folder (created)")
-    p.add_argument("--seed", type=int, default=0, help="weight and tokenizer seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     p.add_argument("--arch", choices=["llama", "qwen2", "mistral"], default="llama")
     p.set_defaults(run=run)
 

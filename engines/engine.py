@@ -39,9 +39,17 @@ class Engine:
         self._ids = itertools.count()
 
     def add_request(self, prompt_token_ids: list[int], sampling: SamplingParams,
-                    request_id: str | None = None, **slo) -> Request:
+                    request_id: str | None = None, arrival_time: float | None = None,
+                    **slo) -> Request:
+        """Queue a request; raises ValueError if this instance cannot serve it.
+
+        `arrival_time` defaults to now; the instance process passes the controller's
+        (the same monotonic clock), so waiting time counts from arrival at the daemon.
+        """
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
-        request = Request(request_id, prompt_token_ids, sampling, arrival_time=self.clock(), **slo)
+        if arrival_time is None:
+            arrival_time = self.clock()
+        request = Request(request_id, prompt_token_ids, sampling, arrival_time=arrival_time, **slo)
         self.scheduler.add_request(request)
         return request
 

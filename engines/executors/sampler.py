@@ -1,0 +1,64 @@
+"""Turn one logits row per sampling request into a token id.
+
+Greedy (temperature 0) is argmax. Otherwise logits are divided by the temperature,
+cut by top-k and top-p, and sampled with the "exponential race": argmax(p / E) with
+E ~ Exp(1) per token picks token i with probability p_i, so the whole batch samples with
+one noise tensor and one argmax. A seeded request draws its noise from its own
+`torch.Generator` (kept in `request.rng`), so its tokens depend only on its seed and its
+own logits, never on what else is in the batch.
+"""
+from __future__ import annotations
+
+import torch
+
+from engines.request import Request
+
+
+def _generator(request: Request, device: torch.device) -> torch.Generator:
+    if request.rng is None:
+        request.rng = torch.Generator(device=device).manual_seed(request.sampling.seed)
+    return request.rng
+
+
+def _cut(logits: torch.Tensor, top_k: torch.Tensor | None,
+         top_p: torch.Tensor | None) -> torch.Tensor:
+    """Set to -inf every logit outside the row's top-k and outside its top-p mass."""
+    ordered, order = logits.sort(dim=-1, descending=True)
+    if top_k is not None:
+        kth = ordered.gather(1, (top_k - 1).unsqueeze(1))
+        ordered = ordered.masked_fill(ordered < kth, float("-inf"))
+    if top_p is not None:
+        probs = ordered.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # the top token always survives
+        ordered = ordered.masked_fill(mass_before > top_p.unsqueeze(1), float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter_(1, order, ordered)
+
+
+class Sampler:
+    def __call__(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
+        """logits: [len(requests), vocab] -> one token id per request."""
+        params = [r.sampling for r in requests]
+        if all(p.temperature == 0.0 for p in params):
+            return logits.argmax(dim=-1).tolist()
+        return self._sample(logits.float(), requests, params).tolist()
+
+    def _sample(self, logits, requests, params) -> torch.Tensor:
+        device, vocab = logits.device, logits.shape[-1]
+        greedy = torch.tensor([p.temperature == 0.0 for p in params], device=device)
+        temps = torch.tensor([p.temperature or 1.0 for p in params], device=device)
+        scaled = logits / temps.unsqueeze(1)
+        top_k = top_p = None
+        if any(0 < p.top_k < vocab for p in params):
+            top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params],
+                                 device=device)
+        if any(p.top_p < 1.0 for p in params):
+            top_p = torch.tensor([p.top_p for p in params], device=device)
+        if top_k is not None or top_p is not None:
+            scaled = _cut(scaled, top_k, top_p)
+        probs = scaled.softmax(dim=-1)
+        noise = torch.empty_like(probs).exponential_()
+        for row, (request, p) in enumerate(zip(requests, params)):
+            if p.seed is not None and p.temperature > 0.0:
+                noise[row].exponential_(generator=_generator(request, device))
+        sampled = (probs / noise.clamp_min_(1e-20)).argmax(dim=-1)
+        return torch.where(greedy, logits.argmax(dim=-1), sampled)

@@ -1,0 +1,139 @@
+"""The real executor: a Llama-family torch model over a paged KV cache.
+
+Each step flattens the batch's chunks into one token sequence (one-token chunks first,
+which is the layout the attention backend wants), runs one forward pass that writes every
+chunk's K/V into its request's blocks, and samples one token for each chunk that reaches
+its request's newest token, returned in `batch.chunks` order.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engines.batch import Batch, Chunk
+from engines.executors.sampler import Sampler
+from engines.models.attention import SeqSpec, select_attention
+from engines.models.config import ModelConfig, generation_eos_ids
+from engines.models.loader import default_dtype, load_model
+
+log = logging.getLogger(__name__)
+
+CPU_KV_CACHE_BYTES = 256 * 2**20
+
+
+@dataclass
+class StepInput:
+    input_ids: torch.Tensor       # [tokens]
+    positions: torch.Tensor       # [tokens]
+    meta: object                  # the attention backend's per-step metadata
+    logits_indices: torch.Tensor  # [sampling chunks] rows to sample, in batch order
+    sampling: list                # the requests of those rows
+
+
+class TorchExecutor:
+    def __init__(self, model_dir: str | Path, *, block_size: int = 16,
+                 num_kv_blocks: int | None = None, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None, kv_cache_memory_fraction: float = 0.9,
+                 cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
+                 num_threads: int | None = None) -> None:
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.config = config = ModelConfig.from_pretrained(model_dir)
+        self.dtype = dtype or default_dtype(config, self.device)
+        self.block_size = block_size
+        self.attention = select_attention(self.device, self.dtype, block_size)
+        self.model = load_model(model_dir, self.attention, config=config, device=self.device,
+                                dtype=self.dtype)
+        self.max_model_len = config.max_model_len
+        self.eos_token_ids = frozenset(config.eos_token_ids) | frozenset(
+            generation_eos_ids(model_dir))
+        self.num_kv_blocks = num_kv_blocks or self._auto_num_blocks(kv_cache_memory_fraction,
+                                                                    cpu_kv_cache_bytes)
+        self.kv_caches = self._allocate_kv_cache()
+        self.sampler = Sampler()
+        log.info("torch executor: %s on %s (%s), attention %s, %d KV blocks of %d tokens",
+                 config.model_type, self.device, self.dtype, self.attention.name,
+                 self.num_kv_blocks, block_size)
+
+    # -- KV cache -------------------------------------------------------------------------
+
+    @property
+    def kv_block_bytes(self) -> int:
+        c = self.config
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * c.num_hidden_layers * self.block_size * c.kv_size * elem
+
+    def _auto_num_blocks(self, fraction: float, cpu_bytes: int) -> int:
+        """CUDA: `fraction` of the memory still free after the weights; CPU: a fixed budget."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = int(free * fraction)
+        else:
+            budget = cpu_bytes
+        blocks = budget // self.kv_block_bytes
+        if blocks < 1:
+            raise RuntimeError(f"no memory left for the KV cache ({budget} bytes)")
+        return blocks
+
+    def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        c = self.config
+        shape = (self.num_kv_blocks, self.block_size, c.num_key_value_heads, c.head_dim)
+        return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                 torch.zeros(shape, dtype=self.dtype, device=self.device))
+                for _ in range(c.num_hidden_layers)]
+
+    # -- one step -------------------------------------------------------------------------
+
+    def _check(self, chunk: Chunk) -> None:
+        needed = -(-chunk.context_len // self.block_size)
+        if len(chunk.request.block_table) < needed:
+            raise ValueError(f"{chunk}: needs {needed} KV blocks, request holds "
+                             f"{len(chunk.request.block_table)}")
+        if chunk.context_len > self.max_model_len:
+            raise ValueError(f"{chunk}: context {chunk.context_len} exceeds max_model_len "
+                             f"{self.max_model_len}")
+
+    def prepare(self, batch: Batch) -> StepInput:
+        # one-token chunks first: the attention backend batches them into one call
+        ordered = sorted(batch.chunks, key=lambda c: c.num_tokens != 1)
+        ids: list[int] = []
+        positions: list[int] = []
+        row_end: dict[int, int] = {}
+        for chunk in ordered:
+            self._check(chunk)
+            ids.extend(chunk.token_ids)
+            positions.extend(range(chunk.start, chunk.context_len))
+            row_end[id(chunk)] = len(ids) - 1
+        seqs = [SeqSpec(c.start, c.num_tokens, c.request.block_table) for c in ordered]
+        sampling = [c for c in batch.chunks if c.samples]
+        to = dict(device=self.device, non_blocking=True)
+        return StepInput(
+            input_ids=torch.tensor(ids, dtype=torch.long).to(**to),
+            positions=torch.tensor(positions, dtype=torch.long).to(**to),
+            meta=self.attention.build(seqs),
+            logits_indices=torch.tensor([row_end[id(c)] for c in sampling],
+                                        dtype=torch.long).to(**to),
+            sampling=[c.request for c in sampling],
+        )
+
+    @torch.inference_mode()
+    def compute_logits(self, batch: Batch) -> tuple[torch.Tensor, list]:
+        """Run the forward pass of `batch`; the logits of its sampling chunks, in order."""
+        step = self.prepare(batch)
+        logits = self.model(step.input_ids, step.positions, self.kv_caches, step.meta,
+                            step.logits_indices)
+        return logits, step.sampling
+
+    @torch.inference_mode()
+    def execute(self, batch: Batch) -> list[int]:
+        if not batch.chunks:
+            return []
+        logits, requests = self.compute_logits(batch)
+        if not requests:
+            return []
+        return self.sampler(logits, requests)

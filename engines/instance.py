@@ -1,0 +1,174 @@
+"""The instance process's loop: the engine loop wrapped in its socket shell.
+
+    send Ready
+    loop:
+        drain commands       # without blocking while there is work; blocking (with a
+                             # timeout, for heartbeats and liveness checks) when idle
+        engine.step()        # if there is work
+        send StepOutputs     # ONE message per step with every new token of that step
+        heartbeat, liveness  # periodic Heartbeat; exit if the controller is gone
+
+Every Submit gets exactly one terminal answer (see ipc.messages): a finishing
+TokenOutput, Finished("abort"), or RequestError for a request the engine refuses.
+Exit codes: 0 after Shutdown, 1 after an unexpected error (InstanceFailed sent first),
+3 when the controller is gone (parent changed, or no message within controller_timeout).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from engines.engine import Engine
+from engines.instance_config import InstanceConfig
+from engines.request import FinishReason
+from ipc.channel import InstanceChannel
+from ipc.messages import (
+    Abort, Finished, Heartbeat, InstanceFailed, Ping, Ready, RequestError, Shutdown,
+    StepOutputs, Submit, ToInstance,
+)
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONTROLLER_LOST = 3
+#: Longest idle wait between liveness checks, seconds.
+LIVENESS_CHECK_INTERVAL = 0.25
+
+
+class Instance:
+    def __init__(self, config: InstanceConfig, engine: Engine, channel: InstanceChannel,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.engine = engine
+        self.channel = channel
+        self.clock = clock
+        self.instance_id = config.instance_id
+        self.parent_pid = config.parent_pid if config.parent_pid is not None else os.getppid()
+        self.num_steps = 0
+        self._exit_code: int | None = None
+        now = clock()
+        self._next_heartbeat = now + config.heartbeat_interval
+        self._last_command = now
+
+    # ---- the loop ----------------------------------------------------------------------
+    def run(self) -> int:
+        """Serve until Shutdown or the controller goes away; returns the exit code."""
+        self.channel.send(self.ready())
+        try:
+            while self._exit_code is None:
+                self._serve_once()
+        except Exception as exc:  # the engine is in an unknown state: say so and exit
+            log.exception("instance %d failed", self.instance_id)
+            self.channel.send(InstanceFailed(instance_id=self.instance_id,
+                                             message=f"{type(exc).__name__}: {exc}"))
+            return EXIT_FAILED
+        return self._exit_code
+
+    def _serve_once(self) -> None:
+        busy = self.engine.has_work
+        commands = self.channel.drain(0.0 if busy else self._idle_timeout())
+        if commands:
+            self._last_command = self.clock()
+        for command in commands:
+            self.handle(command)
+            if self._exit_code is not None:
+                return
+        if self.engine.has_work:
+            self._step()
+        self._housekeeping()
+
+    def _idle_timeout(self) -> float:
+        now = self.clock()
+        wait = min(self._next_heartbeat - now, LIVENESS_CHECK_INTERVAL)
+        if self.config.controller_timeout > 0:
+            wait = min(wait, self._last_command + self.config.controller_timeout - now)
+        return max(0.0, wait)
+
+    def _step(self) -> None:
+        start = self.clock()
+        outputs = self.engine.step()
+        end = self.clock()
+        self.num_steps += 1
+        if outputs:
+            self.channel.send(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
+                                          time=end, step_time=end - start, outputs=outputs))
+
+    def _housekeeping(self) -> None:
+        now = self.clock()
+        if now >= self._next_heartbeat:
+            self.channel.send(self.heartbeat())
+            self._next_heartbeat = now + self.config.heartbeat_interval
+        if os.getppid() != self.parent_pid:
+            log.warning("instance %d: parent %d is gone; exiting",
+                        self.instance_id, self.parent_pid)
+            self._exit_code = EXIT_CONTROLLER_LOST
+        elif 0 < self.config.controller_timeout <= now - self._last_command:
+            log.warning("instance %d: no message from the controller for %.1f s; exiting",
+                        self.instance_id, now - self._last_command)
+            self._exit_code = EXIT_CONTROLLER_LOST
+
+    # ---- commands ----------------------------------------------------------------------
+    def handle(self, command: ToInstance) -> None:
+        if isinstance(command, Submit):
+            self._submit(command)
+        elif isinstance(command, Abort):
+            self._abort(command.request_id)
+        elif isinstance(command, Ping):
+            self.channel.send(self.heartbeat(ping_id=command.ping_id))
+        elif isinstance(command, Shutdown):
+            self._shutdown()
+
+    def _submit(self, submit: Submit) -> None:
+        deadline = submit.deadline
+        if deadline is None:
+            deadline = (submit.arrival_time + submit.ttft_slo if submit.ttft_slo is not None
+                        else float("inf"))
+        try:
+            self._check_token_ids(submit.prompt_token_ids)
+            self.engine.add_request(submit.prompt_token_ids, submit.sampling,
+                                    request_id=submit.request_id,
+                                    arrival_time=submit.arrival_time,
+                                    deadline=deadline, priority=submit.priority)
+        except ValueError as exc:
+            log.info("instance %d refused request %s: %s", self.instance_id, submit.request_id, exc)
+            self.channel.send(RequestError(instance_id=self.instance_id,
+                                           request_id=submit.request_id, message=str(exc)))
+
+    def _check_token_ids(self, token_ids: list[int]) -> None:
+        """Refuse ids outside the model's vocabulary (an executor may publish `vocab_size`)."""
+        vocab_size = getattr(self.engine.executor, "vocab_size", None)
+        if vocab_size is not None and max(token_ids) >= vocab_size:
+            raise ValueError(f"prompt has token id {max(token_ids)}; the vocabulary has "
+                             f"{vocab_size} tokens")
+
+    def _abort(self, request_id: str) -> None:
+        """Unknown or finished ids are ignored: their terminal answer was already sent."""
+        if self.engine.abort(request_id):
+            self.channel.send(Finished(instance_id=self.instance_id, request_id=request_id,
+                                       reason=FinishReason.ABORT.value))
+
+    def _shutdown(self) -> None:
+        for request_id in list(self.engine.scheduler.requests):
+            self._abort(request_id)
+        log.info("instance %d: shutting down", self.instance_id)
+        self._exit_code = EXIT_OK
+
+    # ---- reports -----------------------------------------------------------------------
+    def ready(self) -> Ready:
+        scheduler = self.engine.scheduler
+        return Ready(instance_id=self.instance_id, role=self.config.resolved_role,
+                     mode=scheduler.mode.name, executor=self.config.executor.kind,
+                     pid=os.getpid(), num_kv_blocks=self.engine.kv.num_blocks,
+                     block_size=self.engine.kv.block_size, max_model_len=scheduler.max_model_len)
+
+    def heartbeat(self, ping_id: int | None = None) -> Heartbeat:
+        scheduler, kv = self.engine.scheduler, self.engine.kv
+        return Heartbeat(
+            instance_id=self.instance_id, time=self.clock(), ping_id=ping_id,
+            num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
+            num_kv_blocks_used=kv.num_blocks - kv.num_free_blocks, num_kv_blocks=kv.num_blocks,
+            num_preemptions=scheduler.num_preemptions, num_steps=self.num_steps,
+            num_bad_frames=self.channel.num_bad_frames)

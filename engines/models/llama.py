@@ -1,0 +1,118 @@
+"""A Llama-family decoder (Llama, Mistral, Qwen2) for serving.
+
+Differences from the Hugging Face modules, all for speed: q/k/v are one Linear and
+gate/up are one Linear (fused by the loader); the forward pass runs over a flattened
+mixed batch of prefill chunks and decodes with per-token positions, writing K/V into a
+paged cache; and the LM head runs only on the rows that sample. Parameter names mirror
+Hugging Face's (`model.layers.0.self_attn...`) apart from the two fused projections.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engines.models.config import ModelConfig
+from engines.models.rotary import apply_rotary, cos_sin_table
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # normalise in float32 like transformers, then scale in the model dtype
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, backend) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.q_size, self.kv_size = config.q_size, config.kv_size
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size,
+                                  bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
+        self.backend = backend
+
+    def forward(self, x, cos, sin, kv_cache, meta) -> torch.Tensor:
+        tokens = x.shape[0]
+        qkv = self.qkv_proj(x)
+        # rotate q and k in one go: they are adjacent columns of qkv
+        qk = qkv[:, : self.q_size + self.kv_size].view(tokens, -1, self.head_dim)
+        qk = apply_rotary(qk, cos, sin)
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+        v = qkv[:, self.q_size + self.kv_size:].view(tokens, self.num_kv_heads, self.head_dim)
+        out = self.backend(q, k, v, kv_cache[0], kv_cache[1], meta)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, backend) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, backend)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, kv_cache, meta) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig, backend) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, backend)
+                                    for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """`forward(input_ids, positions, kv_caches, meta, logits_indices) -> logits`.
+
+    input_ids, positions: [tokens] (the flattened batch, in the attention backend's layout);
+    kv_caches: one (k, v) pair per layer; meta: the backend's per-step metadata;
+    logits_indices: the rows whose next-token logits are wanted."""
+
+    def __init__(self, config: ModelConfig, backend) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config, backend)
+        self.lm_head = (None if config.tie_word_embeddings else
+                        nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+        self.rope_cos: torch.Tensor | None = None
+        self.rope_sin: torch.Tensor | None = None
+
+    def init_rope(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Tabulate cos/sin for every usable position (after the weights are on `device`)."""
+        self.rope_cos, self.rope_sin = cos_sin_table(self.config, self.config.max_model_len,
+                                                     dtype, device)
+
+    def forward(self, input_ids, positions, kv_caches, meta, logits_indices) -> torch.Tensor:
+        cos = self.rope_cos.index_select(0, positions).unsqueeze(1)
+        sin = self.rope_sin.index_select(0, positions).unsqueeze(1)
+        x = self.model.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.model.layers, kv_caches):
+            x = layer(x, cos, sin, kv_cache, meta)
+        x = self.model.norm(x.index_select(0, logits_indices))
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(x, weight)

@@ -1,0 +1,113 @@
+"""Load a Hugging Face Llama-family checkpoint folder into our `LlamaForCausalLM`.
+
+The model is built on the meta device (no memory, no random init), materialised once on
+the target device in the target dtype, and filled tensor by tensor from the safetensors
+shards; q/k/v and gate/up are copied into their rows of the fused projections. Every
+parameter must be filled exactly once and every tensor in the files must be used, or the
+load fails naming the tensor.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from engines.models.config import ModelConfig
+from engines.models.llama import LlamaForCausalLM
+
+# HF projection -> (our fused parameter, index of its row block)
+_FUSED = {
+    "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+}
+# tensors some checkpoints carry that the model does not need
+_IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
+
+
+def default_dtype(config: ModelConfig, device: torch.device) -> torch.dtype:
+    """fp32 on CPU; on CUDA bf16, or fp16 when the checkpoint says float16."""
+    if device.type != "cuda":
+        return torch.float32
+    return torch.float16 if config.torch_dtype == "float16" else torch.bfloat16
+
+
+def shard_files(model_dir: str | Path) -> list[Path]:
+    model_dir = Path(model_dir)
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        with open(index, encoding="utf-8") as f:
+            names = sorted(set(json.load(f)["weight_map"].values()))
+        files = [model_dir / name for name in names]
+        missing = [str(p) for p in files if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(f"shards listed in {index.name} are missing: {missing}")
+        return files
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
+    return files
+
+
+def _row_slices(config: ModelConfig) -> dict[str, list[tuple[int, int]]]:
+    q, kv, inter = config.q_size, config.kv_size, config.intermediate_size
+    return {"qkv_proj": [(0, q), (q, q + kv), (q + kv, q + 2 * kv)],
+            "gate_up_proj": [(0, inter), (inter, 2 * inter)]}
+
+
+def _targets(config: ModelConfig, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every HF tensor name we expect -> the (view of the) parameter it fills."""
+    slices = _row_slices(config)
+    targets = {}
+    for name, param in params.items():
+        match = re.match(r"^(.*)\.(qkv_proj|gate_up_proj)\.(weight|bias)$", name)
+        if not match:
+            targets[name] = param
+            continue
+        prefix, fused, kind = match.groups()
+        for hf_proj, (target, index) in _FUSED.items():
+            if target == fused:
+                lo, hi = slices[fused][index]
+                targets[f"{prefix}.{hf_proj}.{kind}"] = param[lo:hi]
+    return targets
+
+
+def load_model(model_dir: str | Path, backend, *, config: ModelConfig | None = None,
+               device: torch.device | str = "cpu",
+               dtype: torch.dtype | None = None) -> LlamaForCausalLM:
+    config = config or ModelConfig.from_pretrained(model_dir)
+    device = torch.device(device)
+    dtype = dtype or default_dtype(config, device)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config, backend)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    _fill(model, config, shard_files(model_dir))
+    model.init_rope(device, dtype)
+    return model.eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def _fill(model: LlamaForCausalLM, config: ModelConfig, files: list[Path]) -> None:
+    targets = _targets(config, dict(model.named_parameters()))
+    remaining = set(targets)
+    for path in files:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                if _IGNORED.search(name):
+                    continue
+                if name == "lm_head.weight" and config.tie_word_embeddings:
+                    continue  # some tied checkpoints store the shared matrix twice
+                target = targets.get(name)
+                if target is None:
+                    raise ValueError(f"{path.name}: unexpected tensor {name!r} "
+                                     f"for a {config.model_type} model")
+                tensor = f.get_tensor(name)
+                if tuple(tensor.shape) != tuple(target.shape):
+                    raise ValueError(f"{path.name}: tensor {name!r} has shape "
+                                     f"{tuple(tensor.shape)}, expected {tuple(target.shape)}")
+                target.copy_(tensor)
+                remaining.discard(name)
+    if remaining:
+        raise ValueError(f"checkpoint is missing tensors: {sorted(remaining)}")

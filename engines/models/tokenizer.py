@@ -1,0 +1,102 @@
+"""A thin tokenizer over a Hugging Face folder's `tokenizer.json` (no transformers import).
+
+Special tokens come from the folder's configs: BOS/EOS names from `tokenizer_config.json`
+(or `special_tokens_map.json`), extra EOS ids from `config.json` and
+`generation_config.json`. Whether BOS is added is decided by the tokenizer.json
+post-processor, exactly as Hugging Face's AutoTokenizer decides it, so both give the same ids.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer as _HFTokenizer
+
+from engines.models.config import generation_eos_ids
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _token_name(value: Any) -> str | None:
+    """A special token entry is either its text or {"content": text, ...}."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+class Tokenizer:
+    def __init__(self, model_dir: str | Path) -> None:
+        model_dir = Path(model_dir)
+        path = model_dir / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no tokenizer.json in {model_dir}")
+        self._tok = _HFTokenizer.from_file(str(path))
+        settings = {**_read_json(model_dir / "special_tokens_map.json"),
+                    **_read_json(model_dir / "tokenizer_config.json")}
+        self.chat_template: str | None = settings.get("chat_template")
+        self.bos_token = _token_name(settings.get("bos_token"))
+        self.eos_token = _token_name(settings.get("eos_token"))
+        self.bos_token_id = self._id(self.bos_token)
+        eos = {self._id(self.eos_token)}
+        config_eos = _read_json(model_dir / "config.json").get("eos_token_id")
+        eos.update(config_eos if isinstance(config_eos, list) else [config_eos])
+        eos.update(generation_eos_ids(model_dir))
+        self.eos_token_ids: set[int] = {i for i in eos if i is not None}
+
+    def _id(self, token: str | None) -> int | None:
+        return None if token is None else self._tok.token_to_id(token)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size()
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """Token ids of `text`; `add_bos` adds the special tokens the tokenizer's
+        post-processor adds (BOS for Llama-style tokenizers, nothing for Qwen2)."""
+        return self._tok.encode(text, add_special_tokens=add_bos).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict[str, str]],
+                            add_generation_prompt: bool = True) -> str:
+        """The chat rendered as text, as `AutoTokenizer.apply_chat_template` renders it."""
+        if not self.chat_template:
+            raise ValueError("this tokenizer has no chat_template")
+        return render_chat(self.chat_template, messages, add_generation_prompt,
+                           bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+
+    def encode_chat(self, messages: list[dict[str, str]],
+                    add_generation_prompt: bool = True) -> list[int]:
+        """Prompt ids for a chat. Templates write BOS themselves, so none is added here
+        (the same ids as HF `apply_chat_template(..., tokenize=True)`)."""
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt),
+                           add_bos=False)
+
+
+def render_chat(template: str, messages: list[dict[str, str]], add_generation_prompt: bool,
+                **specials: str) -> str:
+    try:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        return _render_without_jinja(template, messages, add_generation_prompt, **specials)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    return env.from_string(template).render(messages=messages,
+                                            add_generation_prompt=add_generation_prompt,
+                                            **specials)
+
+
+def _render_without_jinja(template, messages, add_generation_prompt, *, bos_token, eos_token):
+    """Only the tiny model's own template can be rendered without jinja2."""
+    from engines.models.tiny_tokenizer import CHAT_TEMPLATE
+    if template != CHAT_TEMPLATE:
+        raise RuntimeError("rendering this model's chat template needs jinja2 (pip install jinja2)")
+    text = bos_token + "".join(f"<|{m['role']}|>\n{m['content']}{eos_token}\n" for m in messages)
+    return text + ("<|assistant|>\n" if add_generation_prompt else "")
