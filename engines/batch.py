@@ -42,11 +42,13 @@ class Chunk:
 
 
 class Batch:
-    __slots__ = ("chunks", "preempted", "num_tokens")
+    __slots__ = ("chunks", "preempted", "offloaded", "dropped", "num_tokens")
 
     def __init__(self) -> None:
         self.chunks: list[Chunk] = []
         self.preempted: list[Request] = []  # sent back to waiting while building this batch
+        self.offloaded: list[Request] = []  # left the waiting queue for an HP instance
+        self.dropped: list[Request] = []    # given up on: their TTFT SLO is lost
         self.num_tokens = 0
 
     def add(self, request: Request, num_tokens: int) -> None:
@@ -62,3 +64,8 @@ class Batch:
 
     def __bool__(self) -> bool:
         return bool(self.chunks)
+
+    @property
+    def has_events(self) -> bool:
+        """Anything happened this step: chunks to run, or requests that left the queue."""
+        return bool(self.chunks or self.offloaded or self.dropped)

@@ -1,22 +1,28 @@
 """One engine instance in-process: scheduler + executor, stepped by its caller.
 
-The loop is the one from DESIGN.md section 3: schedule -> execute -> update.
-`generate` runs a set of prompts to completion with continuous batching
-(offline use); the instance process of issue #3 calls `step` from its socket loop.
+The loop is the one from DESIGN.md section 3: schedule -> execute -> update, then
+feed the step's measured time to the performance model (when the mode uses one).
+`generate` runs a set of prompts to completion with continuous batching (offline
+use); the instance process calls `step` from its socket loop.
 """
 from __future__ import annotations
 
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from engines.batch import Batch
+from engines.batch_shape import batch_shape
 from engines.executors.base import Executor
 from engines.kv_cache import BlockManager
 from engines.request import Request
-from engines.scheduler import Scheduler, SchedulerConfig
+from engines.scheduler import Scheduler
+from engines.scheduler_config import SchedulerConfig
 from ipc.messages import TokenOutput
 from ipc.params import SamplingParams
+from policies.perf_model import PerfModel
+from policies.predictor import MemoPredictor
 
 
 @dataclass
@@ -28,13 +34,25 @@ class Completion:
     num_preemptions: int
 
 
+@dataclass
+class StepResult:
+    outputs: list[TokenOutput] = field(default_factory=list)
+    offloaded: list[Request] = field(default_factory=list)  # left for an HP instance
+    dropped: list[Request] = field(default_factory=list)    # TTFT SLO lost
+    seconds: float = 0.0                                     # how long the executor ran
+
+
 class Engine:
     def __init__(self, executor: Executor, config: SchedulerConfig,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 perf_model: PerfModel | None = None) -> None:
         self.executor = executor
         self.kv = BlockManager(executor.num_kv_blocks, executor.block_size)
+        self.perf_model = perf_model
+        self.predictor = MemoPredictor(perf_model) if perf_model is not None else None
         self.scheduler = Scheduler(config, self.kv, executor.max_model_len,
-                                   getattr(executor, "eos_token_ids", frozenset()))
+                                   getattr(executor, "eos_token_ids", frozenset()),
+                                   predictor=self.predictor)
         self.clock = clock
         self._ids = itertools.count()
 
@@ -45,6 +63,7 @@ class Engine:
 
         `arrival_time` defaults to now; the instance process passes the controller's
         (the same monotonic clock), so waiting time counts from arrival at the daemon.
+        `slo` may hold `deadline`, `tbt_slo`, `priority`, `offloaded` (see Request).
         """
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         if arrival_time is None:
@@ -60,16 +79,31 @@ class Engine:
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
-    def step(self) -> list[TokenOutput]:
-        """Run one iteration; returns the new tokens it produced."""
+    def step(self) -> StepResult:
+        """Run one iteration: its new tokens, and the requests that left the queue."""
         batch = self.scheduler.schedule(self.clock())
+        result = StepResult(offloaded=batch.offloaded, dropped=batch.dropped)
         if not batch:
-            if self.has_work:
+            if self.has_work and not batch.has_events:
                 raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} "
                                    f"waiting and {len(self.scheduler.running)} running requests")
-            return []
+            return result
+        start = self.clock()
         sampled = self.executor.execute(batch)
-        return self.scheduler.update(batch, sampled, self.clock())
+        end = self.clock()
+        result.outputs = self.scheduler.update(batch, sampled, end)
+        result.seconds = end - start
+        self._learn(batch, result.seconds)
+        return result
+
+    def _learn(self, batch: Batch, seconds: float) -> None:
+        """Feed the performance model; refit it now and then (and forget stale predictions)."""
+        if self.perf_model is None:
+            return
+        self.perf_model.observe(batch_shape(batch), seconds)
+        if self.perf_model.should_refit():
+            self.perf_model.refit()
+            self.predictor.clear()
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingParams | Sequence[SamplingParams],
                  ) -> list[Completion]:

@@ -25,9 +25,10 @@ from engines.instance_config import InstanceConfig
 from engines.request import FinishReason
 from ipc.channel import InstanceChannel
 from ipc.messages import (
-    Abort, Finished, Heartbeat, InstanceFailed, Ping, Ready, RequestError, Shutdown,
-    StepOutputs, Submit, ToInstance,
+    Abort, Finished, Heartbeat, InstanceFailed, Offload, OffloadedRequest, Ping, Ready,
+    RequestError, Shutdown, StepOutputs, Submit, Ticket, ToInstance,
 )
+from policies.admission import ticket_wanted
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class Instance:
         self.instance_id = config.instance_id
         self.parent_pid = config.parent_pid if config.parent_pid is not None else os.getppid()
         self.num_steps = 0
+        self.num_finished = self.num_offloaded = self.num_dropped = 0
+        self.ticket_open = False  # HP: a Ticket was sent and no request has come since
         self._exit_code: int | None = None
         now = clock()
         self._next_heartbeat = now + config.heartbeat_interval
@@ -78,6 +81,8 @@ class Instance:
                 return
         if self.engine.has_work:
             self._step()
+        if self.config.resolved_role == "hp":
+            self._maybe_ask_for_work()
         self._housekeeping()
 
     def _idle_timeout(self) -> float:
@@ -89,12 +94,29 @@ class Instance:
 
     def _step(self) -> None:
         start = self.clock()
-        outputs = self.engine.step()
+        result = self.engine.step()
         end = self.clock()
         self.num_steps += 1
-        if outputs:
+        if result.outputs:
+            self.num_finished += sum(1 for o in result.outputs if o.finish_reason is not None)
             self.channel.send(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
-                                          time=end, step_time=end - start, outputs=outputs))
+                                          time=end, step_time=end - start, outputs=result.outputs))
+        if result.offloaded:
+            self.num_offloaded += len(result.offloaded)
+            self.channel.send(Offload(instance_id=self.instance_id, requests=[
+                OffloadedRequest(r.request_id, r.prompt_token_ids) for r in result.offloaded]))
+        for request in result.dropped:
+            self.num_dropped += 1
+            self.channel.send(Finished(instance_id=self.instance_id, request_id=request.request_id,
+                                       reason=FinishReason.DROP.value))
+
+    def _maybe_ask_for_work(self) -> None:
+        """HP: with nothing waiting and room in batch and KV, hold one ticket (paper §6.1)."""
+        scheduler, kv = self.engine.scheduler, self.engine.kv
+        if ticket_wanted(len(scheduler.waiting), len(scheduler.running), scheduler.max_num_seqs,
+                         kv.num_free_blocks / kv.num_blocks, self.ticket_open):
+            self.ticket_open = True
+            self.channel.send(Ticket(instance_id=self.instance_id))
 
     def _housekeeping(self) -> None:
         now = self.clock()
@@ -122,6 +144,8 @@ class Instance:
             self._shutdown()
 
     def _submit(self, submit: Submit) -> None:
+        if not submit.offloaded:
+            self.ticket_open = False  # a new request came: it used our ticket (or beat it)
         deadline = submit.deadline
         if deadline is None:
             deadline = (submit.arrival_time + submit.ttft_slo if submit.ttft_slo is not None
@@ -131,7 +155,9 @@ class Instance:
             self.engine.add_request(submit.prompt_token_ids, submit.sampling,
                                     request_id=submit.request_id,
                                     arrival_time=submit.arrival_time,
-                                    deadline=deadline, priority=submit.priority)
+                                    deadline=deadline, priority=submit.priority,
+                                    tbt_slo=submit.tbt_slo or float("inf"),
+                                    offloaded=submit.offloaded)
         except ValueError as exc:
             log.info("instance %d refused request %s: %s", self.instance_id, submit.request_id, exc)
             self.channel.send(RequestError(instance_id=self.instance_id,
@@ -171,4 +197,6 @@ class Instance:
             num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
             num_kv_blocks_used=kv.num_blocks - kv.num_free_blocks, num_kv_blocks=kv.num_blocks,
             num_preemptions=scheduler.num_preemptions, num_steps=self.num_steps,
-            num_bad_frames=self.channel.num_bad_frames)
+            num_bad_frames=self.channel.num_bad_frames, num_finished=self.num_finished,
+            num_offloaded=self.num_offloaded, num_dropped=self.num_dropped,
+            perf_model_mape=self.engine.perf_model.mape if self.engine.perf_model else None)

@@ -57,13 +57,16 @@ def serve(config: InstanceConfig) -> int:
     from engines.engine import Engine
     from engines.executors.config import build_executor
     from engines.instance import EXIT_FAILED, Instance
+    from engines.perf_setup import build_perf_model
     from ipc.channel import InstanceChannel
     from ipc.messages import InstanceFailed
 
     channel = InstanceChannel(config.endpoint, config.instance_id)
     try:
         try:
-            engine = Engine(build_executor(config.executor), config.scheduler)
+            executor = build_executor(config.executor)
+            perf_model = build_perf_model(executor, config.executor, config.scheduler)
+            engine = Engine(executor, config.scheduler, perf_model=perf_model)
         except Exception as exc:
             log.exception("instance %d: could not build the engine", config.instance_id)
             channel.send(InstanceFailed(instance_id=config.instance_id,

@@ -1,35 +1,55 @@
-"""Scheduling modes: the knobs that make one scheduler behave as vLLM, Sarathi-Serve, ...
+"""Scheduling modes: the knobs that make one scheduler behave as vLLM, Sarathi-Serve,
+or one of Ascendra's two instance kinds.
 
-A mode is data plus policy functions, so new modes (issue #4's `lp` and `hp`)
-plug in here instead of copying the scheduler.
+A mode is data: which batching rule, and which of the policies in `policies/` it
+applies (value ordering, offloads, elastic batch, compute budget). The scheduler
+calls those policy functions; no mode has a scheduler of its own.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from engines.request import Request
+from policies.admission import LP_MAX_BATCH
 
-#: Orders waiting requests for admission, most urgent first: (waiting, now) -> requests.
-WaitingOrder = Callable[[Sequence[Request], float], Iterable[Request]]
+#: HP's batch is bounded by KV (elastic), not by a seat count: a generous cap.
+HP_MAX_BATCH = 1024
 
 
 @dataclass(frozen=True)
 class Mode:
     name: str
-    #: True: admit waiting prompts first and let decodes wait (vLLM). False: every running
-    #: decode first, then prefill chunks in what is left of the token budget (Sarathi-Serve).
+    #: True: admit waiting prompts first and let decodes wait (vLLM, HP). False: every
+    #: running decode first, then prefill chunks in what is left of the token budget
+    #: (Sarathi-Serve, LP).
     prefill_first: bool
     #: Split prompts into chunks to fit the token budget (else a prompt runs whole).
     chunked_prefill: bool
-    #: None keeps the waiting queue's arrival order (first come, first served).
-    order_waiting: WaitingOrder | None = None
+    #: Order waiting prompts by the configured value function (else arrival order).
+    by_value: bool = False
+    #: Hand waiting requests that will miss their deadline here to an HP instance.
+    offloads: bool = False
+    #: Admit prefills only while free KV covers what running decodes will still need.
+    elastic_batch: bool = False
+    #: Keep a step's predicted time within the running requests' TBT SLO.
+    compute_budget: bool = False
+    #: max_num_seqs when the config leaves it unset (capped by the token budget in
+    #: decode-first modes, where every running decode must fit in one step).
+    default_max_num_seqs: int = 256
+
+    @property
+    def uses_perf_model(self) -> bool:
+        """Its decisions need predicted times (value order, offloads, compute budget)."""
+        return self.by_value or self.offloads or self.compute_budget
 
 
 SARATHI = Mode("sarathi", prefill_first=False, chunked_prefill=True)
 VLLM = Mode("vllm", prefill_first=True, chunked_prefill=False)
+LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True,
+          compute_budget=True, default_max_num_seqs=LP_MAX_BATCH)
+HP = Mode("hp", prefill_first=True, chunked_prefill=False, by_value=True, elastic_batch=True,
+          default_max_num_seqs=HP_MAX_BATCH)
 
-MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM)}
+MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP)}
 
 
 def get_mode(name: str) -> Mode:

@@ -22,6 +22,8 @@ class FinishReason(str, enum.Enum):
     STOP = "stop"            # EOS or a stop token
     LENGTH = "length"        # max_tokens or the model's context limit
     ABORT = "abort"          # cancelled by the client or the controller
+    OFFLOAD = "offload"      # handed to an HP instance before its prefill started
+    DROP = "ttft_slo_missed"  # given up on: its TTFT SLO is lost (drop_expired)
 
 
 class Request:
@@ -29,6 +31,7 @@ class Request:
         "request_id", "token_ids", "num_prompt_tokens", "sampling", "arrival_time",
         "deadline", "priority", "num_computed_tokens", "block_table", "status",
         "finish_reason", "num_preemptions", "first_token_time", "rng", "max_total_tokens",
+        "tbt_slo", "offloaded",
     )
 
     def __init__(
@@ -39,6 +42,8 @@ class Request:
         arrival_time: float = 0.0,
         deadline: float = float("inf"),
         priority: int = 0,
+        tbt_slo: float = float("inf"),
+        offloaded: bool = False,
     ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {request_id}: prompt has no tokens")
@@ -49,6 +54,8 @@ class Request:
         self.arrival_time = arrival_time
         self.deadline = deadline
         self.priority = priority
+        self.tbt_slo = tbt_slo
+        self.offloaded = offloaded  # arrived here as an offload from an LP instance
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
         self.status = RequestStatus.WAITING

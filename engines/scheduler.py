@@ -3,48 +3,41 @@
 `schedule(now)` builds a batch, `update(batch, sampled, now)` applies the step's
 results. Derived from Sarathi-Serve's stall-free batching: in decode-first modes
 every running decode is taken, then prefill chunks fill what is left of the token
-budget; in prefill-first modes (vLLM) whole prompts are admitted while any fit and
-decodes wait. When KV blocks run out, the lowest-priority running request (the last
-admitted) is preempted by recompute: it frees its blocks, keeps its tokens (the
-generated ones join the prompt) and goes back to the front of the waiting queue.
+budget; in prefill-first modes (vLLM, HP) whole prompts are admitted while any fit
+and decodes wait. Waiting prompts are admitted by the paper's Algorithm 1
+(`policies.selection`), in arrival or value order as the mode says; LP modes first
+hand requests that would miss their deadline to an HP instance (`batch.offloaded`)
+and, with `drop_expired`, give up on hopeless ones (`batch.dropped`).
+
+When KV blocks run out, the lowest-priority running request (the last admitted) is
+preempted by recompute: it frees its blocks, keeps its tokens (the generated ones
+join the prompt) and goes back to the front of the waiting queue.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
-from typing import Annotated
-
-import msgspec
-from msgspec import Meta
 
 from engines.batch import Batch
+from engines.batch_shape import batch_shape
 from engines.kv_cache import BlockManager
 from engines.modes import Mode, get_mode
 from engines.request import FinishReason, Request, RequestStatus
+from engines.scheduler_config import SchedulerConfig
+from engines.triage import Triage
 from ipc.messages import TokenOutput
+from policies.admission import DecodeLengthHistory, decode_reserve
+from policies.batch_shape import BatchShape
+from policies.predictor import Predictor, ZeroPredictor
+from policies.selection import select_prefills
 
-
-class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    mode: str = "sarathi"
-    #: Token budget of one iteration (Sarathi-Serve's chunk size).
-    chunk_size: Annotated[int, Meta(ge=1)] = 512
-    #: Most requests holding KV blocks at once; default min(256, chunk_size).
-    max_num_seqs: Annotated[int, Meta(ge=1)] | None = None
-
-    def resolved_max_num_seqs(self) -> int:
-        return self.max_num_seqs if self.max_num_seqs is not None else min(256, self.chunk_size)
-
-    def validate(self) -> "SchedulerConfig":
-        mode = get_mode(self.mode)
-        if not mode.prefill_first and self.resolved_max_num_seqs() > self.chunk_size:
-            raise ValueError(
-                f"max_num_seqs ({self.max_num_seqs}) must not exceed chunk_size ({self.chunk_size}) "
-                f"in {self.mode} mode: every running decode must fit in one step's token budget")
-        return self
+__all__ = ["Scheduler", "SchedulerConfig"]
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: BlockManager, max_model_len: int,
-                 eos_token_ids: frozenset[int] | set[int] = frozenset()) -> None:
+                 eos_token_ids: frozenset[int] | set[int] = frozenset(),
+                 predictor: Predictor | None = None) -> None:
         self.config = config.validate()
         self.mode: Mode = get_mode(config.mode)
         self.kv = kv
@@ -52,6 +45,9 @@ class Scheduler:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.token_budget = config.chunk_size
         self.max_num_seqs = config.resolved_max_num_seqs()
+        self.predictor: Predictor = predictor or ZeroPredictor()
+        self.triage = Triage(self.mode, config, self.predictor)
+        self.decode_lengths = DecodeLengthHistory()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}  # every unfinished request, by id
@@ -88,20 +84,46 @@ class Scheduler:
     # ---- scheduling ---------------------------------------------------------------------
     def schedule(self, now: float) -> Batch:
         batch = Batch()
+        candidates = self._candidates(batch, now)
         if self.mode.prefill_first:
-            self._admit_waiting(batch, now, self._max_prefill_tokens())
+            self._admit(batch, candidates, self._max_prefill_tokens(), math.inf)
             if not batch:
                 self._schedule_decodes(batch)
         else:
             self._schedule_decodes(batch)
-            budget = self.token_budget - batch.num_tokens
-            budget = self._continue_prefills(batch, budget)
-            self._admit_waiting(batch, now, budget)
+            budget = self._continue_prefills(batch, self.token_budget - batch.num_tokens)
+            self._admit(batch, candidates, budget, self._compute_budget(batch))
         return batch
+
+    def _candidates(self, batch: Batch, now: float):
+        """Waiting requests in admission order, after drops and offloads leave the queue."""
+        if not self.waiting or not (self.mode.by_value or self.triage.active):
+            return self.waiting
+        ordered, offloaded, dropped = self.triage.run(self.waiting, now, self._next_batch_time())
+        for request in offloaded:
+            self._leave_waiting(request, FinishReason.OFFLOAD)
+        for request in dropped:
+            self._leave_waiting(request, FinishReason.DROP)
+        batch.offloaded, batch.dropped = offloaded, dropped
+        return ordered
+
+    def _next_batch_time(self) -> float:
+        """Predicted seconds until this instance could start a waiting prompt: its decodes."""
+        contexts = [r.num_tokens for r in self.running if r.is_decoding]
+        return self.predictor.batch_time(BatchShape.of(decodes=contexts)) if contexts else 0.0
 
     def _max_prefill_tokens(self) -> int:
         """Prefill-first modes run whole prompts: the budget must fit the longest one."""
         return max(self.token_budget, self.max_model_len)
+
+    def _compute_budget(self, batch: Batch) -> float:
+        """Seconds left for new prefills before the step outlasts the tightest TBT SLO."""
+        if not self.mode.compute_budget or not batch:
+            return math.inf
+        tbt = min(c.request.tbt_slo for c in batch.chunks)
+        if not math.isfinite(tbt):
+            return math.inf
+        return max(0.0, tbt - self.predictor.batch_time(batch_shape(batch)))
 
     def _schedule_decodes(self, batch: Batch) -> None:
         """Take every running decode, oldest first; preempt from the newest end if short of KV."""
@@ -128,29 +150,25 @@ class Scheduler:
                 budget -= n
         return budget
 
-    def _admit_waiting(self, batch: Batch, now: float, budget: int) -> None:
-        """Admit waiting requests in the mode's order; stop at the first that does not fit."""
-        if not self.waiting or budget <= 0:
+    def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float) -> None:
+        """Admit waiting requests by Algorithm 1: stop at the first that does not fit."""
+        if not candidates or budget <= 0:
             return
-        order = self.mode.order_waiting
-        candidates = self.waiting if order is None else list(order(self.waiting, now))
-        admitted: list[Request] = []
-        for request in candidates:
-            if budget <= 0 or len(self.running) >= self.max_num_seqs:
-                break
-            n = request.num_uncomputed_tokens
-            if self.mode.chunked_prefill:
-                n = min(n, budget)
-            elif n > budget:
-                break
-            if not self.kv.allocate(request, n):
-                break
+        free = self.kv.num_free_blocks
+        if self.mode.elastic_batch:
+            decoding = [r for r in self.running if r.is_decoding]
+            free -= decode_reserve(decoding, self.decode_lengths, self.kv.block_size)
+        selected = select_prefills(
+            candidates, token_budget=budget, free_blocks=max(free, 0),
+            block_size=self.kv.block_size, seat_limit=self.max_num_seqs - len(self.running),
+            compute_budget=compute_budget, predictor=self.predictor,
+            chunked=self.mode.chunked_prefill)
+        for request, n in selected:
+            self.kv.allocate(request, n)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            admitted.append(request)
             batch.add(request, n)
-            budget -= n
-        self._remove_from_waiting(admitted, in_queue_order=order is None)
+        self._remove_from_waiting([r for r, _ in selected], in_queue_order=candidates is self.waiting)
 
     def _remove_from_waiting(self, admitted: list[Request], in_queue_order: bool) -> None:
         if in_queue_order:  # admitted are a prefix of the queue
@@ -159,6 +177,10 @@ class Scheduler:
         elif admitted:
             taken = set(map(id, admitted))
             self.waiting = deque(r for r in self.waiting if id(r) not in taken)
+
+    def _leave_waiting(self, request: Request, reason: FinishReason) -> None:
+        self.waiting.remove(request)
+        self._finish(request, reason)
 
     def _make_room(self, request: Request, num_tokens: int, batch: Batch) -> bool:
         """Allocate blocks for `num_tokens` more tokens, preempting lower-priority requests."""
@@ -225,3 +247,5 @@ class Scheduler:
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         del self.requests[request.request_id]
+        if reason in (FinishReason.STOP, FinishReason.LENGTH):
+            self.decode_lengths.observe(request.num_output_tokens)

@@ -6,11 +6,13 @@ one of the structs below or rejects it. Unknown fields are refused (strict wire)
 
 Controller -> instance (`ToInstance`): Submit, Abort, Ping, Shutdown.
 Instance -> controller (`ToController`): Ready, StepOutputs, Finished, RequestError,
-Heartbeat, InstanceFailed.
+Heartbeat, Offload, Ticket, InstanceFailed.
 
 Every Submit gets exactly one terminal outcome from the instance:
   * a `TokenOutput` with `finish_reason` set ("stop" | "length") inside a StepOutputs,
-  * a `Finished` (the request ended without a new token: "abort"; later "drop", "offload"),
+  * a `Finished` (the request ended without a new token: "abort", or "ttft_slo_missed"
+    when it was dropped),
+  * an `Offload` naming it (it left for an HP instance; the HP then owes the outcome),
   * or a `RequestError` (refused: prompt too long, duplicate id, bad token ids, ...).
 After its terminal outcome the request holds no KV blocks in the instance.
 
@@ -133,6 +135,31 @@ class Heartbeat(_Message, tag="heartbeat"):
     num_preemptions: Count = 0
     num_steps: Count = 0
     num_bad_frames: Count = 0  # malformed or unknown frames dropped so far
+    num_finished: Count = 0    # requests served to the end (stop or length)
+    num_offloaded: Count = 0
+    num_dropped: Count = 0
+    perf_model_mape: float | None = None  # held-out error of the performance model, 0.1 = 10%
+
+
+class OffloadedRequest(msgspec.Struct, array_like=True, frozen=True):
+    request_id: RequestId
+    prompt_token_ids: list[TokenId]
+
+
+class Offload(_Message, tag="offload"):
+    """An LP instance gives up requests whose prefill has not started (they would miss
+    their deadline here); the controller resubmits them to an HP instance. Prompt tokens
+    only: no KV cache ever moves. The LP holds nothing for them any more."""
+
+    instance_id: InstanceId
+    requests: list[OffloadedRequest]
+
+
+class Ticket(_Message, tag="ticket"):
+    """An HP instance with nothing waiting and room to spare asks for the next new request.
+    At most one is open per HP; it closes when the controller routes a request to it."""
+
+    instance_id: InstanceId
 
 
 class InstanceFailed(_Message, tag="instance_failed"):
@@ -143,4 +170,5 @@ class InstanceFailed(_Message, tag="instance_failed"):
 
 
 ToInstance = Union[Submit, Abort, Ping, Shutdown]
-ToController = Union[Ready, StepOutputs, Finished, RequestError, Heartbeat, InstanceFailed]
+ToController = Union[Ready, StepOutputs, Finished, RequestError, Heartbeat, Offload, Ticket,
+                     InstanceFailed]

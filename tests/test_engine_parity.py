@@ -60,14 +60,14 @@ def run_engine(model_dir, prompts, mode, chunk_size, num_kv_blocks=None):
     return engine, results
 
 
-@pytest.mark.parametrize("mode", ["sarathi", "vllm"])
+@pytest.mark.parametrize("mode", ["sarathi", "vllm", "lp", "hp"])
 def test_greedy_matches_transformers_with_chunked_prefills(model_dir, prompts, hf_outputs, mode):
     engine, results = run_engine(model_dir, prompts, mode, chunk_size=16)
     assert [r.token_ids for r in results] == hf_outputs
     assert engine.scheduler.num_preemptions == 0
 
 
-@pytest.mark.parametrize("mode", ["sarathi", "vllm"])
+@pytest.mark.parametrize("mode", ["sarathi", "vllm", "lp", "hp"])
 def test_greedy_matches_transformers_through_preemption(model_dir, prompts, hf_outputs, mode):
     longest = max(len(p) for p in prompts) + MAX_TOKENS
     few_blocks = -(-longest // 16) + 2  # the longest request fits, all of them together do not
@@ -83,3 +83,20 @@ def test_finish_reasons_follow_eos_and_max_tokens(model_dir, prompts, hf_outputs
         stopped = expected[-1] in eos
         assert result.finish_reason == ("stop" if stopped else "length")
         assert len(result.token_ids) == len(expected) <= MAX_TOKENS
+
+
+@pytest.mark.parametrize("mode", ["lp", "hp"])
+def test_reordering_by_deadline_does_not_change_tokens(model_dir, prompts, hf_outputs, mode):
+    """Later arrivals get earlier deadlines, so EDF runs them first; tokens stay the same."""
+    executor = TorchExecutor(model_dir, block_size=16, device="cpu")
+    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=16, max_num_seqs=2))
+    now = engine.clock()
+    requests = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS),
+                                   deadline=now + 100.0 - i) for i, p in enumerate(prompts)]
+    first_tokens = []
+    while engine.has_work:
+        for output in engine.step().outputs:
+            if output.request_id not in first_tokens:
+                first_tokens.append(output.request_id)
+    assert first_tokens[0] == requests[-1].request_id, "the most urgent request started first"
+    assert [r.output_token_ids for r in requests] == hf_outputs

@@ -1,0 +1,18 @@
+"""An engine batch as the performance model sees it (policies.batch_shape.BatchShape)."""
+from __future__ import annotations
+
+from engines.batch import Batch
+from policies.batch_shape import BatchShape
+
+
+def batch_shape(batch: Batch) -> BatchShape:
+    """Decodes become their context length (the new token included); every other chunk,
+    a one-token last piece of a prompt too, is a prefill chunk (tokens, already cached)."""
+    prefills: list[tuple[int, int]] = []
+    decodes: list[int] = []
+    for chunk in batch.chunks:
+        if chunk.is_decode:
+            decodes.append(chunk.context_len)
+        else:
+            prefills.append((chunk.num_tokens, chunk.start))
+    return BatchShape.of(prefills=prefills, decodes=decodes)

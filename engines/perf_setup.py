@@ -1,0 +1,49 @@
+"""An instance's performance model: built for the modes that decide by predicted time,
+on the device's roofline numbers, and calibrated on the real executor at start."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from engines.executors.config import ExecutorConfig
+from engines.modes import get_mode
+from engines.scheduler_config import SchedulerConfig
+from policies.hardware_spec import HARDWARE
+from policies.model_shape import ModelShape
+from policies.perf_model import PerfModel
+
+log = logging.getLogger(__name__)
+
+#: What a sim executor's batches are modelled on until issue #5's GPU profiles name one.
+SIM_HARDWARE = "a100"
+
+
+def build_perf_model(executor, executor_config: ExecutorConfig,
+                     scheduler_config: SchedulerConfig) -> PerfModel | None:
+    """None for modes that make no time-based decisions (sarathi, vllm)."""
+    if not get_mode(scheduler_config.mode).uses_perf_model:
+        return None
+    if executor_config.kind == "torch":
+        return _calibrated_torch_model(executor, scheduler_config)
+    return PerfModel(_model_shape(executor_config.model_dir), HARDWARE[SIM_HARDWARE])
+
+
+def _model_shape(model_dir: str) -> ModelShape:
+    from engines.models.builtin import builtin_tiny_model_dir
+    from engines.models.config import ModelConfig
+    return ModelShape.from_config(ModelConfig.from_pretrained(Path(model_dir or builtin_tiny_model_dir())))
+
+
+def _calibrated_torch_model(executor, scheduler_config: SchedulerConfig) -> PerfModel:
+    from engines.calibration import calibrate, default_shapes
+    from engines.hardware import hardware_for
+    shape = ModelShape.from_config(executor.config,
+                                   bytes_per_element=executor.dtype.itemsize)
+    perf = PerfModel(shape, hardware_for(executor.device, executor.dtype))
+    shapes = default_shapes(executor, scheduler_config.chunk_size,
+                            scheduler_config.resolved_max_num_seqs())
+    report = calibrate(executor, perf, shapes)
+    log.info("performance model calibrated on %d batches in %.1f s: held-out MAPE %s",
+             report.measured, report.seconds,
+             f"{perf.mape:.1%}" if perf.mape is not None else "n/a")
+    return perf

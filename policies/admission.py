@@ -1,0 +1,191 @@
+"""What an instance lets in, and what it gives up on (paper §6.1–6.3).
+
+* Tickets (§6.1): an idle HP asks for the next new request; at most one open
+  ticket per HP, so an urgent offload that arrives meanwhile waits one batch at most.
+* Elastic batch (§6.2): HP admits prefills while the free KV left afterwards still
+  covers what its running decodes are predicted to need, from the observed decode
+  lengths. LP keeps a fixed small batch (`LP_MAX_BATCH`) to avoid preemption.
+* Drops (§6.3): under overload, give up on a waiting request once its TTFT SLO is
+  lost -- missed, or out of reach even if it started now on an idle instance.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
+
+from policies.predictor import Predictor, remaining_prefill_time
+
+LP_MAX_BATCH = 128
+#: An HP asks for a ticket only below this share of its batch limit ...
+TICKET_MAX_BATCH_SHARE = 0.5
+#: ... and with more than this share of its KV blocks free (the authors' settings).
+TICKET_MIN_FREE_KV = 0.10
+DROP_REASON = "ttft_slo_missed"
+
+
+# ---- tickets ---------------------------------------------------------------------------
+def ticket_wanted(num_waiting: int, num_running: int, max_batch: int, free_kv_fraction: float,
+                  has_open_ticket: bool) -> bool:
+    """Should this HP send a ticket: nothing waiting, room in its batch and KV, none open."""
+    return (num_waiting == 0 and not has_open_ticket
+            and num_running < TICKET_MAX_BATCH_SHARE * max_batch
+            and free_kv_fraction > TICKET_MIN_FREE_KV)
+
+
+class TicketBook:
+    """The controller's open tickets: at most one per HP, handed out oldest first. No I/O."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, None] = {}  # insertion-ordered set of HP ids
+
+    def open(self, hp: int) -> bool:
+        """Record a ticket from `hp`; False if it already has one open (the new one is void)."""
+        if hp in self._open:
+            return False
+        self._open[hp] = None
+        return True
+
+    def take(self) -> int | None:
+        """The HP whose ticket a new request uses (the ticket closes), or None if none is open."""
+        if not self._open:
+            return None
+        hp = next(iter(self._open))
+        del self._open[hp]
+        return hp
+
+    def cancel(self, hp: int) -> None:
+        """Close `hp`'s ticket, if any (it got an offload, or it went away)."""
+        self._open.pop(hp, None)
+
+    def is_open(self, hp: int) -> bool:
+        return hp in self._open
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+# ---- elastic batch ---------------------------------------------------------------------
+class DecodeLengthHistory:
+    """The output lengths of the last `window` finished requests, to predict running ones.
+
+    A running request that has generated g tokens is expected to end at the mean of
+    the observed lengths above g. With no such observation (no data yet, or it has
+    outlived them all) the estimate falls back to its max_tokens: conservative.
+    """
+
+    def __init__(self, window: int = 1000) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self._recent: deque[int] = deque(maxlen=window)
+        self._sorted: list[int] = []
+        self._suffix_sums: list[int] | None = None  # rebuilt lazily after changes
+
+    def observe(self, output_tokens: int) -> None:
+        if len(self._recent) == self._recent.maxlen:
+            oldest = self._recent[0]
+            del self._sorted[bisect.bisect_left(self._sorted, oldest)]
+        self._recent.append(output_tokens)
+        bisect.insort(self._sorted, output_tokens)
+        self._suffix_sums = None
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+    def expected_remaining(self, generated_so_far: int, max_tokens: int) -> float:
+        """Expected further output tokens of a request that has generated `generated_so_far`."""
+        cap = max(0, max_tokens - generated_so_far)
+        i = bisect.bisect_right(self._sorted, generated_so_far)
+        longer = len(self._sorted) - i
+        if longer == 0:
+            return float(cap)
+        mean_length = self._suffix_sum(i) / longer
+        return min(float(cap), mean_length - generated_so_far)
+
+    def _suffix_sum(self, i: int) -> int:
+        if self._suffix_sums is None:
+            totals = list(itertools.accumulate(reversed(self._sorted), initial=0))
+            self._suffix_sums = totals[::-1]
+        return self._suffix_sums[i]
+
+
+class Sampling(Protocol):
+    @property
+    def max_tokens(self) -> int: ...
+
+
+class Decoding(Protocol):
+    """The part of a running request the elastic batch reads."""
+
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def num_output_tokens(self) -> int: ...
+    @property
+    def block_table(self) -> list[int]: ...
+    @property
+    def sampling(self) -> Sampling: ...
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
+
+
+def decode_reserve(running_decodes: Iterable[Decoding], history: DecodeLengthHistory,
+                   block_size: int) -> int:
+    """KV blocks the running requests are predicted to still need to finish their outputs."""
+    reserve = 0
+    for request in running_decodes:
+        more = history.expected_remaining(request.num_output_tokens, request.sampling.max_tokens)
+        final = blocks_for(request.num_tokens + math.ceil(more), block_size)
+        reserve += max(0, final - len(request.block_table))
+    return reserve
+
+
+def elastic_admit(candidate_prompt_tokens: int, free_blocks: int,
+                  running_decodes: Iterable[Decoding], history: DecodeLengthHistory,
+                  block_size: int, candidate_max_tokens: int | None = None) -> bool:
+    """Admit this prefill if, after it takes its blocks, the free KV still covers the decodes.
+
+    With `candidate_max_tokens`, the candidate's own predicted output is reserved too.
+    """
+    need = blocks_for(candidate_prompt_tokens, block_size)
+    reserve = decode_reserve(running_decodes, history, block_size)
+    if candidate_max_tokens is not None:
+        more = history.expected_remaining(0, candidate_max_tokens)
+        reserve += blocks_for(candidate_prompt_tokens + math.ceil(more), block_size) - need
+    return free_blocks - need >= reserve
+
+
+# ---- drops -----------------------------------------------------------------------------
+class Droppable(Protocol):
+    """The part of a waiting request the drop rule reads."""
+
+    @property
+    def deadline(self) -> float: ...
+    @property
+    def prefill_started(self) -> bool: ...
+    @property
+    def num_computed_tokens(self) -> int: ...
+    @property
+    def num_uncomputed_tokens(self) -> int: ...
+
+
+def should_drop(request: Droppable, now: float, *, predictor: Predictor, token_budget: int,
+                drop_expired: bool) -> str | None:
+    """`DROP_REASON` if a waiting request's TTFT SLO is lost, else None.
+
+    Lost: the deadline has passed, or its prefill cannot end by the deadline even if
+    it started now on an idle instance. Never drops a request whose prefill started
+    (it is about to produce its first token), and never when `drop_expired` is off.
+    """
+    if not drop_expired or request.prefill_started:
+        return None
+    if now > request.deadline:
+        return DROP_REASON
+    if now + remaining_prefill_time(request, predictor, token_budget) > request.deadline:
+        return DROP_REASON
+    return None

@@ -1,0 +1,106 @@
+"""Request offload (paper §5.3): which LP waiting requests should move to an HP instance.
+
+Only a request whose prefill has not started may move (then only its prompt tokens
+travel, never KV cache). For such a request, with `own` = its predicted prefill time
+(what is left of its prompt, in token-budget chunks):
+
+1. KEEP if LP will start it in time: `lp_start + own <= deadline`.
+2. HOPELESS if even an idle HP cannot make it: `now + ipc_delay + own > deadline`.
+   It is a drop candidate, not an offload (moving it would only burden the HP).
+3. OFFLOAD if its slack is under `threshold` × the worst-case HP latency:
+       slack          = deadline − now − own
+       worst-case HP  = full_batch_time(token_budget) + own + ipc_delay
+   (the HP may have just started one full-token-budget batch; then this prefill).
+4. Otherwise KEEP: LP is late on it, but there is time to wait and see.
+
+`threshold` (default 1.0; issue #5 sweeps it) sets how early LP lets go. The HP can
+still meet the deadline exactly while `slack >= worst_hp − own`, so at 1.0 a
+request is offloaded with one own-prefill time of margin to spare; lower values
+offload later (below `1 − own / worst_hp` too late to be safe), higher values
+offload sooner and load the HP with requests LP might have served. All times come
+from the performance model, so they follow the GPU and the model: no per-model
+constants.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Protocol
+
+from policies.predictor import Predictor, remaining_prefill_time
+
+DEFAULT_OFFLOAD_THRESHOLD = 1.0
+
+
+class OffloadDecision(enum.Enum):
+    KEEP = "keep"
+    OFFLOAD = "offload"
+    HOPELESS = "hopeless"
+
+
+class Movable(Protocol):
+    """The part of a waiting request the offload rule reads."""
+
+    @property
+    def deadline(self) -> float: ...
+    @property
+    def prefill_started(self) -> bool: ...
+    @property
+    def num_computed_tokens(self) -> int: ...
+    @property
+    def num_uncomputed_tokens(self) -> int: ...
+
+
+def decide_offload(request: Movable, now: float, *, lp_start_estimate: float,
+                   predictor: Predictor, token_budget: int,
+                   threshold: float = DEFAULT_OFFLOAD_THRESHOLD,
+                   ipc_delay: float = 0.0) -> OffloadDecision:
+    """The rule in the module docstring. `lp_start_estimate`: when LP would start it (absolute)."""
+    if request.prefill_started:
+        return OffloadDecision.KEEP
+    own = remaining_prefill_time(request, predictor, token_budget)
+    return _decide(request.deadline, now, own, lp_start_estimate,
+                   predictor.full_batch_time(token_budget), threshold, ipc_delay)
+
+
+def _decide(deadline: float, now: float, own: float, lp_start: float, full_batch: float,
+            threshold: float, ipc_delay: float) -> OffloadDecision:
+    if lp_start + own <= deadline:
+        return OffloadDecision.KEEP
+    if now + ipc_delay + own > deadline:
+        return OffloadDecision.HOPELESS
+    slack = deadline - now - own
+    worst_hp = full_batch + own + ipc_delay
+    return OffloadDecision.OFFLOAD if slack < threshold * worst_hp else OffloadDecision.KEEP
+
+
+def plan_offloads(waiting_ordered: Iterable[Movable], now: float, *, predictor: Predictor,
+                  token_budget: int, next_batch_time: float,
+                  threshold: float = DEFAULT_OFFLOAD_THRESHOLD,
+                  ipc_delay: float = 0.0) -> tuple[list, list]:
+    """(to offload, hopeless) among an LP's waiting queue, given in value order.
+
+    LP is estimated to start the first waiting request after `next_batch_time`
+    seconds (the predicted time of the batch it runs next, plus any prefill chunks
+    already under way), and each later one after the predicted prefills of those
+    ahead of it that stay on LP. Offloaded requests leave and delay no one; hopeless
+    ones are counted as staying (drop them first, with `admission.should_drop`, when
+    drops are on). A request whose prefill started always stays.
+    """
+    offload: list = []
+    hopeless: list = []
+    full_batch = predictor.full_batch_time(token_budget)
+    lp_start = now + next_batch_time
+    for request in waiting_ordered:
+        own = remaining_prefill_time(request, predictor, token_budget)
+        if request.prefill_started:
+            lp_start += own
+            continue
+        decision = _decide(request.deadline, now, own, lp_start, full_batch, threshold, ipc_delay)
+        if decision is OffloadDecision.OFFLOAD:
+            offload.append(request)
+            continue
+        if decision is OffloadDecision.HOPELESS:
+            hopeless.append(request)
+        lp_start += own
+    return offload, hopeless
