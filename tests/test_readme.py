@@ -17,6 +17,6 @@ def test_ci_runs_the_readme_test_command():
     assert test_commands[0] in ci_lines
 
 
-def test_readme_main_job_runs_the_ascendra_command_on_the_builtin_model():
+def test_readme_main_job_serves_the_builtin_model():
     blocks = shell_blocks((ROOT / "README.md").read_text())
-    assert any(b.startswith("python3 -m venv") and "ascendra generate" in b for b in blocks)
+    assert any(b.startswith("python3 -m venv") and b.endswith("&& ascendra serve") for b in blocks)

@@ -1,9 +1,10 @@
 """Latency functions for the sim executor: how long one batch takes, in seconds.
 
 A latency function is `fn(batch) -> seconds`. Config names one by a spec string,
-`name` or `name:argument` ("zero", "constant:0.01"); `make_latency` turns the spec
-into a function through a registry of factories, so a later profile-driven model
-(a GPU/model latency profile) plugs in with `register_latency`.
+`name` or `name:argument` ("zero", "constant:0.01", "profile:a100-llama3-8b");
+`make_latency` turns the spec into a function through a registry of factories, and
+further models plug in with `register_latency`. "profile:<name>" is a GPU latency
+profile (engines.executors.profiles), imported only when asked for.
 """
 from __future__ import annotations
 
@@ -47,9 +48,18 @@ def _constant_factory(arg: str | None) -> LatencyFn:
                          f"got {arg!r}") from None
 
 
+def _profile_factory(arg: str | None) -> LatencyFn:
+    from engines.executors.profiles import profile_latency, profile_names
+    if not arg:
+        raise ValueError(f"latency 'profile' needs a profile name, as in "
+                         f"'profile:a100-llama3-8b'; choose one of {profile_names()}")
+    return profile_latency(arg)
+
+
 LATENCY_FACTORIES: dict[str, LatencyFactory] = {
     "zero": _zero_factory,
     "constant": _constant_factory,
+    "profile": _profile_factory,
 }
 
 
@@ -58,7 +68,7 @@ def register_latency(name: str, factory: LatencyFactory) -> None:
 
 
 def make_latency(spec: str) -> LatencyFn:
-    """The latency function a spec names: "zero", "constant:0.01", ..."""
+    """The latency function a spec names: "zero", "constant:0.01", "profile:a100-llama3-8b"."""
     name, sep, arg = spec.strip().partition(":")
     factory = LATENCY_FACTORIES.get(name)
     if factory is None:

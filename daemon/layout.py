@@ -1,0 +1,61 @@
+"""Layouts: how many engine instances of which mode, and which GPUs each one gets.
+
+`3xsarathi` is three Sarathi-Serve instances, `1xvllm` one vLLM-style instance;
+`2L1H` is Ascendra's two low-priority (LP) and one high-priority (HP) instance,
+and any `<n>L<m>H` works the same way.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engines.modes import MODES
+
+_REPEAT = re.compile(r"^(\d+)x([a-z]+)$")
+_ASCENDRA = re.compile(r"^(\d+)L(\d+)H$")
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    index: int
+    mode: str
+    gpus: tuple[int, ...]  # empty: CPU
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}-{self.index}"
+
+
+def parse_layout(layout: str, gpus: list[int] | None = None, gpus_per_instance: int = 1,
+                 ) -> list[InstanceSpec]:
+    """Expand a layout string; GPUs are dealt out in order, `gpus_per_instance` each."""
+    modes = layout_modes(layout)
+    if gpus:
+        need = len(modes) * gpus_per_instance
+        if len(gpus) < need:
+            raise ValueError(f"layout: {layout!r} needs {need} GPUs, gpus lists {len(gpus)}")
+    return [
+        InstanceSpec(i, mode, tuple(gpus[i * gpus_per_instance:(i + 1) * gpus_per_instance])
+                     if gpus else ())
+        for i, mode in enumerate(modes)
+    ]
+
+
+def layout_modes(layout: str) -> list[str]:
+    """The mode of each instance, in instance-id order (LP instances before HP ones)."""
+    text = layout.strip()
+    if match := _ASCENDRA.match(text):
+        lp, hp = int(match.group(1)), int(match.group(2))
+        if lp < 1 or hp < 0:
+            raise ValueError(f"layout: {layout!r} needs at least one LP instance")
+        return ["lp"] * lp + ["hp"] * hp
+    match = _REPEAT.match(text)
+    if not match:
+        raise ValueError(f"layout: cannot read {layout!r}; write it as <count>x<mode> "
+                         f"(e.g. 3xsarathi) or <n>L<m>H (e.g. 2L1H)")
+    count, mode = int(match.group(1)), match.group(2)
+    if mode not in MODES:
+        raise ValueError(f"layout: unknown mode {mode!r} in {layout!r}; modes: {sorted(MODES)}")
+    if count < 1:
+        raise ValueError(f"layout: {layout!r} has no instances")
+    return [mode] * count

@@ -1,0 +1,100 @@
+"""Vidur's per-layer operator times (linear, norm, activation ops) as a function of the
+number of tokens in the batch, read from one `vidur/*_mlp.csv` file.
+
+Times are medians at tensor-parallel degree 1, in seconds per transformer layer
+(the `emb` column: per model). Between measured token counts the time is interpolated
+linearly (the grid is dense: 1, 2, 4, 8, then steps of 8 up to 1024, doubling the
+step at every power of two above: 16 up to 2048, 32 up to 4096, ...);
+beyond the largest measured count it grows in proportion to the tokens, which is how
+GEMM time scales once the GPU is saturated.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from engines.executors.profiles.data import profile_file
+
+#: The 9 per-layer ops the README's "sum of the 9 per-layer ops" table adds up.
+LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
+             "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+#: The four of them that are GEMMs (fused QKV, O, fused gate+up, down).
+GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """Measured token counts and, per count, seconds of the 9 ops / the 4 GEMMs / emb."""
+    source: str
+    tokens: np.ndarray
+    layer_s: np.ndarray
+    gemm_s: np.ndarray
+    emb_s: np.ndarray
+    #: elements of the four GEMMs' weights for the file's layer shape (the LM head is
+    #: scaled from these: same K = hidden, so time ~ output width)
+    gemm_weights: int
+
+    def layer(self, num_tokens: float) -> float:
+        """Seconds of one layer's 9 ops for a batch of `num_tokens` tokens."""
+        return _interpolate(self.tokens, self.layer_s, num_tokens)
+
+    def gemm(self, num_tokens: float) -> float:
+        return _interpolate(self.tokens, self.gemm_s, num_tokens)
+
+    def emb(self, num_tokens: float) -> float:
+        return _interpolate(self.tokens, self.emb_s, num_tokens)
+
+
+def _interpolate(grid: np.ndarray, values: np.ndarray, x: float) -> float:
+    """Piecewise linear through the measured points; proportional to x past the last one."""
+    if x <= 0:
+        return 0.0
+    if x > grid[-1]:
+        return float(values[-1] * x / grid[-1])
+    return float(np.interp(x, grid, values))
+
+
+def _median(row: dict[str, str], op: str) -> float:
+    return float(row[f"time_stats.{op}.median"]) * 1e-3  # ms -> s
+
+
+def _gemm_weights(row: dict[str, str]) -> int:
+    """q/k/v/o and gated-MLP weight elements of one layer, from the file's shape columns."""
+    hidden, heads = int(row["n_embd"]), int(row["n_head"])
+    kv = int(row["n_kv_head"]) * (hidden // heads)
+    mlp = int(row["n_expanded_embd"])
+    gated = row["use_gated_mlp"].strip().lower() == "true"
+    return hidden * (2 * hidden + 2 * kv) + (3 if gated else 2) * hidden * mlp
+
+
+@lru_cache(maxsize=None)
+def _load(path: Path) -> OpTable:
+    with path.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["num_tensor_parallel_workers"]) == 1]
+    if not rows:
+        raise ValueError(f"{path}: no rows at tensor-parallel degree 1")
+    # A few token counts appear twice (rows within 3% of each other); the later row
+    # wins, as in the README's summary table.
+    by_tokens = {int(r["num_tokens"]): r for r in rows}
+    grid = sorted(by_tokens)
+    picked = [by_tokens[t] for t in grid]
+
+    def column(ops) -> np.ndarray:
+        arr = np.array([sum(_median(r, op) for op in ops) for r in picked])
+        arr.flags.writeable = False
+        return arr
+
+    tokens = np.array(grid, dtype=np.float64)
+    tokens.flags.writeable = False
+    return OpTable(source=path.name, tokens=tokens, layer_s=column(LAYER_OPS),
+                   gemm_s=column(GEMM_OPS), emb_s=column(("emb",)),
+                   gemm_weights=_gemm_weights(picked[0]))
+
+
+def load_op_table(filename: str) -> OpTable:
+    """The table of `vidur/<filename>`, parsed once per process (per resolved path)."""
+    return _load(profile_file(f"vidur/{filename}").resolve())
