@@ -171,9 +171,10 @@ async def _stream(request, handle, detok, builder, num_prompt: int, include_usag
             finish = "stop" if detok.stopped else output.finish_reason
             if finish:
                 text += detok.flush()
-            if text or finish or not started:
-                await send(builder.chunk(text, finish, first=not started))
-                started = True
+            # one event per token, even when its text is still held back (a partial
+            # character, a possible stop string): clients time tokens by events
+            await send(builder.chunk(text, finish, first=not started))
+            started = True
             if finish:
                 break
         if include_usage:

@@ -12,6 +12,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from daemon.layout import parse_layout
+from engines.executors.latency import make_latency
+
 PositiveInt = Annotated[int, Meta(ge=1)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
 
@@ -45,6 +48,14 @@ class ServeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     heartbeat_interval: PositiveFloat = 1.0
     restart_backoff_max: PositiveFloat = 30.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def __post_init__(self) -> None:
+        # Checked with the config, not later in serve() or an instance process.
+        parse_layout(self.layout, self.gpus or None, self.gpus_per_instance)  # "layout: ..."
+        try:
+            make_latency(self.sim_latency)
+        except ValueError as exc:
+            raise ValueError(f"sim_latency: {exc}") from None
 
 
 def load_config(path: str | None = None, overrides: dict | None = None) -> ServeConfig:

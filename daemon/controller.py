@@ -16,7 +16,7 @@ import msgspec
 from daemon.errors import ApiError
 from daemon.metrics import Metrics
 from daemon.request_handle import RequestHandle
-from daemon.router import Router
+from policies.router import Router
 from daemon.supervisor import InstanceSlot, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable

@@ -81,19 +81,29 @@ class Engine:
 
     def step(self) -> StepResult:
         """Run one iteration: its new tokens, and the requests that left the queue."""
-        batch = self.scheduler.schedule(self.clock())
-        result = StepResult(offloaded=batch.offloaded, dropped=batch.dropped)
+        batch = self.begin_step(self.clock())
         if not batch:
-            if self.has_work and not batch.has_events:
-                raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} "
-                                   f"waiting and {len(self.scheduler.running)} running requests")
-            return result
+            return self.finish_step(batch, [], 0.0, self.clock())
         start = self.clock()
         sampled = self.executor.execute(batch)
         end = self.clock()
-        result.outputs = self.scheduler.update(batch, sampled, end)
-        result.seconds = end - start
-        self._learn(batch, result.seconds)
+        return self.finish_step(batch, sampled, end - start, end)
+
+    def begin_step(self, now: float) -> Batch:
+        """Decide the next batch (a simulator runs it on its virtual clock in between)."""
+        batch = self.scheduler.schedule(now)
+        if not batch and self.has_work and not batch.has_events:
+            raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} "
+                               f"waiting and {len(self.scheduler.running)} running requests")
+        return batch
+
+    def finish_step(self, batch: Batch, sampled: list[int], seconds: float, now: float,
+                    ) -> StepResult:
+        """Apply a batch's sampled tokens at `now`; it ran for `seconds`."""
+        result = StepResult(offloaded=batch.offloaded, dropped=batch.dropped, seconds=seconds)
+        if batch:
+            result.outputs = self.scheduler.update(batch, sampled, now)
+            self._learn(batch, seconds)
         return result
 
     def _learn(self, batch: Batch, seconds: float) -> None:

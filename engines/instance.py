@@ -28,7 +28,7 @@ from ipc.messages import (
     Abort, Finished, Heartbeat, InstanceFailed, Offload, OffloadedRequest, Ping, Ready,
     RequestError, Shutdown, StepOutputs, Submit, Ticket, ToInstance,
 )
-from policies.admission import ticket_wanted
+from policies.admission import TICKET_BATCH_LIMIT, ticket_wanted
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Instance:
     def _maybe_ask_for_work(self) -> None:
         """HP: with nothing waiting and room in batch and KV, hold one ticket (paper §6.1)."""
         scheduler, kv = self.engine.scheduler, self.engine.kv
-        if ticket_wanted(len(scheduler.waiting), len(scheduler.running), scheduler.max_num_seqs,
+        if ticket_wanted(len(scheduler.waiting), len(scheduler.running), TICKET_BATCH_LIMIT,
                          kv.num_free_blocks / kv.num_blocks, self.ticket_open):
             self.ticket_open = True
             self.channel.send(Ticket(instance_id=self.instance_id))

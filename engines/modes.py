@@ -22,7 +22,8 @@ class Mode:
     #: running decode first, then prefill chunks in what is left of the token budget
     #: (Sarathi-Serve, LP).
     prefill_first: bool
-    #: Split prompts into chunks to fit the token budget (else a prompt runs whole).
+    #: Split prompts into chunks to fit the token budget (else a prompt runs whole, and a
+    #: prefill-first step may exceed the budget to fit the longest prompt).
     chunked_prefill: bool
     #: Order waiting prompts by the configured value function (else arrival order).
     by_value: bool = False
@@ -46,7 +47,7 @@ SARATHI = Mode("sarathi", prefill_first=False, chunked_prefill=True)
 VLLM = Mode("vllm", prefill_first=True, chunked_prefill=False)
 LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True,
           compute_budget=True, default_max_num_seqs=LP_MAX_BATCH)
-HP = Mode("hp", prefill_first=True, chunked_prefill=False, by_value=True, elastic_batch=True,
+HP = Mode("hp", prefill_first=True, chunked_prefill=True, by_value=True, elastic_batch=True,
           default_max_num_seqs=HP_MAX_BATCH)
 
 MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP)}

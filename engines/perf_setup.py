@@ -8,6 +8,7 @@ from pathlib import Path
 from engines.executors.config import ExecutorConfig
 from engines.modes import get_mode
 from engines.scheduler_config import SchedulerConfig
+from policies.calibration_shapes import calibration_shapes
 from policies.hardware_spec import HARDWARE
 from policies.model_shape import ModelShape
 from policies.perf_model import PerfModel
@@ -25,7 +26,24 @@ def build_perf_model(executor, executor_config: ExecutorConfig,
         return None
     if executor_config.kind == "torch":
         return _calibrated_torch_model(executor, scheduler_config)
+    if executor_config.latency.startswith("profile:"):
+        from engines.executors.profiles.registry import get_profile
+        profile = get_profile(executor_config.latency.split(":", 1)[1])
+        return profile_perf_model(profile, scheduler_config, executor.max_model_len,
+                                  executor.num_kv_blocks * executor.block_size)
     return PerfModel(_model_shape(executor_config.model_dir), HARDWARE[SIM_HARDWARE])
+
+
+def profile_perf_model(profile, scheduler_config: SchedulerConfig, max_context: int,
+                       kv_tokens: int) -> PerfModel:
+    """A model on a GPU profile's shapes and device, calibrated on the profile's step
+    times for the usual synthetic batches (what a real instance measures at start)."""
+    perf = PerfModel(profile.model, profile.hardware)
+    for shape in calibration_shapes(scheduler_config.chunk_size, max_context,
+                                    scheduler_config.resolved_max_num_seqs(), kv_tokens):
+        perf.observe(shape, profile.step_time(shape))
+    perf.refit()
+    return perf
 
 
 def _model_shape(model_dir: str) -> ModelShape:

@@ -86,7 +86,8 @@ class Scheduler:
         batch = Batch()
         candidates = self._candidates(batch, now)
         if self.mode.prefill_first:
-            self._admit(batch, candidates, self._max_prefill_tokens(), math.inf)
+            budget = self._continue_prefills(batch, self._max_prefill_tokens())
+            self._admit(batch, candidates, budget, math.inf)
             if not batch:
                 self._schedule_decodes(batch)
         else:
@@ -113,7 +114,9 @@ class Scheduler:
         return self.predictor.batch_time(BatchShape.of(decodes=contexts)) if contexts else 0.0
 
     def _max_prefill_tokens(self) -> int:
-        """Prefill-first modes run whole prompts: the budget must fit the longest one."""
+        """A prefill-first step that runs whole prompts must fit the longest one."""
+        if self.mode.chunked_prefill:
+            return self.token_budget
         return max(self.token_budget, self.max_model_len)
 
     def _compute_budget(self, batch: Batch) -> float:

@@ -20,6 +20,10 @@ from typing import Protocol
 from policies.predictor import Predictor, remaining_prefill_time
 
 LP_MAX_BATCH = 128
+#: The batch limit an HP's ticket rule measures against: its KV-bound (elastic) batch can
+#: grow far larger, but it asks for new work only while it runs under half of an LP batch,
+#: so that it stays quick for the offloads it exists to serve.
+TICKET_BATCH_LIMIT = LP_MAX_BATCH
 #: An HP asks for a ticket only below this share of its batch limit ...
 TICKET_MAX_BATCH_SHARE = 0.5
 #: ... and with more than this share of its KV blocks free (the authors' settings).

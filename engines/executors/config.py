@@ -37,10 +37,18 @@ def build_executor(config: ExecutorConfig):
         from engines.executors.latency import make_latency
         from engines.executors.sim_executor import SimExecutor
         return SimExecutor(make_latency(config.latency),
-                           num_kv_blocks=config.num_kv_blocks or SIM_DEFAULT_KV_BLOCKS,
+                           num_kv_blocks=config.num_kv_blocks or _sim_kv_blocks(config),
                            block_size=config.block_size, max_model_len=config.max_model_len)
     from engines.executors.torch_executor import TorchExecutor
     from engines.models.builtin import builtin_tiny_model_dir
     model_dir = config.model_dir or builtin_tiny_model_dir()
     return TorchExecutor(model_dir, block_size=config.block_size,
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None)
+
+
+def _sim_kv_blocks(config: ExecutorConfig) -> int:
+    """A GPU profile's KV capacity (80 GB card), else SIM_DEFAULT_KV_BLOCKS."""
+    if config.latency.startswith("profile:"):
+        from engines.executors.profiles.registry import get_profile
+        return get_profile(config.latency.split(":", 1)[1]).num_kv_blocks(config.block_size)
+    return SIM_DEFAULT_KV_BLOCKS

@@ -28,10 +28,19 @@ class SimExecutor:
         self.busy_time = 0.0  # total latency charged so far, seconds
 
     def execute(self, batch: Batch) -> list[int]:
-        seconds = self.latency_fn(batch)
+        seconds = self.latency(batch)
         if seconds > 0.0:
-            self.busy_time += seconds
             self.sleep(seconds)
+        return self.tokens(batch)
+
+    def latency(self, batch: Batch) -> float:
+        """What `batch` costs (charged to `busy_time`); a simulator schedules its end."""
+        seconds = self.latency_fn(batch)
+        self.busy_time += max(seconds, 0.0)
+        return seconds
+
+    def tokens(self, batch: Batch) -> list[int]:
+        """The sampled tokens of `batch`, without running anything."""
         return [self._token_for(c.request.sampling.stop_token_ids) for c in batch.sampling_chunks]
 
     def _token_for(self, stop_token_ids: list[int]) -> int:

@@ -1,4 +1,7 @@
-"""Where requests go: the controller's routing state around `policies.routing`.
+"""Where requests go: the routing state the controller and the simulator share.
+
+Pure bookkeeping around `policies.routing` (open tickets, the round-robin cursor);
+the caller says which instances are ready and how loaded they are.
 
 Ascendra layouts (`<n>L<m>H`): a new request takes an HP instance's open ticket,
 else goes round-robin over the LP instances; a request an LP offloads goes to the

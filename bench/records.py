@@ -1,0 +1,100 @@
+"""The data of a run, shared by `ascendra bench` (a real server) and the simulator.
+
+A `RequestRecord` is what happened to one request; `RunResult` is what a run reports
+(bench/results.py computes it from the records). Both tools write the same JSON, so a
+report reads either alike.
+
+Times in a record are seconds on one clock with any origin (the load generator uses
+seconds since its start; a simulator its virtual clock): only differences matter.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Outcome = Literal["completed", "dropped", "errored", "lost"]
+OUTCOMES: tuple[Outcome, ...] = ("completed", "dropped", "errored", "lost")
+SCHEMA_VERSION = 1
+
+
+class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One request, from its arrival to its terminal answer (or none: `lost`).
+
+    completed: it ended with a finish reason. dropped: the server gave up on it before
+    its first token because it missed its TTFT target. errored: any other failure.
+    lost: no terminal answer before the run ended.
+    """
+    index: int
+    arrival: float                      # when it reached the server (the client sent it)
+    prompt_len: int
+    output_len: int                     # output tokens asked for (the trace's length)
+    outcome: Outcome = "lost"
+    first_token_time: float | None = None
+    #: When each output token arrived; the first is `first_token_time`. A simulator
+    #: gives one time per token; a streaming client one per chunk it received (see
+    #: `num_output_tokens`).
+    token_times: list[float] = []
+    #: Output tokens generated, when it differs from len(token_times) (a client that
+    #: got several tokens in one chunk learns the count from the final usage chunk).
+    num_output_tokens: int | None = None
+    end_time: float | None = None       # the terminal answer (finish, drop or error)
+    offloaded: bool = False             # moved from an LP to an HP instance
+    instance: int | None = None         # the instance that served it (last one)
+    sched_delay: float | None = None    # arrival -> its prefill started on an instance
+    ttft_slo: float | None = None       # this request's targets when not the run's
+    tbt_slo: float | None = None
+    finish_reason: str | None = None
+    error: str | None = None            # message of a drop or error
+    error_code: str | None = None
+    scheduled: float | None = None      # when an open-loop client meant to send it
+
+    def output_tokens(self) -> int:
+        return self.num_output_tokens if self.num_output_tokens is not None else len(self.token_times)
+
+    def ttft(self) -> float | None:
+        return None if self.first_token_time is None else self.first_token_time - self.arrival
+
+    def mean_tbt(self) -> float | None:
+        """(last token - first token) / (tokens - 1); None with fewer than 2 tokens."""
+        n = self.output_tokens()
+        if n < 2 or self.first_token_time is None or not self.token_times:
+            return None
+        return (self.token_times[-1] - self.first_token_time) / (n - 1)
+
+
+class Percentiles(msgspec.Struct):
+    """Summary of a sample; every field None when the sample is empty."""
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class RunResult(msgspec.Struct, kw_only=True):
+    """What one run (bench or simulate) reports. Times in seconds, rates per second."""
+    config: dict
+    num_requests: int
+    duration_s: float
+    ttft_slo_s: float
+    tbt_slo_s: float
+    goodput_pct: float                 # share of all requests that met both targets, %
+    goodput_rps: float                 # requests that met both targets / duration
+    throughput_rps: float              # completed requests / duration
+    output_tok_s: float                # output tokens delivered / duration
+    ttft_s: Percentiles                # over completed requests
+    tbt_s: Percentiles                 # over every token gap of completed requests
+    mean_tbt_s: Percentiles            # over completed requests' mean TBT
+    sched_delay_s: Percentiles         # over requests that report it
+    p99_tbt_s: float | None
+    good: int
+    completed: int
+    dropped: int
+    errored: int
+    lost: int
+    offloaded: int
+    perf_model_mape: float | None = None
+    per_instance: list[dict] = []
+    schema_version: int = SCHEMA_VERSION
+    #: Every request, only when asked for (large); left out of the JSON otherwise.
+    records: list[RequestRecord] | msgspec.UnsetType = msgspec.UNSET

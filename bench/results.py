@@ -1,0 +1,86 @@
+"""From per-request records to the one result a run reports (`RunResult`), and its JSON.
+
+Goodput (DESIGN.md §2): a request is *good* when it completed with TTFT <= its TTFT SLO
+and mean TBT <= its TBT SLO; a request with one output token has no TBT and meets that
+target. goodput_pct counts good requests over ALL requests, so dropped, errored and lost
+ones are misses.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from bench.records import OUTCOMES, Percentiles, RequestRecord, RunResult
+from bench.summary_table import print_summary, summary_rows
+
+__all__ = ["Percentiles", "RequestRecord", "RunResult", "summarize", "is_good", "percentiles",
+           "print_summary", "summary_rows", "encode_result", "write_result", "read_result"]
+
+
+def percentiles(values) -> Percentiles:
+    """Mean and p50/p90/p99 (numpy's linear interpolation); all None for no values."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return Percentiles()
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return Percentiles(float(data.mean()), float(p50), float(p90), float(p99))
+
+
+def is_good(record: RequestRecord, ttft_slo: float, tbt_slo: float) -> bool:
+    """Completed within both targets (the record's own targets win over the run's)."""
+    if record.outcome != "completed" or record.ttft() is None:
+        return False
+    ttft_target = record.ttft_slo if record.ttft_slo is not None else ttft_slo
+    tbt_target = record.tbt_slo if record.tbt_slo is not None else tbt_slo
+    mean_tbt = record.mean_tbt()
+    return record.ttft() <= ttft_target and (mean_tbt is None or mean_tbt <= tbt_target)
+
+
+def summarize(records: list[RequestRecord], config: dict, duration_s: float,
+              ttft_slo: float, tbt_slo: float, per_instance: list[dict] | None = None,
+              perf_model_mape: float | None = None, keep_records: bool = False) -> RunResult:
+    """Everything a run reports, from its records. Rates are per `duration_s`."""
+    done = [r for r in records if r.outcome == "completed"]
+    counts = {o: sum(1 for r in records if r.outcome == o) for o in OUTCOMES}
+    good = sum(1 for r in records if is_good(r, ttft_slo, tbt_slo))
+    tbt = percentiles(_all_gaps(done))
+    per_second = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: 0.0)
+    return RunResult(
+        config=config, num_requests=len(records), duration_s=duration_s,
+        ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo,
+        goodput_pct=100.0 * good / len(records) if records else 0.0,
+        goodput_rps=per_second(good), throughput_rps=per_second(counts["completed"]),
+        output_tok_s=per_second(sum(r.output_tokens() for r in records)),
+        ttft_s=percentiles([r.ttft() for r in done if r.ttft() is not None]),
+        tbt_s=tbt, p99_tbt_s=tbt.p99,
+        mean_tbt_s=percentiles([m for m in (r.mean_tbt() for r in done) if m is not None]),
+        sched_delay_s=percentiles([r.sched_delay for r in records if r.sched_delay is not None]),
+        good=good, **counts, offloaded=sum(1 for r in records if r.offloaded),
+        perf_model_mape=perf_model_mape, per_instance=list(per_instance or []),
+        records=list(records) if keep_records else msgspec.UNSET)
+
+
+def _all_gaps(records: list[RequestRecord]) -> np.ndarray:
+    gaps = [np.diff(r.token_times) for r in records if len(r.token_times) > 1]
+    return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def _numpy_scalar(obj):
+    """Lets records hold numpy numbers (a simulator's clock may be one)."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def encode_result(result: RunResult) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(result, enc_hook=_numpy_scalar), indent=2)
+
+
+def write_result(result: RunResult, path: str | Path) -> None:
+    Path(path).write_bytes(encode_result(result) + b"\n")
+
+
+def read_result(path: str | Path) -> RunResult:
+    return msgspec.json.decode(Path(path).read_bytes(), type=RunResult)

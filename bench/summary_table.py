@@ -1,0 +1,86 @@
+"""The table a run prints at its end: with `rich` when it is installed, else plain text."""
+from __future__ import annotations
+
+import sys
+
+from bench.records import Percentiles, RunResult
+
+LATENCIES = (("TTFT", "ttft_s"), ("TBT (every gap)", "tbt_s"), ("mean TBT per request", "mean_tbt_s"),
+             ("scheduling delay", "sched_delay_s"))
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def summary_rows(result: RunResult) -> list[tuple[str, str]]:
+    """(label, value) pairs: the run, its counts, goodput and rates."""
+    r = result
+    rows = [("requests", str(r.num_requests)), ("duration", f"{r.duration_s:.2f} s"),
+            ("SLOs (TTFT / TBT)", f"{r.ttft_slo_s:g} s / {r.tbt_slo_s:g} s"),
+            ("completed / dropped / errored / lost",
+             f"{r.completed} / {r.dropped} / {r.errored} / {r.lost}"),
+            ("offloaded", str(r.offloaded)),
+            ("goodput", f"{r.goodput_pct:.1f} % ({r.good} requests, {r.goodput_rps:.2f} req/s)"),
+            ("throughput", f"{r.throughput_rps:.2f} req/s, {r.output_tok_s:.1f} output tok/s"),
+            ("P99 TBT", f"{_ms(r.p99_tbt_s)} ms")]
+    if r.perf_model_mape is not None:
+        rows.append(("perf model MAPE", f"{r.perf_model_mape:.1f} %"))
+    return rows
+
+
+def latency_rows(result: RunResult) -> list[tuple[str, str, str, str, str]]:
+    """(metric, mean, p50, p90, p99) in milliseconds."""
+    rows = []
+    for label, field in LATENCIES:
+        p: Percentiles = getattr(result, field)
+        rows.append((label, _ms(p.mean), _ms(p.p50), _ms(p.p90), _ms(p.p99)))
+    return rows
+
+
+def plain_summary(result: RunResult) -> str:
+    lines = ["=" * 22 + " Ascendra benchmark result " + "=" * 22]
+    lines += [f"{label:<38} {value}" for label, value in summary_rows(result)]
+    lines.append(f"{'latency (ms)':<22}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}")
+    lines += [f"{row[0]:<22}" + "".join(f"{v:>12}" for v in row[1:]) for row in latency_rows(result)]
+    lines += [f"instance {i.get('id', '?')} ({i.get('role', '?')}): " + _instance_text(i)
+              for i in result.per_instance]
+    lines.append("=" * 71)
+    return "\n".join(lines)
+
+
+def _instance_text(instance: dict) -> str:
+    keys = ("state", "served", "offloaded", "preemptions", "mape", "restarts")
+    return ", ".join(f"{k} {instance[k]}" for k in keys if k in instance) or "-"
+
+
+def print_summary(result: RunResult, file=None) -> None:
+    """Print the summary (rich tables on a terminal when rich is installed)."""
+    file = file or sys.stdout
+    try:
+        from rich.console import Console
+    except ImportError:
+        print(plain_summary(result), file=file)
+        return
+    Console(file=file, width=100).print(*_rich_tables(result))
+
+
+def _rich_tables(result: RunResult):
+    from rich.table import Table
+    head = Table(title="Ascendra benchmark result", show_header=False)
+    head.add_column("metric", style="bold")
+    head.add_column("value")
+    for row in summary_rows(result):
+        head.add_row(*row)
+    lat = Table(title="latency (ms)")
+    for name in ("metric", "mean", "p50", "p90", "p99"):
+        lat.add_column(name, justify="left" if name == "metric" else "right")
+    for row in latency_rows(result):
+        lat.add_row(*row)
+    tables = [head, lat]
+    if result.per_instance:
+        inst = Table(title="instances", show_header=False)
+        for i in result.per_instance:
+            inst.add_row(f"{i.get('id', '?')} ({i.get('role', '?')})", _instance_text(i))
+        tables.append(inst)
+    return tables

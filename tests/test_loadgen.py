@@ -1,0 +1,234 @@
+"""bench/loadgen.py against an in-process fake of the daemon's SSE API, and once against
+the real daemon (sim executor).
+
+The fake picks what to do by `max_tokens` (see BEHAVIOUR), so a workload can ask for
+every outcome: completed, dropped (HTTP 503 or SSE error, code ttft_slo_missed),
+errored (SSE error, HTTP 500, a stream without a finish reason) and lost (a hang).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from aiohttp import web
+
+from bench.bench_cli import benchmark, build_parser
+from bench.loadgen import run_load
+from bench.results import read_result, summarize
+from bench.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID, WorkloadRequest
+from tests.daemon_fixture import PROJECT_ROOT, sim_args
+
+HTTP_DROP, SSE_ERROR, SSE_DROP, HTTP_500, HANG, CHUNKED, NO_FINISH = 7, 8, 9, 10, 11, 12, 13
+BEHAVIOUR = {HTTP_DROP: "dropped", SSE_ERROR: "errored", SSE_DROP: "dropped",
+             HTTP_500: "errored", HANG: "lost", CHUNKED: "completed", NO_FINISH: "errored"}
+TOKEN_DELAY = 0.002
+
+
+class FakeServer:
+    """Mimics daemon/api.py's streaming completions, /v1/models and /health."""
+
+    def __init__(self, api_key: str = "", max_model_len: int = 4096) -> None:
+        self.api_key, self.max_model_len = api_key, max_model_len
+        self.bodies: list[dict] = []
+        self.in_flight = self.peak = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        return app
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": "fake", "max_model_len": self.max_model_len}]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "instances": [
+            {"id": 0, "role": "lp", "mape": 3.0}, {"id": 1, "role": "hp", "mape": 5.0}]})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": {"message": "no key", "code": "invalid_api_key"}},
+                                     status=401)
+        body = await request.json()
+        self.bodies.append(body)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            return await self._answer(request, body["max_tokens"])
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, n: int) -> web.StreamResponse:
+        if n == HTTP_DROP:
+            return _error(503, "missed its TTFT target", "ttft_slo_missed")
+        if n == HTTP_500:
+            return web.Response(status=500, text="boom")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        send = lambda obj: response.write(f"data: {json.dumps(obj)}\n\n".encode())  # noqa: E731
+        if n == SSE_DROP:
+            await send({"error": {"message": "dropped", "code": "ttft_slo_missed"}})
+        else:
+            await self._tokens(send, n)
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    async def _tokens(self, send, n: int) -> None:
+        per_chunk = 3 if n == CHUNKED else 1
+        for sent in range(per_chunk, n + 1, per_chunk):
+            await asyncio.sleep(TOKEN_DELAY)
+            if n == SSE_ERROR and sent == 3:
+                await send({"error": {"message": "instance died", "code": "instance_failed"}})
+                return
+            if n == HANG and sent == 2:
+                await asyncio.sleep(3600)
+            last = sent == n and n != NO_FINISH
+            await send({"object": "text_completion", "choices": [
+                {"index": 0, "text": "x" * per_chunk, "finish_reason": "length" if last else None}]})
+        await send({"object": "text_completion", "choices": [],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
+
+
+def _error(status: int, message: str, code: str | None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "server_error",
+                                        "param": None, "code": code}}, status=status)
+
+
+async def _serve(server: FakeServer):
+    runner = web.AppRunner(server.app(), handler_cancellation=True, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def fake():
+    server = FakeServer()
+    runner, url = await _serve(server)
+    server.url = url
+    yield server
+    await runner.cleanup()
+
+
+def workload(lengths: list[int], qps: float = 100.0) -> list[WorkloadRequest]:
+    return [WorkloadRequest(i, i / qps, 5 + i, n) for i, n in enumerate(lengths)]
+
+
+MIXED = [3, 4, 1, HTTP_DROP, 5, SSE_ERROR, SSE_DROP, 2, HTTP_500, HANG, 6, CHUNKED, NO_FINISH,
+         3, 4, 5, 6, 2, 3, 4]
+
+
+async def test_outcomes_token_times_and_open_loop(fake):
+    work = workload(MIXED)
+    started = time.monotonic()
+    run = await run_load(fake.url, work, ttft_slo=1.0, tbt_slo=0.1, seed=1, timeout=1.0,
+                         progress=False)
+    elapsed = time.monotonic() - started
+    assert 1.0 <= elapsed < 3.0  # the hang is cut off at the last arrival + timeout
+    assert run.duration_s == pytest.approx(max(r.end_time or 0 for r in run.records))
+    by_length = {r.output_len: r for r in run.records}
+    for n, outcome in BEHAVIOUR.items():
+        assert by_length[n].outcome == outcome, (n, by_length[n])
+    for r in run.records:
+        if r.output_len not in BEHAVIOUR:
+            assert r.outcome == "completed" and r.finish_reason == "length"
+            assert len(r.token_times) == r.output_tokens() == r.output_len
+            assert r.first_token_time == r.token_times[0] > r.arrival
+            assert r.token_times == sorted(r.token_times)
+        assert r.arrival - r.scheduled < 0.25  # open loop: the hang held nobody back
+    chunked = by_length[CHUNKED]
+    assert len(chunked.token_times) == 4 and chunked.output_tokens() == CHUNKED
+    assert by_length[HTTP_DROP].error_code == "ttft_slo_missed"
+    assert "HTTP 500" in by_length[HTTP_500].error
+    assert len(by_length[SSE_ERROR].token_times) == 2
+    assert by_length[HANG].end_time is None and len(by_length[HANG].token_times) == 1
+
+    result = summarize(run.records, {}, run.duration_s, 1.0, 0.1)
+    assert (result.completed, result.dropped, result.errored, result.lost) == (14, 2, 3, 1)
+    assert result.good == 14 and result.goodput_pct == pytest.approx(70.0)
+    assert result.ttft_s.p50 < 0.1 and result.p99_tbt_s < 0.1
+
+
+async def test_request_bodies(fake):
+    await run_load(fake.url, workload([3, 4]), ttft_slo=2.0, tbt_slo=0.2, model="fake", seed=3,
+                   priority=2, progress=False)
+    body = min(fake.bodies, key=lambda b: len(b["prompt"]))
+    assert body["stream"] is True and body["ignore_eos"] is True and body["max_tokens"] == 3
+    assert body["stream_options"] == {"include_usage": True}
+    assert (body["ttft_slo"], body["tbt_slo"], body["priority"], body["model"]) == (2.0, 0.2, 2, "fake")
+    assert len(body["prompt"]) == 5 and all(LOW_TOKEN_ID <= t < HIGH_TOKEN_ID for t in body["prompt"])
+
+
+async def test_max_concurrency_caps_requests_in_flight(fake):
+    run = await run_load(fake.url, workload([6] * 10, qps=1000.0), max_concurrency=2,
+                         progress=False)
+    assert all(r.outcome == "completed" for r in run.records)
+    assert fake.peak == 2
+
+
+async def test_unreachable_server_is_errored_not_hung():
+    run = await run_load("http://127.0.0.1:9", workload([3, 3]), timeout=5.0, progress=False)
+    assert [r.outcome for r in run.records] == ["errored", "errored"]
+
+
+async def test_bench_command_end_to_end(tmp_path, capsys):
+    server = FakeServer(api_key="k", max_model_len=16)
+    runner, url = await _serve(server)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("prompt_tokens,output_tokens\n" + "".join(f"{p},{o}\n" for p, o in
+                                                               [(4, 3), (20, 5), (6, 2), (3, 6)]))
+    out = tmp_path / "result.json"
+    args = build_parser().parse_args([
+        "--base-url", url, "--dataset-path", str(trace), "--request-rate", "200",
+        "--num-prompts", "12", "--ttft-slo", "1", "--tbt-slo", "0.1", "--api-key", "k",
+        "--save-result", str(out), "--save-detailed", "--disable-tqdm"])
+    try:
+        from bench.bench_cli import run
+        assert await asyncio.to_thread(run, args) == 0
+    finally:
+        await runner.cleanup()
+    result = read_result(out)
+    assert result.completed == result.num_requests == 12 and result.goodput_pct == 100.0
+    assert all(b["model"] == "fake" and len(b["prompt"]) + b["max_tokens"] <= 16
+               for b in server.bodies)
+    assert result.config["max_model_len"] == 16 and "api_key" not in result.config
+    assert [i["role"] for i in result.per_instance] == ["lp", "hp"]
+    assert result.perf_model_mape == pytest.approx(4.0)
+    assert len(result.records) == 12
+    assert "goodput" in capsys.readouterr().out
+
+
+def test_bench_subcommand_registers_the_same_flags():
+    import argparse
+    from daemon import bench_cmd
+    parser = argparse.ArgumentParser()
+    bench_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "--url", "http://127.0.0.1:1", "--qps", "3",
+                              "--duration", "5", "--json", "x.json"])
+    assert (args.qps, args.duration, args.json, args.trace) == (3.0, 5.0, "x.json", "sharegpt")
+    assert args.run is not None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--num-requests", "3", "--duration", "5"])
+
+
+def test_against_the_real_daemon(daemon_factory, tmp_path):
+    daemon = daemon_factory(*sim_args("constant:0.005"))
+    out = tmp_path / "real.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.loadgen", "--url", daemon.base_url, "--qps", "40",
+         "--num-requests", "20", "--length-scale", "32", "--ttft-slo", "2", "--tbt-slo", "0.5",
+         "--json", str(out), "--disable-tqdm", "--timeout", "60"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = read_result(out)
+    assert result.completed == 20 and result.goodput_pct == 100.0
+    assert result.per_instance and result.per_instance[0]["state"] == "ready"
+    assert "goodput" in proc.stdout
