@@ -40,10 +40,12 @@ def default_shapes(executor, token_budget: int, max_batch: int,
 
 
 def measure(executor, shapes: list[BatchShape], *, repeats: int = 1,
-            max_seconds: float = float("inf"), seed: int = 0):
+            max_seconds: float = float("inf"), seed: int = 0, timer=None):
     """Run each shape on `executor` `repeats` times, after one untimed warm-up batch.
     Returns ([(shape, seconds), ...], shapes skipped because they did not fit the KV cache
-    or the model's context). Stops early once `max_seconds` have passed."""
+    or the model's context). Stops early once `max_seconds` have passed. `timer(executor,
+    batch) -> seconds` replaces the wall-clock timing (a sim executor states its latency)."""
+    timer = timer or _timed
     blocks = BlockManager(executor.num_kv_blocks, executor.block_size)
     vocab = getattr(getattr(executor, "config", None), "vocab_size", 2)
     max_len = getattr(executor, "max_model_len", None)
@@ -57,9 +59,9 @@ def measure(executor, shapes: list[BatchShape], *, repeats: int = 1,
         batch, requests = built
         try:
             if not warm:
-                _timed(executor, batch)
+                timer(executor, batch)
                 warm = True
-            timings += [(shape, _timed(executor, batch)) for _ in range(repeats)]
+            timings += [(shape, timer(executor, batch)) for _ in range(repeats)]
         finally:
             for request in requests:
                 blocks.free(request)
@@ -69,11 +71,11 @@ def measure(executor, shapes: list[BatchShape], *, repeats: int = 1,
 
 
 def calibrate(executor, perf_model: PerfModel, shapes: list[BatchShape], *, repeats: int = 2,
-              max_seconds: float = 5.0, seed: int = 0) -> CalibrationReport:
+              max_seconds: float = 5.0, seed: int = 0, timer=None) -> CalibrationReport:
     """Time every shape (`measure`), feed each timing to `perf_model`, refit it."""
     start = time.perf_counter()
     timings, skipped = measure(executor, shapes, repeats=repeats, max_seconds=max_seconds,
-                               seed=seed)
+                               seed=seed, timer=timer)
     for shape, seconds in timings:
         perf_model.observe(shape, seconds)
     perf_model.refit()
@@ -130,3 +132,8 @@ def _dummy(request_id: str, num_new: int, cached: int, decode: bool, rng: random
         request.token_ids.append(rng.randrange(vocab))
     request.num_computed_tokens = cached
     return request
+
+
+def stated_latency(executor, batch: Batch) -> float:
+    """A sim executor's latency for `batch`, without waiting it out."""
+    return executor.latency_fn(batch)

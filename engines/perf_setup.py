@@ -31,7 +31,18 @@ def build_perf_model(executor, executor_config: ExecutorConfig,
         profile = get_profile(executor_config.latency.split(":", 1)[1])
         return profile_perf_model(profile, scheduler_config, executor.max_model_len,
                                   executor.num_kv_blocks * executor.block_size)
-    return PerfModel(_model_shape(executor_config.model_dir), HARDWARE[SIM_HARDWARE])
+    return _calibrated_sim_model(executor, executor_config, scheduler_config)
+
+
+def _calibrated_sim_model(executor, executor_config: ExecutorConfig,
+                          scheduler_config: SchedulerConfig) -> PerfModel:
+    """On the model folder's shapes, fitted to what the latency function states."""
+    from engines.calibration import calibrate, default_shapes, stated_latency
+    perf = PerfModel(_model_shape(executor_config.model_dir), HARDWARE[SIM_HARDWARE])
+    shapes = default_shapes(executor, scheduler_config.chunk_size,
+                            scheduler_config.resolved_max_num_seqs())
+    calibrate(executor, perf, shapes, repeats=1, timer=stated_latency)
+    return perf
 
 
 def profile_perf_model(profile, scheduler_config: SchedulerConfig, max_context: int,

@@ -6,8 +6,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from engines.models.tiny import make_tiny_model
-
 
 def cache_dir() -> Path:
     root = os.environ.get("ASCENDRA_CACHE") or os.path.join(
@@ -20,6 +18,7 @@ def builtin_tiny_model_dir(seed: int = 0) -> Path:
     target = cache_dir() / f"tiny-llama-seed{seed}"
     if (target / "config.json").exists():
         return target
+    from engines.models.tiny import make_tiny_model  # torch: only when it must be made
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
     try:
