@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from typing import Protocol
 
+from policies.admission import Droppable
 from policies.predictor import Predictor, remaining_prefill_time
 
 DEFAULT_OFFLOAD_THRESHOLD = 1.0
@@ -38,17 +38,8 @@ class OffloadDecision(enum.Enum):
     HOPELESS = "hopeless"
 
 
-class Movable(Protocol):
-    """The part of a waiting request the offload rule reads."""
-
-    @property
-    def deadline(self) -> float: ...
-    @property
-    def prefill_started(self) -> bool: ...
-    @property
-    def num_computed_tokens(self) -> int: ...
-    @property
-    def num_uncomputed_tokens(self) -> int: ...
+#: The offload rule reads what the drop rule reads: deadline, prefill progress.
+Movable = Droppable
 
 
 def decide_offload(request: Movable, now: float, *, lp_start_estimate: float,
