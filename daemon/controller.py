@@ -17,7 +17,7 @@ from daemon.errors import ApiError
 from daemon.metrics import Metrics
 from daemon.request_handle import RequestHandle
 from policies.router import Router
-from daemon.supervisor import InstanceSlot, Supervisor
+from daemon.supervisor import InstanceSlot, InstanceState, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable
 from ipc.messages import (
@@ -221,8 +221,8 @@ class Controller:
 
     def _heartbeat(self, beat: Heartbeat) -> None:
         slot = self.supervisor.slots.get(beat.instance_id)
-        if slot is None:
-            return
+        if slot is None or slot.state is not InstanceState.READY:
+            return  # e.g. the last words of a process that has died since (Ready comes first)
         slot.stats = beat
         name = str(beat.instance_id)
         self.metrics.waiting.labels(name).set(beat.num_waiting)
@@ -233,7 +233,10 @@ class Controller:
             self.metrics.perf_model_mape.labels(name).set(beat.perf_model_mape)
 
     def _instance_exited(self, slot: InstanceSlot, code: int) -> None:
-        self.metrics.restarts.labels(str(slot.instance_id)).inc()
+        name = str(slot.instance_id)
+        self.metrics.restarts.labels(name).inc()
+        for gauge in (self.metrics.waiting, self.metrics.running, self.metrics.kv_usage):
+            gauge.labels(name).set(0)
         self.router.forget(slot.instance_id)
         lost = [h for h in self.requests.values() if h.instance == slot.instance_id]
         for handle in lost:

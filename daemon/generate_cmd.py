@@ -6,7 +6,6 @@ import json
 import time
 
 from engines.engine import Engine
-from engines.executors.torch_executor import TorchExecutor
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.models.tokenizer import Tokenizer
 from engines.scheduler import SchedulerConfig
@@ -34,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch only here: every other `ascendra` command (serve's controller) runs without it
+    from engines.executors.torch_executor import TorchExecutor
     sampling = SamplingParams.create(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos)

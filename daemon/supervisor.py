@@ -6,6 +6,7 @@ The supervisor knows processes, not requests: it tells the controller (via
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import time
@@ -59,19 +60,32 @@ class Supervisor:
         self.on_exit = on_exit
         self.backoff_max = backoff_max
         self.stopping = False
+        self.started = False  # every instance was ready once; from then on, exits restart
+        self._start_failed: asyncio.Future[str] | None = None
         self._watchers: list[asyncio.Task] = []
 
     async def start(self, timeout: float) -> None:
-        """Start every instance and wait until all have sent Ready."""
+        """Start every instance and wait until all have sent Ready.
+
+        An instance that exits before its first Ready (a bad model, device or setting)
+        fails the start at once: restarting it would only fail again."""
+        self._start_failed = asyncio.get_running_loop().create_future()
         for slot in self.slots.values():
             await self._spawn(slot)
             self._watchers.append(asyncio.create_task(self._watch(slot)))
-        waits = [s.became_ready.wait() for s in self.slots.values()]
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), timeout)
-        except TimeoutError:
+        all_ready = asyncio.ensure_future(
+            asyncio.gather(*(s.became_ready.wait() for s in self.slots.values())))
+        await asyncio.wait({all_ready, self._start_failed}, timeout=timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not all_ready.done():
+            all_ready.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await all_ready
+            if self._start_failed.done():
+                raise RuntimeError(self._start_failed.result())
             late = [s.instance_id for s in self.slots.values() if s.state is not InstanceState.READY]
-            raise RuntimeError(f"instances {late} were not ready within {timeout:.0f} s") from None
+            raise RuntimeError(f"instances {late} were not ready within {timeout:.0f} s")
+        self.started = True
 
     def mark_ready(self, ready: Ready) -> None:
         slot = self.slots.get(ready.instance_id)
@@ -89,8 +103,12 @@ class Supervisor:
         config = with_parent(slot.config)
         slot.state, slot.ready = InstanceState.STARTING, None
         slot.became_ready.clear()
+        # A session of its own: a terminal's Ctrl-C (SIGINT to the foreground process group)
+        # reaches only the controller, which drains and then stops the instances itself.
+        # An instance still exits when the controller dies (it watches its parent pid).
         slot.process = await asyncio.create_subprocess_exec(
-            *instance_command(config), env=instance_env(config), stdin=asyncio.subprocess.DEVNULL)
+            *instance_command(config), env=instance_env(config), stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True)
         slot.started_at = time.monotonic()
 
     async def _watch(self, slot: InstanceSlot) -> None:
@@ -100,9 +118,17 @@ class Supervisor:
             if self.stopping:
                 slot.state = InstanceState.STOPPED
                 return
+            if not self.started:
+                slot.state = InstanceState.STOPPED
+                if self._start_failed is not None and not self._start_failed.done():
+                    self._start_failed.set_result(
+                        f"instance {slot.instance_id} (pid {slot.pid}) exited with code {code} "
+                        "before it was ready")
+                return
             log.error("instance %d (pid %s) exited with %s; restarting in %.0f s",
                       slot.instance_id, slot.pid, code, slot.backoff)
             slot.state = InstanceState.RESTARTING
+            slot.stats = None  # the dead process's queues and KV blocks are gone with it
             self.on_exit(slot, code)
             if time.monotonic() - slot.started_at > STABLE_AFTER_S:
                 slot.backoff = 1.0
@@ -115,9 +141,14 @@ class Supervisor:
             await self._spawn(slot)
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Wait for instances to exit (after the controller sent Shutdown); kill stragglers."""
+        """Wait for instances to exit (after the controller sent Shutdown to the ready ones;
+        the others, still starting, get SIGTERM); kill stragglers."""
         self.stopping = True
         procs = [s.process for s in self.slots.values() if s.process]
+        for slot in self.slots.values():
+            alive = slot.process is not None and slot.process.returncode is None
+            if alive and slot.state is not InstanceState.READY:
+                slot.process.terminate()
         try:
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), timeout)
         except TimeoutError:

@@ -5,8 +5,11 @@ from a terminal.
 """
 from __future__ import annotations
 
+import logging
 import os
 import socket
+
+log = logging.getLogger(__name__)
 
 
 class Notifier:
@@ -22,12 +25,18 @@ class Notifier:
         return bool(self.address)
 
     def notify(self, message: str) -> bool:
-        """Send one state line such as READY=1; False when there is no systemd to tell."""
+        """Send one state line such as READY=1; False when there is no systemd to tell or
+        the message could not be sent (like sd_notify(3), a failure is never fatal)."""
         if not self.address:
             return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.connect(self.address)
-            sock.sendall(message.encode())
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.connect(self.address)
+                sock.sendall(message.encode())
+        except OSError as exc:
+            log.warning("sd_notify %s to %r failed: %s", message.split("\n")[0],
+                        self.address, exc)
+            return False
         return True
 
     def ready(self, status: str = "") -> bool:

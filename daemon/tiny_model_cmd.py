@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from engines.models.tiny import make_tiny_model
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("make-tiny-model", help="write a small random-weight Llama-family checkpoint "
@@ -16,6 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engines.models.tiny import make_tiny_model  # torch: only for this command
     path = make_tiny_model(args.dir, seed=args.seed, arch=args.arch)
     print(f"wrote tiny {args.arch} model (seed {args.seed}) to {path}")
     return 0

@@ -12,3 +12,28 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     from engines.models.tiny import ARCHS, make_tiny_model
     root = tmp_path_factory.mktemp("tiny-models")
     return {arch: make_tiny_model(root / arch, seed=0, arch=arch) for arch in ARCHS}
+
+
+@pytest.fixture(scope="session")
+def daemon_cache(tmp_path_factory) -> Path:
+    """ASCENDRA_CACHE for daemon subprocesses, so no test writes to ~/.cache."""
+    return tmp_path_factory.mktemp("ascendra-cache")
+
+
+@pytest.fixture
+def daemon_factory(tmp_path, daemon_cache, tiny_models):
+    """`start(*flags, **kw)` -> a serving tests.daemon_fixture.Daemon on the tiny llama model,
+    ended (with its instance processes) when the test ends."""
+    from tests.daemon_fixture import start_daemon
+    started = []
+
+    def start(*args: str, **kwargs):
+        args = ("--model", str(tiny_models["llama"]), *args)
+        daemon = start_daemon(tmp_path / f"daemon{len(started)}", *args, cache_dir=daemon_cache,
+                              **kwargs)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.close()

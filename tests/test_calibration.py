@@ -61,7 +61,7 @@ def test_batch_shape_of_an_engine_batch():
 def test_calibration_fits_and_predicts_fresh_batches(executor, hardware):
     perf = fresh_model(executor, hardware)
     shapes = default_shapes(executor, TOKEN_BUDGET, MAX_BATCH, MAX_CONTEXT)
-    report = calibrate(executor, perf, shapes)
+    report = calibrate(executor, perf, shapes, max_seconds=math.inf)  # all, however busy the CPU
     assert report.measured == 2 * len(shapes) and report.skipped == 0
     assert report.seconds < 30  # about 1 s unloaded; generous for a busy machine
     assert min(perf.coefficients) >= 0
@@ -74,11 +74,35 @@ def test_calibration_fits_and_predicts_fresh_batches(executor, hardware):
     predicted = np.array([perf.predict(shape) for shape, _ in timings])
     measured = np.array([seconds for _, seconds in timings])
     mape = float(np.mean(np.abs(predicted - measured) / measured))
-    ratio = float(np.exp(np.mean(np.abs(np.log(predicted / measured)))))
+    # the median factor: a load spike on a shared machine slows a few batches, not the fit
+    ratio = float(np.exp(np.median(np.abs(np.log(predicted / measured)))))
     print(f"\ncalibration: {report}; coefficients {perf.coefficients}; held-out MAPE "
-          f"{perf.mape:.1%}; fresh random batches: MAPE {mape:.1%}, mean factor {ratio:.2f}")
-    assert math.isfinite(mape)
-    assert ratio < 3.0
+          f"{perf.mape:.1%}; fresh random batches: MAPE {mape:.1%}, median factor {ratio:.2f}")
+    assert math.isfinite(mape) and math.isfinite(ratio) and (predicted > 0).all()
+    # Accuracy on real CPU timings is printed, not asserted: a shared machine's load makes
+    # it swing tenfold. The fit itself is checked on stated latencies below.
+
+
+def test_calibration_recovers_a_stated_latency(tiny_models):
+    """A sim executor states each batch's time from a known cost; calibration must learn it."""
+    from engines.calibration import stated_latency
+    from engines.executors.sim_executor import SimExecutor
+    from engines.models.config import ModelConfig
+
+    def cost(batch) -> float:  # 2 ms per step, 20 us per token, 50 ns per cached token read
+        reads = sum(c.context_len for c in batch.chunks)
+        return 2e-3 + 2e-5 * batch.num_tokens + 5e-8 * reads
+
+    executor = SimExecutor(cost, num_kv_blocks=1024, block_size=16, max_model_len=2048)
+    config = ModelConfig.from_pretrained(tiny_models["llama"])
+    perf = PerfModel(ModelShape.from_config(config), measure_cpu())
+    report = calibrate(executor, perf, default_shapes(executor, TOKEN_BUDGET, MAX_BATCH),
+                       repeats=1, timer=stated_latency)
+    assert report.measured > 20 and perf.mape is not None and perf.mape < 0.15
+    test = random_shapes(30, TOKEN_BUDGET, 1024, MAX_BATCH, 900 * 16, seed=3)
+    timings, _ = measure(executor, test, timer=stated_latency)
+    errors = [abs(perf.predict(shape) - seconds) / seconds for shape, seconds in timings]
+    assert float(np.mean(errors)) < 0.15
 
 
 def test_shapes_that_do_not_fit_are_skipped(executor, hardware):

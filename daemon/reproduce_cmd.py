@@ -1,0 +1,37 @@
+"""`ascendra reproduce FIGURE`: the paper's evaluation figures from the simulator."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench.reproduce import FIGURES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "reproduce", help="the paper's figures 9-13 (and the offload-threshold sweep), simulated",
+        description="Simulate one of the paper's evaluation figures and write FIGURE.json and "
+                    "FIGURE.png into --out. fig9: goodput vs QPS and vs SLO scale; fig10: per "
+                    "instance P99 TTFT, mean TBT, throughput, scheduling delay; fig11: EDF vs "
+                    "SJF vs FCFS and HP elastic batch on/off; fig12: overload for 10 simulated "
+                    "minutes with drops; fig13: 1L1H and 2L1H vs 1L2H; threshold: offload "
+                    "threshold sweep.")
+    p.add_argument("figure", choices=[*FIGURES, "all"])
+    p.add_argument("--out", default="results", help="output folder (default ./results)")
+    p.add_argument("--num-requests", type=int, default=None,
+                   help="requests per simulated point (default: per figure, a few minutes)")
+    p.add_argument("--quick", action="store_true", help="fewer points and requests: a smoke test")
+    p.add_argument("--workers", type=int, default=None, help="parallel simulations (default: cores)")
+    p.set_defaults(run=run_reproduce)
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    from bench.reproduce import reproduce
+
+    figures = FIGURES if args.figure == "all" else (args.figure,)
+    for figure in figures:
+        json_path, png_path = reproduce(
+            figure, args.out, num_requests=args.num_requests, quick=args.quick,
+            workers=args.workers, progress=lambda line: print(line, file=sys.stderr))
+        print(f"{figure}: wrote {json_path} and {png_path}")
+    return 0
