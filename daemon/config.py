@@ -24,7 +24,8 @@ class ServeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     served_model_name: str = ""         # the name /v1/models lists; "" = the model folder's name
     layout: str = "1xsarathi"           # instances and their modes, e.g. 3xsarathi
     executor: Literal["torch", "sim"] = "torch"
-    sim_latency: str = "zero"           # sim executor's latency function: zero | constant:SECONDS
+    sim_latency: str = "zero"           # sim executor's latency: zero | constant:SECONDS | profile:NAME
+    profile: str = ""                   # shorthand for sim_latency = "profile:NAME" (a GPU profile)
     device: str = ""                    # cpu | cuda; "" = cuda when available
     gpus: list[int] = []                # GPU ids dealt out to instances in order
     gpus_per_instance: PositiveInt = 1
@@ -52,10 +53,15 @@ class ServeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
         parse_layout(self.layout, self.gpus or None, self.gpus_per_instance)  # "layout: ..."
+        field = "profile" if self.profile else "sim_latency"
         try:
-            make_latency(self.sim_latency)
+            make_latency(self.resolved_sim_latency)
         except ValueError as exc:
-            raise ValueError(f"sim_latency: {exc}") from None
+            raise ValueError(f"{field}: {exc}") from None
+
+    @property
+    def resolved_sim_latency(self) -> str:
+        return f"profile:{self.profile}" if self.profile else self.sim_latency
 
 
 def load_config(path: str | None = None, overrides: dict | None = None) -> ServeConfig:

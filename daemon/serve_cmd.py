@@ -60,7 +60,7 @@ def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
                                 drop_expired=config.drop_expired)
     executor = ExecutorConfig(kind=config.executor, block_size=config.block_size,
                               num_kv_blocks=config.num_kv_blocks, model_dir=str(model_dir),
-                              device=config.device, latency=config.sim_latency)
+                              device=config.device, latency=config.resolved_sim_latency)
     return InstanceConfig(instance_id=spec.index, endpoint=endpoint, scheduler=scheduler.validate(),
                           executor=executor, gpus=list(spec.gpus) if spec.gpus else None,
                           heartbeat_interval=config.heartbeat_interval, log_level=config.log_level)
