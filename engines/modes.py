@@ -33,6 +33,9 @@ class Mode:
     elastic_batch: bool = False
     #: Keep a step's predicted time within the running requests' TBT SLO.
     compute_budget: bool = False
+    #: Move waiting requests whose TTFT target is already lost behind the others
+    #: (`policies.value.demote_lost`): they still run, but no longer make others late.
+    demote_lost: bool = False
     #: max_num_seqs when the config leaves it unset (capped by the token budget in
     #: decode-first modes, where every running decode must fit in one step).
     default_max_num_seqs: int = 256
@@ -46,9 +49,9 @@ class Mode:
 SARATHI = Mode("sarathi", prefill_first=False, chunked_prefill=True)
 VLLM = Mode("vllm", prefill_first=True, chunked_prefill=False)
 LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True,
-          compute_budget=True, default_max_num_seqs=LP_MAX_BATCH)
+          compute_budget=True, demote_lost=True, default_max_num_seqs=LP_MAX_BATCH)
 HP = Mode("hp", prefill_first=True, chunked_prefill=True, by_value=True, elastic_batch=True,
-          default_max_num_seqs=HP_MAX_BATCH)
+          demote_lost=True, default_max_num_seqs=HP_MAX_BATCH)
 
 MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP)}
 

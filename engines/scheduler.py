@@ -165,7 +165,8 @@ class Scheduler:
             candidates, token_budget=budget, free_blocks=max(free, 0),
             block_size=self.kv.block_size, seat_limit=self.max_num_seqs - len(self.running),
             compute_budget=compute_budget, predictor=self.predictor,
-            chunked=self.mode.chunked_prefill)
+            chunked=self.mode.chunked_prefill,
+            cut_to_compute=self.mode.compute_budget)
         for request, n in selected:
             self.kv.allocate(request, n)
             request.status = RequestStatus.RUNNING

@@ -41,13 +41,17 @@ def blocks_needed(request: Candidate, num_new_tokens: int, block_size: int) -> i
 
 def select_prefills(ordered: Iterable[Candidate], *, token_budget: int, free_blocks: int,
                     block_size: int, seat_limit: int, compute_budget: float,
-                    predictor: Predictor, chunked: bool = True) -> list[tuple[Candidate, int]]:
+                    predictor: Predictor, chunked: bool = True,
+                    cut_to_compute: bool = False) -> list[tuple[Candidate, int]]:
     """(request, tokens to prefill this step) for the prefix of `ordered` that fits.
 
     `token_budget`: tokens left in this step; `free_blocks`: free KV blocks;
     `seat_limit`: how many more requests may start holding KV blocks (e.g.
     max_num_seqs − running); `compute_budget`: predicted seconds left in this step
-    (`math.inf` for none).
+    (`math.inf` for none). `cut_to_compute` (chunked only): a candidate whose chunk
+    would outlast the compute budget is cut to what fits it (at least one KV block's
+    worth of tokens) and is the last one taken, instead of stopping selection -- else a
+    token budget larger than the compute budget allows would never admit a long prompt.
     """
     selected: list[tuple[Candidate, int]] = []
     tokens, blocks, seats, compute = token_budget, free_blocks, seat_limit, compute_budget
@@ -59,9 +63,16 @@ def select_prefills(ordered: Iterable[Candidate], *, token_budget: int, free_blo
             if not chunked:
                 break
             n = tokens
+        seconds = predictor.prefill_time(n, request.num_computed_tokens)
+        last = False
+        if seconds > compute and chunked and cut_to_compute:
+            n = _tokens_within(request, n, compute, predictor, min_chunk=block_size)
+            if n == 0:
+                break
+            seconds = predictor.prefill_time(n, request.num_computed_tokens)
+            last = True  # the compute budget is spent: this cut chunk is the last one
         need_blocks = blocks_needed(request, n, block_size)
         need_seat = 0 if request.block_table else 1
-        seconds = predictor.prefill_time(n, request.num_computed_tokens)
         if need_blocks > blocks or need_seat > seats or seconds > compute:
             break
         selected.append((request, n))
@@ -69,4 +80,24 @@ def select_prefills(ordered: Iterable[Candidate], *, token_budget: int, free_blo
         blocks -= need_blocks
         seats -= need_seat
         compute -= seconds
+        if last:
+            break
     return selected
+
+
+def _tokens_within(request: Candidate, n: int, seconds: float, predictor: Predictor,
+                   min_chunk: int) -> int:
+    """The most of `n` tokens (at least `min_chunk`) whose predicted prefill fits in
+    `seconds`; 0 if not even `min_chunk` does. Bisection: prefill time grows with tokens."""
+    already = request.num_computed_tokens
+    floor = min(min_chunk, n - 1)
+    if floor < 1 or predictor.prefill_time(floor, already) > seconds:
+        return 0
+    lo, hi = floor, n - 1  # n itself does not fit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predictor.prefill_time(mid, already) <= seconds:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

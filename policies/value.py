@@ -81,6 +81,32 @@ def order_by_value(waiting: Iterable[Waiting], now: float, value_fn: ValueFuncti
     return sorted(waiting, key=key)
 
 
+def is_lost(request: Waiting, now: float, predictor: Predictor, token_budget: int | None) -> bool:
+    """Its TTFT target is out of reach: even started now, its prefill ends after the deadline.
+
+    A request whose prefill has started (or that was preempted) is never lost here: it
+    holds, or held, the instance's work and is about to produce tokens.
+    """
+    if request.num_computed_tokens > 0 or getattr(request, "num_preemptions", 0) > 0:
+        return False
+    return now + remaining_prefill_time(request, predictor, token_budget) > request.deadline
+
+
+def demote_lost(ordered: Sequence[Waiting], now: float, predictor: Predictor,
+                token_budget: int | None) -> list:
+    """`ordered` with the requests whose TTFT target is lost moved to the back (order kept).
+
+    Goodput counts requests that meet their targets; a lost request is a miss whenever
+    it runs, so running it first only makes the ones behind it late too (under EDF
+    the most overdue request is the most "urgent" one, which turns a short overload into
+    a cascade). Lost requests still run, when nothing that can still make it waits.
+    """
+    live, lost = [], []
+    for request in ordered:
+        (lost if is_lost(request, now, predictor, token_budget) else live).append(request)
+    return live + lost if lost else list(ordered)
+
+
 def waiting_order(value_fn: ValueFunction | str, predictor: Predictor,
                   token_budget: int | None) -> Callable[[Sequence[Waiting], float], list]:
     """A `(waiting, now) -> ordered list` callable, the shape a scheduler mode plugs in."""

@@ -1,0 +1,161 @@
+"""Plots for bench/reproduce.py: one PNG per figure document (matplotlib, Agg backend)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = {"2L1H": "tab:red", "3xsarathi": "tab:blue", "3xvllm": "tab:green",
+          "1L1H": "tab:red", "2xsarathi": "tab:blue", "2xvllm": "tab:green",
+          "1L2H": "tab:purple"}
+DPI = 90
+
+
+def draw(doc: dict, path: str | Path) -> None:
+    fig = globals()[f"_{doc['figure']}"](doc)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _series(rows, x: str, y: str, where=lambda r: True) -> dict[str, tuple[list, list]]:
+    """label -> (xs, ys), sorted by x; rows with equal label and x are averaged."""
+    acc: dict[str, dict[float, list]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if where(r):
+            acc[r["label"]][r[x]].append(r[y])
+    return {label: (sorted(pts), [sum(pts[k]) / len(pts[k]) for k in sorted(pts)])
+            for label, pts in acc.items()}
+
+
+def _lines(ax, series, xlabel, ylabel, title, target=None, label_fn=lambda s: s):
+    for label, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", label=label_fn(label),
+                color=COLORS.get(label_fn(label).split("@")[0]))
+    if target is not None:
+        ax.axhline(target, color="gray", linestyle="--", linewidth=1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _fig9(doc):
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    rows = doc["rows"]
+    for col, trace in enumerate(("sharegpt", "arxiv")):
+        ttft = doc["ttft_slo"][trace]
+        qps_rows = [r for r in rows if r["trace"] == trace and "@slo" not in r["label"]]
+        _lines(axes[0][col], _series(qps_rows, "qps", "goodput_pct"), "QPS", "goodput (%)",
+               f"{trace}: goodput vs load (TTFT {ttft} s, TBT {doc['tbt_slo']} s)", target=90)
+        slo_rows = [dict(r, scale=r["ttft_slo"] / ttft) for r in rows
+                    if r["trace"] == trace and "@slo" in r["label"]]
+        _lines(axes[1][col], _series(slo_rows, "scale", "goodput_pct"),
+               "SLO scale (x Table 2 TTFT and TBT)", "goodput (%)",
+               f"{trace}: goodput vs SLO at {doc['fixed_qps'][trace]} QPS", target=90,
+               label_fn=lambda s: s.split("@")[0])
+        axes[1][col].set_xscale("log", base=2)
+    fig.suptitle(f"Figure 9 (simulated, {doc['profile']}, {doc['num_requests']} requests/point)")
+    fig.tight_layout()
+    return fig
+
+
+def _fig10(doc):
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6))
+    metrics = [("p99_ttft_s", "(a) P99 TTFT (s)"), ("mean_tbt_s", "(b) mean TBT (s)"),
+               ("throughput", "(c) throughput (req/s)"), ("sched_delay_s", "(d) sched. delay (s)")]
+    names, values, colors = [], defaultdict(list), []
+    for row in doc["rows"]:
+        for inst in row["per_instance"]:
+            names.append(f"{row['layout']}\n{inst['role']}{inst['id']}")
+            colors.append(COLORS.get(row["layout"], "gray"))
+            for key, _ in metrics:
+                if key == "throughput":
+                    value = inst["served"] / row["duration_s"] if row["duration_s"] else 0
+                else:
+                    value = inst[key]
+                values[key].append(value or 0.0)
+    for ax, (key, title) in zip(axes, metrics):
+        ax.bar(range(len(names)), values[key], color=colors)
+        ax.set_xticks(range(len(names)), names, fontsize=7)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        if key == "p99_ttft_s":
+            ax.axhline(doc["ttft_slo"]["sharegpt"], color="gray", linestyle="--", linewidth=1)
+        if key == "mean_tbt_s":
+            ax.axhline(doc["tbt_slo"], color="gray", linestyle="--", linewidth=1)
+    fig.suptitle(f"Figure 10: per instance, ShareGPT at {doc['qps']} QPS "
+                 f"({doc['num_requests']} requests)")
+    fig.tight_layout()
+    return fig
+
+
+def _fig11(doc):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    rows = doc["rows"]
+    _lines(axes[0], _series(rows, "qps", "goodput_pct", lambda r: "elastic" not in r["label"]),
+           "QPS", "goodput (%)", "2L1H, ShareGPT: value function", target=90)
+    _lines(axes[1], _series(rows, "qps", "goodput_pct", lambda r: "elastic" in r["label"]),
+           "QPS", "goodput (%)", "2L1H, ShareGPT: HP elastic batch", target=90)
+    fig.suptitle(f"Figure 11 ({doc['num_requests']} requests/point)")
+    fig.tight_layout()
+    return fig
+
+
+def _fig12(doc):
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    rows = doc["rows"]
+    labels = [r["layout"] for r in rows]
+    parts = [("good", "within SLO", "tab:green"), ("slo_missed", "completed, SLO missed",
+                                                   "tab:orange"),
+             ("dropped", "dropped", "tab:gray")]
+    bottom = [0] * len(rows)
+    for key, name, color in parts:
+        vals = [r[key] for r in rows]
+        ax.bar(labels, vals, bottom=bottom, label=name, color=color)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, r in enumerate(rows):
+        ax.text(i, r["good"] / 2, str(r["good"]), ha="center", fontsize=9)
+    ax.set_ylabel("requests")
+    ax.set_title(f"Figure 12: {doc['minutes']} min at {doc['qps']} QPS (ShareGPT), drops on",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def _fig13(doc):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    rows = doc["rows"]
+    _lines(axes[0], _series(rows, "qps", "goodput_pct", lambda r: r["trace"] == "arxiv"),
+           "QPS", "goodput (%)", "two instances, arxiv (TTFT 2.5 s)", target=90)
+    _lines(axes[1], _series(rows, "qps", "goodput_pct", lambda r: r["trace"] == "sharegpt"),
+           "QPS", "goodput (%)", "three instances, ShareGPT: 2L1H vs 1L2H (2H1L)", target=90)
+    fig.suptitle(f"Figure 13 ({doc['num_requests']} requests/point)")
+    fig.tight_layout()
+    return fig
+
+
+def _threshold(doc):
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    rows = doc["rows"]
+    for q in sorted({r["qps"] for r in rows}):
+        xs, ys = [], []
+        for t in doc["thresholds"]:
+            pts = [r["goodput_pct"] for r in rows if r["qps"] == q and r["offload_threshold"] == t]
+            if pts:
+                xs.append(t)
+                ys.append(sum(pts) / len(pts))
+        ax.plot(xs, ys, marker="o", label=f"{q} QPS")
+    ax.set_xlabel("offload threshold (x worst-case HP latency)")
+    ax.set_ylabel("goodput (%)")
+    ax.set_title(f"2L1H, ShareGPT: offload threshold ({doc['num_requests']} req, seeds averaged)",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
