@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"2L1H": "tab:red", "3xsarathi": "tab:blue", "3xvllm": "tab:green",
           "1L1H": "tab:red", "2xsarathi": "tab:blue", "2xvllm": "tab:green",
-          "1L2H": "tab:purple"}
+          "1L2H": "tab:purple", "2L1H-sjf": "tab:orange"}
 DPI = 90
 
 
@@ -31,10 +31,9 @@ def _series(rows, x: str, y: str, where=lambda r: True) -> dict[str, tuple[list,
             for label, pts in acc.items()}
 
 
-def _lines(ax, series, xlabel, ylabel, title, target=None, label_fn=lambda s: s):
+def _lines(ax, series, xlabel, ylabel, title, target=None):
     for label, (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o", label=label_fn(label),
-                color=COLORS.get(label_fn(label).split("@")[0]))
+        ax.plot(xs, ys, marker="o", label=label, color=COLORS.get(label))
     if target is not None:
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)
     ax.set_xlabel(xlabel)
@@ -52,12 +51,11 @@ def _fig9(doc):
         qps_rows = [r for r in rows if r["trace"] == trace and "@slo" not in r["label"]]
         _lines(axes[0][col], _series(qps_rows, "qps", "goodput_pct"), "QPS", "goodput (%)",
                f"{trace}: goodput vs load (TTFT {ttft} s, TBT {doc['tbt_slo']} s)", target=90)
-        slo_rows = [dict(r, scale=r["ttft_slo"] / ttft) for r in rows
-                    if r["trace"] == trace and "@slo" in r["label"]]
+        slo_rows = [dict(r, scale=r["ttft_slo"] / ttft, label=r["label"].split("@")[0])
+                    for r in rows if r["trace"] == trace and "@slo" in r["label"]]
         _lines(axes[1][col], _series(slo_rows, "scale", "goodput_pct"),
                "SLO scale (x Table 2 TTFT and TBT)", "goodput (%)",
-               f"{trace}: goodput vs SLO at {doc['fixed_qps'][trace]} QPS", target=90,
-               label_fn=lambda s: s.split("@")[0])
+               f"{trace}: goodput vs SLO at {doc['fixed_qps'][trace]} QPS", target=90)
         axes[1][col].set_xscale("log", base=2)
     fig.suptitle(f"Figure 9 (simulated, {doc['profile']}, {doc['num_requests']} requests/point)")
     fig.tight_layout()
@@ -71,7 +69,7 @@ def _fig10(doc):
     names, values, colors = [], defaultdict(list), []
     for row in doc["rows"]:
         for inst in row["per_instance"]:
-            names.append(f"{row['layout']}\n{inst['role']}{inst['id']}")
+            names.append(f"{inst['role']}{inst['id']}")
             colors.append(COLORS.get(row["layout"], "gray"))
             for key, _ in metrics:
                 if key == "throughput":
@@ -81,13 +79,17 @@ def _fig10(doc):
                 values[key].append(value or 0.0)
     for ax, (key, title) in zip(axes, metrics):
         ax.bar(range(len(names)), values[key], color=colors)
-        ax.set_xticks(range(len(names)), names, fontsize=7)
+        ax.set_xticks(range(len(names)), names, fontsize=7, rotation=90)
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         if key == "p99_ttft_s":
             ax.axhline(doc["ttft_slo"]["sharegpt"], color="gray", linestyle="--", linewidth=1)
         if key == "mean_tbt_s":
             ax.axhline(doc["tbt_slo"], color="gray", linestyle="--", linewidth=1)
+    from matplotlib.patches import Patch
+    layouts = [row["layout"] for row in doc["rows"]]
+    axes[0].legend(handles=[Patch(color=COLORS.get(name, "gray"), label=name) for name in layouts],
+                   fontsize=8)
     fig.suptitle(f"Figure 10: per instance, ShareGPT at {doc['qps']} QPS "
                  f"({doc['num_requests']} requests)")
     fig.tight_layout()

@@ -35,9 +35,14 @@ TRACES = {"sharegpt": 1.0, "arxiv": 2.5}       # trace -> TTFT SLO (Table 2)
 TBT_SLO = 0.15
 BASELINES = ("3xsarathi", "3xvllm")
 LAYOUTS = ("2L1H", *BASELINES)
+#: fig 9's lines: (layout, value function, label); Ascendra with its default EDF and
+#: with SJF, which the fig 11 ablation finds best on ShareGPT in this simulator.
+SERIES = (("2L1H", "edf", "2L1H"), ("2L1H", "sjf", "2L1H-sjf"),
+          *((b, "edf", b) for b in BASELINES))
 #: The token budget every layout gets: Sarathi-Serve sizes it so that one full step fits
 #: the TBT SLO (about 2048 tokens here), and LP's compute budget cuts its steps to the SLO.
 DEFAULT_CHUNK = 2048
+FIXED_HP_BATCH = 128  # elastic batch off (fig 11): the paper's fixed batch
 FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold")
 
 
@@ -62,12 +67,10 @@ class Point:
 def run_point(point: Point) -> dict:
     """Simulate one point; the summary numbers and per-instance rows, JSON-ready."""
     from engines import modes
-    from policies.admission import LP_MAX_BATCH
-
     saved = dict(modes.MODES)
     if not point.elastic_batch:
         modes.MODES["hp"] = dataclasses.replace(modes.HP, elastic_batch=False,
-                                                default_max_num_seqs=LP_MAX_BATCH)
+                                                default_max_num_seqs=FIXED_HP_BATCH)
     try:
         extra = {} if point.offload_threshold is None else {
             "offload_threshold": point.offload_threshold}
@@ -145,11 +148,13 @@ def fig9(n: int | None = None, quick: bool = False, **kw) -> dict:
     if quick:
         qps = {t: v[::2] for t, v in qps.items()}
         scales = [0.5, 1.0, 2.0]
-    points = [Point(layout, trace, q, n, ttft, label=layout)
-              for trace, ttft in TRACES.items() for layout in LAYOUTS for q in qps[trace]]
+    points = [Point(layout, trace, q, n, ttft, value_function=value, label=label)
+              for trace, ttft in TRACES.items() for layout, value, label in SERIES
+              for q in qps[trace]]
     points += [Point(layout, trace, fixed_qps[trace], n, ttft * s, TBT_SLO * s,
-                     label=f"{layout}@slo{s}")
-               for trace, ttft in TRACES.items() for layout in LAYOUTS for s in scales]
+                     value_function=value, label=f"{label}@slo{s}")
+               for trace, ttft in TRACES.items() for layout, value, label in SERIES
+               for s in scales]
     rows = run_points(points, **kw)
     return {"figure": "fig9", "num_requests": n, "fixed_qps": fixed_qps, "slo_scales": scales,
             "rows": rows}

@@ -28,6 +28,7 @@ from engines.triage import Triage
 from ipc.messages import TokenOutput
 from policies.admission import DecodeLengthHistory, decode_reserve
 from policies.batch_shape import BatchShape
+from policies.tbt_budget import step_time_allowed
 from policies.predictor import Predictor, ZeroPredictor
 from policies.selection import select_prefills
 
@@ -93,7 +94,7 @@ class Scheduler:
         else:
             self._schedule_decodes(batch)
             budget = self._continue_prefills(batch, self.token_budget - batch.num_tokens)
-            self._admit(batch, candidates, budget, self._compute_budget(batch))
+            self._admit(batch, candidates, budget, self._compute_budget(batch, now))
         return batch
 
     def _candidates(self, batch: Batch, now: float):
@@ -119,14 +120,15 @@ class Scheduler:
             return self.token_budget
         return max(self.token_budget, self.max_model_len)
 
-    def _compute_budget(self, batch: Batch) -> float:
-        """Seconds left for new prefills before the step outlasts the tightest TBT SLO."""
+    def _compute_budget(self, batch: Batch, now: float) -> float:
+        """Seconds left for new prefills before the step costs a running request its TBT
+        target (`policies.tbt_budget`: mean TBT, as goodput counts it)."""
         if not self.mode.compute_budget or not batch:
             return math.inf
-        tbt = min(c.request.tbt_slo for c in batch.chunks)
-        if not math.isfinite(tbt):
+        allowed = step_time_allowed((c.request for c in batch.chunks), now)
+        if not math.isfinite(allowed):
             return math.inf
-        return max(0.0, tbt - self.predictor.batch_time(batch_shape(batch)))
+        return max(0.0, allowed - self.predictor.batch_time(batch_shape(batch)))
 
     def _schedule_decodes(self, batch: Batch) -> None:
         """Take every running decode, oldest first; preempt from the newest end if short of KV."""

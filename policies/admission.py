@@ -4,7 +4,7 @@
   ticket per HP, so an urgent offload that arrives meanwhile waits one batch at most.
 * Elastic batch (§6.2): HP admits prefills while the free KV left afterwards still
   covers what its running decodes are predicted to need, from the observed decode
-  lengths. LP keeps a fixed small batch (`LP_MAX_BATCH`) to avoid preemption.
+  lengths. LP keeps a fixed batch limit (`LP_MAX_BATCH`) instead.
 * Drops (§6.3): under overload, give up on a waiting request once its TTFT SLO is
   lost -- missed, or out of reach even if it started now on an idle instance.
 """
@@ -19,11 +19,14 @@ from typing import Protocol
 
 from policies.predictor import Predictor, remaining_prefill_time
 
-LP_MAX_BATCH = 128
+#: The paper's LP batch is a fixed 128; on ShareGPT (long outputs) that cap filled up and
+#: left prompts waiting with budget to spare: at 10 QPS on 2L1H (issue #5 simulations)
+#: 256 cut LP scheduling delay from ~1 s to ~0.4 s and raised goodput, with no preemption.
+LP_MAX_BATCH = 256
 #: The batch limit an HP's ticket rule measures against: its KV-bound (elastic) batch can
-#: grow far larger, but it asks for new work only while it runs under half of an LP batch,
-#: so that it stays quick for the offloads it exists to serve.
-TICKET_BATCH_LIMIT = LP_MAX_BATCH
+#: grow far larger, but it asks for new work only while it runs under half of this,
+#: so that it stays quick for the offloads it exists to serve (the authors' 128).
+TICKET_BATCH_LIMIT = 128
 #: An HP asks for a ticket only below this share of its batch limit ...
 TICKET_MAX_BATCH_SHARE = 0.5
 #: ... and with more than this share of its KV blocks free (the authors' settings).

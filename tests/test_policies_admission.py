@@ -6,7 +6,7 @@ import random
 import pytest
 
 from policies.admission import (
-    DROP_REASON, LP_MAX_BATCH, DecodeLengthHistory, TicketBook, decode_reserve, elastic_admit,
+    DROP_REASON, DecodeLengthHistory, TicketBook, decode_reserve, elastic_admit,
     should_drop, ticket_wanted,
 )
 from policies.predictor import LinearPredictor
@@ -141,10 +141,6 @@ def test_elastic_batch_stays_within_kv_as_prefills_are_admitted():
         admitted += 1
     assert admitted > 0
     assert free >= decode_reserve(running, history, 16) >= 0
-
-
-def test_lp_keeps_a_fixed_small_batch():
-    assert LP_MAX_BATCH == 128
 
 
 # ---- drops -----------------------------------------------------------------------------
