@@ -161,3 +161,25 @@ def _threshold(doc):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _capacity(doc):
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    rows = doc["rows"]
+    traces = sorted({r["trace"] for r in rows}, key=[r["trace"] for r in rows].index)
+    labels = sorted({r["label"] for r in rows}, key=[r["label"] for r in rows].index)
+    width = 0.8 / len(labels)
+    for k, label in enumerate(labels):
+        values = [next((r["capacity_qps"] for r in rows
+                        if r["label"] == label and r["trace"] == t), 0) for t in traces]
+        xs = [i + (k - (len(labels) - 1) / 2) * width for i in range(len(traces))]
+        ax.bar(xs, values, width, label=label, color=COLORS.get(label))
+        for x, v in zip(xs, values):
+            ax.text(x, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(traces)), traces)
+    ax.set_ylabel(f"QPS at {doc['target_pct']:.0f}% goodput")
+    ax.set_title(f"Capacity (simulated, {doc['profile']}, {doc['num_requests']} requests/point)",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from bench.records import RunResult
 from bench.simulate import simulate
 from bench.simulator import SimConfig
 from daemon.layout import layout_modes
@@ -43,7 +44,7 @@ SERIES = (("2L1H", "edf", "2L1H"), ("2L1H", "sjf", "2L1H-sjf"),
 #: the TBT SLO (about 2048 tokens here), and LP's compute budget cuts its steps to the SLO.
 DEFAULT_CHUNK = 2048
 FIXED_HP_BATCH = 128  # elastic batch off (fig 11): the paper's fixed batch
-FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold")
+FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold", "capacity")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +65,10 @@ class Point:
     label: str = ""                 # the series this point belongs to in the plot
 
 
-def run_point(point: Point) -> dict:
-    """Simulate one point; the summary numbers and per-instance rows, JSON-ready."""
+def simulate_point(point: Point) -> RunResult:
+    """Simulate one point."""
     from engines import modes
+
     saved = dict(modes.MODES)
     if not point.elastic_batch:
         modes.MODES["hp"] = dataclasses.replace(modes.HP, elastic_batch=False,
@@ -79,11 +81,16 @@ def run_point(point: Point) -> dict:
                                     drop_expired=point.drop_expired, **extra)
         sim = SimConfig(layout_modes=tuple(layout_modes(point.layout)), profile=PROFILE,
                         scheduler=scheduler, ttft_slo=point.ttft_slo, tbt_slo=point.tbt_slo)
-        result = simulate(sim, trace=point.trace, qps=point.qps,
-                          num_requests=point.num_requests, seed=point.seed)
+        return simulate(sim, trace=point.trace, qps=point.qps,
+                        num_requests=point.num_requests, seed=point.seed)
     finally:
         modes.MODES.clear()
         modes.MODES.update(saved)
+
+
+def run_point(point: Point) -> dict:
+    """Simulate one point; the summary numbers and per-instance rows, JSON-ready."""
+    result = simulate_point(point)
     row = dataclasses.asdict(point)
     row.update({
         "goodput_pct": round(result.goodput_pct, 2),
@@ -218,6 +225,41 @@ def threshold(n: int | None = None, quick: bool = False, **kw) -> dict:
               for t in thresholds for q in qps for s in seeds]
     rows = run_points(points, **kw)
     return {"figure": "threshold", "num_requests": n, "thresholds": thresholds, "rows": rows}
+
+
+def capacity(n: int | None = None, quick: bool = False, workers: int | None = None,
+             progress: Callable[[str], None] | None = None) -> dict:
+    """The README's capacity table: highest QPS with goodput >= 90% per series and trace."""
+    n = _requests(n, quick, 1500)
+    jobs = [(layout, value, label, trace, n) for trace in TRACES
+            for layout, value, label in SERIES]
+    workers = workers or os.cpu_count() or 1
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        rows = []
+        for row in pool.map(_capacity_of, jobs):
+            rows.append(row)
+            if progress:
+                progress(f"[{len(rows)}/{len(jobs)}] {row['label']:>10} {row['trace']:>8}: "
+                         f"capacity {row['capacity_qps']:.2f} QPS")
+    return {"figure": "capacity", "num_requests": n, "target_pct": CAPACITY_TARGET,
+            "rows": rows}
+
+
+CAPACITY_TARGET = 90.0
+
+
+def _capacity_of(job: tuple) -> dict:
+    from bench.capacity import find_capacity
+
+    layout, value, label, trace, n = job
+
+    def run_at(qps: float) -> RunResult:
+        return simulate_point(Point(layout, trace, qps, n, TRACES[trace], value_function=value,
+                                    label=label))
+
+    qps, points = find_capacity(run_at, target=CAPACITY_TARGET, start_qps=4.0, tolerance=0.02)
+    return {"layout": layout, "value_function": value, "label": label, "trace": trace,
+            "ttft_slo": TRACES[trace], "capacity_qps": round(qps, 3), "points": points}
 
 
 def reproduce(figure: str, out: str | Path, *, num_requests: int | None = None,
