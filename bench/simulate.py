@@ -11,7 +11,10 @@ from bench.workload import build_workload
 
 
 def simulate(sim: SimConfig, *, trace: str, qps: float, num_requests: int, seed: int = 0,
-             burstiness: float = 1.0, config: dict | None = None) -> RunResult:
+             burstiness: float = 1.0, config: dict | None = None,
+             keep_records: bool = False) -> RunResult:
+    """Simulate `num_requests` requests of `trace` at `qps`; with `keep_records` the result
+    carries every request's record too."""
     workload = build_workload(trace, rate=qps, burstiness=burstiness, num_requests=num_requests,
                               seed=seed, max_model_len=sim.max_model_len)
     started = time.perf_counter()
@@ -25,10 +28,12 @@ def simulate(sim: SimConfig, *, trace: str, qps: float, num_requests: int, seed:
     run_config = {"trace": trace, "qps": qps, "burstiness": burstiness, "seed": seed,
                   "layout_modes": list(sim.layout_modes), "profile": sim.profile,
                   "scheduler": {k: getattr(sim.scheduler, k) for k in sim.scheduler.__struct_fields__},
-                  "ipc_delay": sim.ipc_delay, "wall_s": round(wall, 3), **(config or {})}
+                  "ipc_delay": sim.ipc_delay, "latency": sim.latency or f"profile:{sim.profile}",
+                  "wall_s": round(wall, 3), **(config or {})}
     return summarize(records, run_config, duration, sim.ttft_slo, sim.tbt_slo,
                      per_instance=per_instance(simulation, records, sim),
-                     perf_model_mape=sum(lp_mapes) / len(lp_mapes) if lp_mapes else None)
+                     perf_model_mape=sum(lp_mapes) / len(lp_mapes) if lp_mapes else None,
+                     keep_records=keep_records)
 
 
 def per_instance(simulation: Simulation, records: list[RequestRecord], sim: SimConfig) -> list[dict]:

@@ -2,10 +2,21 @@
 virtual clock.
 
 Each instance is the real `Engine` (scheduler, policies, performance model) over a
-`SimExecutor` whose latency function is a GPU profile; instead of sleeping, a step's
-end is an event at now + its predicted latency. Routing is the controller's
-`policies.router.Router`. Messages between controller and instances (submits, tokens,
-offloads, tickets) each take `ipc_delay` seconds. Deterministic: same inputs, same run.
+`SimExecutor` whose latency function is a GPU profile (or `SimConfig.latency`, the
+daemon's `--sim-latency`); instead of sleeping, a step's end is an event at now + its
+latency. Routing is the controller's `policies.router.Router`. Messages between
+controller and instances (submits, tokens, offloads, drops, tickets) each take
+`ipc_delay` seconds. Deterministic: same inputs, same run.
+
+An instance follows the instance process's loop (engines/instance.py, DESIGN.md §3):
+
+    drain the submits that reached it -> step -> send the step's tokens, offloads and
+    drops -> (HP) ask for a ticket -> drain ...
+
+so a submit that arrives during a step waits for the step's end, what a step takes
+out of the queue (offloads, drops) reaches the controller after the step ran, and an
+HP asks for a ticket only between steps. Before the first arrival every instance is
+ready and every idle HP holds its ticket (the daemon accepts requests only then).
 """
 from __future__ import annotations
 
@@ -38,6 +49,12 @@ class SimConfig:
     block_size: int = 16
     max_model_len: int = 8192
     ipc_delay: float = 0.0005         # one controller <-> instance message, seconds
+    #: The sim executor's latency spec, as the daemon's `--sim-latency` ("constant:0.05");
+    #: "" = the profile's step times. LP/HP performance models are then calibrated on
+    #: what it states, as a daemon's sim instance does.
+    latency: str = ""
+    #: KV capacity per instance in blocks; None = the profile's (its GPU's memory).
+    num_kv_blocks: int | None = None
 
 
 @dataclass
@@ -49,6 +66,8 @@ class SimInstance:
     busy: bool = False
     ticket_open: bool = False
     steps: int = 0
+    #: Submits that reached the instance and wait for its loop to drain them.
+    inbox: list[tuple[str, bool]] = field(default_factory=list)
 
 
 @dataclass
@@ -71,21 +90,27 @@ class Simulation:
         self.tracked = {f"r{w.index}": _Tracked(w, self._record(w)) for w in workload}
         for request_id, tracked in self.tracked.items():
             self._at(tracked.work.arrival, self._arrive, request_id)
-        for inst in self.instances:  # idle HP instances open their first tickets
-            self._at(0.0, self._kick, inst)
+        for inst in self.instances:  # ready and idle before the run: HPs hold their tickets
+            if self._wants_ticket(inst):
+                inst.ticket_open = True
+                self._ticket(inst.instance_id)
 
     # ---- set-up ------------------------------------------------------------------------
     def _instance(self, instance_id: int, mode: str) -> SimInstance:
         cfg = self.config
         profile = get_profile(cfg.profile)
-        executor = SimExecutor(make_latency(f"profile:{cfg.profile}"),
-                               num_kv_blocks=profile.num_kv_blocks(cfg.block_size),
-                               block_size=cfg.block_size, max_model_len=cfg.max_model_len)
+        num_kv_blocks = cfg.num_kv_blocks or profile.num_kv_blocks(cfg.block_size)
+        executor = SimExecutor(make_latency(cfg.latency or f"profile:{cfg.profile}"),
+                               num_kv_blocks=num_kv_blocks, block_size=cfg.block_size,
+                               max_model_len=cfg.max_model_len)
         scheduler = SchedulerConfig(**{**_fields(cfg.scheduler), "mode": mode})
         perf = None
         if get_mode(mode).uses_perf_model:
-            perf = profile_perf_model(profile, scheduler, cfg.max_model_len,
-                                      executor.num_kv_blocks * cfg.block_size)
+            if cfg.latency:
+                perf = _stated_perf_model(profile, executor, scheduler)
+            else:
+                perf = profile_perf_model(profile, scheduler, cfg.max_model_len,
+                                          executor.num_kv_blocks * cfg.block_size)
         engine = Engine(executor, scheduler, clock=lambda: self.now, perf_model=perf)
         return SimInstance(instance_id, mode, engine, executor)
 
@@ -136,35 +161,44 @@ class Simulation:
     def _ticket(self, instance_id: int) -> None:
         self.router.ticket(instance_id)
 
-    # ---- instances ---------------------------------------------------------------------
+    # ---- instances: the instance process's loop ---------------------------------------
     def _submit(self, instance_id: int, request_id: str, offloaded: bool) -> None:
+        """A Submit reaches the instance; its loop takes it in before its next step."""
         inst = self.instances[instance_id]
+        inst.inbox.append((request_id, offloaded))
+        if not inst.busy:
+            self._serve(inst)
+
+    def _accept(self, inst: SimInstance, request_id: str, offloaded: bool) -> None:
         tracked = self.tracked[request_id]
         work, cfg = tracked.work, self.config
         if not offloaded:
-            inst.ticket_open = False
+            inst.ticket_open = False  # a new request came: it used our ticket (or beat it)
         try:
             inst.engine.add_request(
                 tracked.prompt, SamplingParams(max_tokens=work.output_len, ignore_eos=True),
                 request_id=request_id, arrival_time=work.arrival,
                 deadline=work.arrival + cfg.ttft_slo, tbt_slo=cfg.tbt_slo, offloaded=offloaded)
         except ValueError as exc:
-            self._end(tracked, "errored", error=str(exc))
-            return
-        self._kick(inst)
+            self._end(tracked, "errored", delay=cfg.ipc_delay, error=str(exc))
 
-    def _kick(self, inst: SimInstance) -> None:
-        if inst.busy:
-            return
-        if inst.engine.has_work:
-            self._start_step(inst)
-        self._maybe_ticket(inst)
+    def _serve(self, inst: SimInstance) -> None:
+        """The loop from its drain until a step is under way (or the instance is idle)."""
+        while not inst.busy:
+            inbox, inst.inbox = inst.inbox, []
+            for request_id, offloaded in inbox:
+                self._accept(inst, request_id, offloaded)
+            if not inst.engine.has_work:
+                self._maybe_ticket(inst)
+                return
+            batch = inst.engine.begin_step(self.now)
+            if batch:
+                self._start_step(inst, batch)
+            else:  # only offloads or drops left the queue: no step runs, they go at once
+                self._left_queue(inst, batch)
+                self._maybe_ticket(inst)
 
-    def _start_step(self, inst: SimInstance) -> None:
-        batch = inst.engine.begin_step(self.now)
-        self._left_queue(inst, batch)
-        if not batch:
-            return
+    def _start_step(self, inst: SimInstance, batch: Batch) -> None:
         for chunk in batch.chunks:
             record = self.tracked[chunk.request.request_id].record
             if record.sched_delay is None:
@@ -173,15 +207,8 @@ class Simulation:
         inst.busy = True
         self._at(self.now + seconds, self._finish_step, inst, batch, seconds)
 
-    def _left_queue(self, inst: SimInstance, batch: Batch) -> None:
-        """Offloads travel LP -> controller -> HP; drops are answered at once."""
-        for request in batch.offloaded:
-            self._at(self.now + self.config.ipc_delay, self._offloaded, request.request_id)
-        for request in batch.dropped:
-            self._end(self.tracked[request.request_id], "dropped", delay=self.config.ipc_delay,
-                      error_code="ttft_slo_missed")
-
     def _finish_step(self, inst: SimInstance, batch: Batch, seconds: float) -> None:
+        """The step ran: its tokens, then its offloads and drops, go to the controller."""
         inst.busy = False
         inst.steps += 1
         result = inst.engine.finish_step(batch, inst.executor.tokens(batch), seconds, self.now)
@@ -195,14 +222,28 @@ class Simulation:
             if output.finish_reason is not None:
                 self._end(tracked, "completed", delay=self.config.ipc_delay,
                           finish_reason=output.finish_reason)
-        self._kick(inst)
+        self._left_queue(inst, batch)
+        self._maybe_ticket(inst)
+        self._serve(inst)
+
+    def _left_queue(self, inst: SimInstance, batch: Batch) -> None:
+        """Offloads travel LP -> controller -> HP; drops are answered by the controller."""
+        for request in batch.offloaded:
+            self._at(self.now + self.config.ipc_delay, self._offloaded, request.request_id)
+        for request in batch.dropped:
+            self._end(self.tracked[request.request_id], "dropped", delay=self.config.ipc_delay,
+                      error_code="ttft_slo_missed")
+
+    def _wants_ticket(self, inst: SimInstance) -> bool:
+        if inst.role != "hp":
+            return False
+        scheduler, kv = inst.engine.scheduler, inst.engine.kv
+        return ticket_wanted(len(scheduler.waiting), len(scheduler.running), TICKET_BATCH_LIMIT,
+                             kv.num_free_blocks / kv.num_blocks, inst.ticket_open)
 
     def _maybe_ticket(self, inst: SimInstance) -> None:
-        if inst.role != "hp":
-            return
-        scheduler, kv = inst.engine.scheduler, inst.engine.kv
-        if ticket_wanted(len(scheduler.waiting), len(scheduler.running), TICKET_BATCH_LIMIT,
-                         kv.num_free_blocks / kv.num_blocks, inst.ticket_open):
+        """HP, between steps: with nothing waiting and room to spare, hold one ticket."""
+        if self._wants_ticket(inst):
             inst.ticket_open = True
             self._at(self.now + self.config.ipc_delay, self._ticket, inst.instance_id)
 
@@ -214,6 +255,17 @@ class Simulation:
         for name, value in fields.items():
             setattr(record, name, value)
         tracked.prompt = []
+
+
+def _stated_perf_model(profile, executor: SimExecutor, scheduler: SchedulerConfig):
+    """A performance model on the profile's model and GPU, calibrated on the synthetic
+    batches a daemon's sim instance times at start, at the latency the executor states."""
+    from engines.calibration import calibrate, default_shapes, stated_latency
+    from policies.perf_model import PerfModel
+    perf = PerfModel(profile.model, profile.hardware)
+    shapes = default_shapes(executor, scheduler.chunk_size, scheduler.resolved_max_num_seqs())
+    calibrate(executor, perf, shapes, repeats=1, timer=stated_latency)
+    return perf
 
 
 def _fields(struct) -> dict:

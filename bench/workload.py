@@ -3,7 +3,8 @@
 A trace is `sharegpt` or `arxiv` (see bench/traces.py) or a CSV/JSONL file with prompt
 and output token counts, in columns named `num_prefill_tokens`/`num_decode_tokens` or
 `prompt_tokens`/`output_tokens`. A file may also have `arrival_time` (seconds): then
-its rows are replayed in time order from the first and no arrivals are generated.
+its rows are replayed in time order from the first and no arrivals are generated
+(the rate is then ignored); it must be on every row or on none.
 Otherwise requests are sampled from the trace with a seed and arrive as bench/arrivals.py
 draws them.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import msgspec
@@ -43,39 +45,85 @@ class TraceRow(msgspec.Struct, frozen=True):
 
 
 def load_rows(trace: str) -> list[TraceRow]:
-    """A built-in trace by name, or a .csv / .jsonl file."""
+    """A built-in trace by name, or a .csv / .jsonl file.
+
+    A file's problems are ValueErrors that name the file, the line and what is wrong.
+    """
     if trace in TRACE_FILES:
         return [TraceRow(p, o) for p, o in load_trace(trace)]
     path = Path(trace)
     if not path.exists():
         raise FileNotFoundError(f"trace {trace!r}: not a file, nor one of {sorted(TRACE_FILES)}")
-    records = _read_jsonl(path) if path.suffix in (".jsonl", ".ndjson") else _read_csv(path)
-    rows = [_row(record, path, i) for i, record in enumerate(records)]
+    if not path.is_file():
+        raise ValueError(f"trace {path}: not a file")
+    try:
+        records = _read_jsonl(path) if path.suffix in (".jsonl", ".ndjson") else _read_csv(path)
+    except UnicodeDecodeError:
+        raise ValueError(f"trace {path}: not a UTF-8 text file") from None
+    except csv.Error as exc:
+        raise ValueError(f"trace {path}: not a readable CSV file ({exc})") from None
+    rows = [_row(record, path, line) for line, record in records]
     if not rows:
         raise ValueError(f"trace {path}: no rows")
+    untimed = [line for (line, _), row in zip(records, rows) if row.arrival is None]
+    if untimed and len(untimed) < len(rows):
+        raise ValueError(f"trace {path} line {untimed[0]}: no {ARRIVAL_COLUMN}, but other rows "
+                         f"have one; give it on every row or on none")
     return rows
 
 
-def _read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def _read_csv(path: Path) -> list[tuple[int, dict]]:
+    """(line number, row) for each data row; column names with stray blanks are trimmed."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames:
+            reader.fieldnames = [name.strip() for name in reader.fieldnames]
+        return [(reader.line_num, row) for row in reader]
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    records = []
+    with open(path, encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"trace {path} line {line_no}: not JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"trace {path} line {line_no}: expected a JSON object such as "
+                                 f'{{"prompt_tokens": 100, "output_tokens": 20}}, '
+                                 f"got {type(record).__name__}")
+            records.append((line_no, record))
+    return records
 
 
-def _row(record: dict, path: Path, i: int) -> TraceRow:
+def _row(record: dict, path: Path, line: int) -> TraceRow:
+    where = f"trace {path} line {line}"
+
+    def number(name: str, value, least: float = -math.inf) -> float:
+        try:
+            if isinstance(value, bool):  # true/false are no numbers here
+                raise TypeError
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {name} is {value!r}, not a number") from None
+        if not (math.isfinite(number) and number >= least):
+            bound = f" >= {least:g}" if least > -math.inf else ""
+            raise ValueError(f"{where}: {name} is {value!r}; it must be a finite number{bound}")
+        return number
+
     def column(names: tuple[str, ...]) -> int:
         for name in names:
             if record.get(name) not in (None, ""):
-                return int(float(record[name]))
-        raise ValueError(f"trace {path} row {i}: needs a column named one of {names}")
+                return int(number(name, record[name], least=0))
+        present = ", ".join(str(k) for k in record if k is not None) or "none"
+        raise ValueError(f"{where}: needs a column named one of {names} (it has: {present})")
 
     arrival = record.get(ARRIVAL_COLUMN)
     return TraceRow(column(PROMPT_COLUMNS), column(OUTPUT_COLUMNS),
-                    None if arrival in (None, "") else float(arrival))
+                    None if arrival in (None, "") else number(ARRIVAL_COLUMN, arrival))
 
 
 def clamp(prompt_len: int, output_len: int, max_model_len: int | None) -> tuple[int, int]:
