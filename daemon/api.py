@@ -24,8 +24,10 @@ CONTROLLER = web.AppKey("controller", object)
 LIMITS = web.AppKey("limits", object)
 
 
-def json_error(status: int, message: str, code: str | None = None) -> web.Response:
-    return web.json_response(error_body(message, status, code=code), status=status)
+def json_error(status: int, message: str, code: str | None = None,
+               headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(error_body(message, status, code=code), status=status,
+                             headers=headers)
 
 
 def build_app(controller, config: ServeConfig, api_key: str = "") -> web.Application:
@@ -46,7 +48,7 @@ async def _errors_as_json(request: web.Request, handler):
     try:
         return await handler(request)
     except ApiError as exc:
-        return json_error(exc.status, exc.message, exc.code)
+        return json_error(exc.status, exc.message, exc.code, headers=exc.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -45,6 +45,9 @@ class ServeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_tokens_limit: PositiveInt = 4096
     max_body_bytes: PositiveInt = 1 << 20
     drain_timeout: Annotated[float, Meta(ge=0)] = 30.0
+    max_queued_requests: PositiveInt = 1024     # accepted requests without a first token yet
+    max_queued_tokens: PositiveInt = 1 << 20    # ... and their prompt tokens; more -> 503
+    recovery_timeout: Annotated[float, Meta(ge=0)] = 10.0  # wait for an instance to take over
     runtime_dir: str = ""               # ipc socket folder; "" = $RUNTIME_DIRECTORY or a temp dir
     heartbeat_interval: PositiveFloat = 1.0
     restart_backoff_max: PositiveFloat = 30.0

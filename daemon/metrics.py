@@ -32,8 +32,16 @@ class Metrics:
         self.offloads = Counter("ascendra_offloads", "Requests moved from an LP to an HP instance",
                                 registry=r)
         self.tickets = Counter("ascendra_tickets", "Tickets opened by HP instances", registry=r)
-        self.dropped = Counter("ascendra_dropped", "Requests dropped before their first token",
-                               ["reason"], registry=r)
+        self.dropped = Counter("ascendra_dropped", "Requests refused or dropped before their "
+                               "first token, by reason (queue_full, shutting_down, no_instance, "
+                               "ttft_slo_missed)", ["reason"], registry=r)
+        self.recovered = Counter("ascendra_recovered", "Requests moved on after an instance died "
+                                 "(resubmit: no first token yet; resume: mid-decode, by recompute) "
+                                 "or an offload no HP could take (reroute)", ["kind"], registry=r)
+        self.queued_requests = Gauge("ascendra_queued_requests", "Accepted requests without a "
+                                     "first token yet (bounded by max_queued_requests)", registry=r)
+        self.queued_tokens = Gauge("ascendra_queued_tokens", "Their prompt tokens (bounded by "
+                                   "max_queued_tokens)", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -3,6 +3,9 @@
 The controller puts tokens (or a failure) in; the handler reads them with
 `first()` / `tokens()` and calls `close()` when it is done for any reason --
 which aborts the request on its instance if it had not finished.
+
+A request may move between instances (an offload, or a takeover after its instance
+died): the handle stays, so the client's stream and its detokenizer simply go on.
 """
 from __future__ import annotations
 
@@ -18,10 +21,14 @@ class RequestHandle:
                  on_close: Callable[["RequestHandle", str], None]) -> None:
         self.request_id = request_id
         self.arrival_time = arrival_time
+        #: The instance that holds it; None while it is between instances (being taken
+        #: over after its instance died).
         self.instance: int | None = None
         self.submit: Submit | None = None  # as last sent to an instance
         self.offloaded = False
-        self.num_output_tokens = 0
+        self.token_ids: list[int] = []     # every token sent on to the client, in order
+        self.queued_tokens = 0             # prompt tokens counted as waiting (0: not waiting)
+        self.num_recoveries = 0            # times it was taken over from a dead instance
         self.first_token_time: float | None = None
         self.last_token_time: float | None = None
         self.finished = False
@@ -29,11 +36,15 @@ class RequestHandle:
         self._queue: asyncio.Queue[TokenOutput | ApiError] = asyncio.Queue()
         self._on_close = on_close
 
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids)
+
     # ---- controller side ---------------------------------------------------------------
     def put(self, output: TokenOutput, now: float) -> None:
         if self.finished:
             return
-        self.num_output_tokens += 1
+        self.token_ids.append(output.token_id)
         if self.first_token_time is None:
             self.first_token_time = now
         self.last_token_time = now

@@ -73,7 +73,9 @@ async def serve(config: ServeConfig) -> int:
     controller = Controller(
         channel, instance_configs(config, channel.endpoint, model_dir), tokenizer=tokenizer,
         model_name=config.served_model_name or model_dir.name, ttft_slo=config.ttft_slo,
-        tbt_slo=config.tbt_slo, backoff_max=config.restart_backoff_max)
+        tbt_slo=config.tbt_slo, backoff_max=config.restart_backoff_max,
+        max_queued_requests=config.max_queued_requests,
+        max_queued_tokens=config.max_queued_tokens, recovery_timeout=config.recovery_timeout)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -157,7 +157,7 @@ class Instance:
                                     arrival_time=submit.arrival_time,
                                     deadline=deadline, priority=submit.priority,
                                     tbt_slo=submit.tbt_slo or float("inf"),
-                                    offloaded=submit.offloaded)
+                                    offloaded=submit.offloaded, preempted=submit.preempted)
         except ValueError as exc:
             log.info("instance %d refused request %s: %s", self.instance_id, submit.request_id, exc)
             self.channel.send(RequestError(instance_id=self.instance_id,

@@ -44,6 +44,7 @@ class Request:
         priority: int = 0,
         tbt_slo: float = float("inf"),
         offloaded: bool = False,
+        preempted: bool = False,
     ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {request_id}: prompt has no tokens")
@@ -60,7 +61,10 @@ class Request:
         self.block_table: list[int] = []
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None
-        self.num_preemptions = 0
+        # `preempted`: it arrives already preempted by recompute (its instance died
+        # mid-decode; its output so far is part of the prompt): like a request preempted
+        # here, it counts as started -- never offloaded, dropped or demoted.
+        self.num_preemptions = 1 if preempted else 0
         self.first_token_time: float | None = None
         self.rng = None  # the executor's per-request sampling state (seeded requests)
         self.max_total_tokens = self.num_prompt_tokens + sampling.max_tokens

@@ -62,6 +62,10 @@ class Submit(_Message, tag="submit"):
     tbt_slo: Seconds | None = None
     priority: int = 0
     offloaded: bool = False  # moved here from an LP instance (prompt tokens only)
+    #: Preempted elsewhere and recomputed here: the continuation of a request whose
+    #: instance died mid-decode (the prompt holds its output so far), or an offload no HP
+    #: could take. Treated as a request preempted by recompute: never offloaded or dropped.
+    preempted: bool = False
 
 
 class Abort(_Message, tag="abort"):

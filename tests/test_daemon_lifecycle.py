@@ -110,7 +110,9 @@ def test_ctrl_c_in_a_terminal_drains_too(daemon_factory):
 # ---- supervision ------------------------------------------------------------------------
 
 def test_killed_instance_fails_its_requests_clearly_and_is_restarted(daemon_factory):
-    daemon = daemon_factory(*sim_args(f"constant:{STEP}"))
+    # No other instance, and no wait for the restarted one (tests/test_daemon_faults.py has
+    # the takeovers): the requests it held end at once with a clear error.
+    daemon = daemon_factory(*sim_args(f"constant:{STEP}"), "--recovery-timeout", "0")
     client = _Client(daemon)
     old = _instance(daemon)
     assert old["state"] == "ready" and old["restarts"] == 0

@@ -1,0 +1,554 @@
+"""`ascendra chaos`: the daemon under load and faults; every request must get its answer.
+
+One run: start `ascendra serve` as a subprocess on the sim executor (no model runs; the
+tokenizer is the model's), drive open-loop streaming load, and inject, at fixed shares
+of the run:
+
+    25 %  kill -9 an LP instance (the first instance when the layout has no LP)
+    40 %  garbage frames on the controller's ZeroMQ socket (the ipc runtime directory)
+    55 %  kill -9 the HP instance (else the last instance)
+    70 %  a burst far past the waiting-queue bound (-> 503 queue_full with Retry-After)
+    100 % SIGTERM to the daemon; a few requests more arrive while it drains (-> 503)
+
+while some clients disconnect mid-stream (`cancel_fraction`). Then it waits for every
+answer and for the daemon's exit, and tallies what each request got:
+
+    completed  a finish reason, after exactly the tokens it asked for (the sim executor
+               never stops early, so a resumed stream must not gain or lose a token)
+    dropped    a 503 with a reason code before its first token (queue_full,
+               shutting_down, ttft_slo_missed, ...), by reason
+    errored    any other error answer (HTTP status or SSE error event), by message
+    cancelled  the client left on purpose
+    refused    never reached the daemon (its port had closed after the drain)
+    lost       accepted, but no terminal answer: a stream cut without a finish or an error
+               event, a wrong token count, or nothing by the end of the run -- must be 0
+
+`accepted` = sent - refused. The run fails (exit 1) when anything was lost, the daemon
+did not exit 0, or an instance process outlived it. bench/ imports nothing of daemon/:
+the daemon is a subprocess and everything is read over HTTP, /proc and ZeroMQ.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import msgspec
+import zmq
+
+from bench.sse import sse_data
+from bench.workload import prompt_token_ids
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_SERVING = re.compile(r"serving .* on http://([0-9.]+):(\d+) ")
+#: Error codes that mean "not served, and said why" rather than a failure.
+DROP_CODES = frozenset({"queue_full", "shutting_down", "unavailable", "ttft_slo_missed"})
+#: When each fault strikes, as a share of the run's duration.
+FAULT_AT = {"kill_lp": 0.25, "garbage": 0.40, "kill_hp": 0.55, "burst": 0.70}
+
+
+@dataclass
+class ChaosConfig:
+    duration: float = 20.0            # seconds of load before the SIGTERM
+    qps: float = 15.0
+    layout: str = "2L1H"
+    sim_latency: str = "constant:0.02"
+    seed: int = 0
+    prompt_len: tuple[int, int] = (16, 256)
+    output_len: tuple[int, int] = (8, 96)
+    cancel_fraction: float = 0.1      # clients that leave mid-stream
+    burst: int = 150                  # requests sent at once at 70 %
+    max_queued_requests: int = 48
+    drain_timeout: float = 5.0
+    model: str = ""                   # "" = the built-in tiny model (its tokenizer)
+    log_path: str = ""                # the daemon's log; "" = a temporary file
+    extra_args: list[str] = field(default_factory=list)  # more `ascendra serve` flags
+    start_timeout: float = 90.0
+
+
+@dataclass
+class Answer:
+    index: int
+    max_tokens: int
+    cancel_after: int | None
+    outcome: str = "lost"
+    reason: str = ""                  # drop code, or error message
+    tokens: int = 0                   # token events received
+    usage_tokens: int | None = None
+    sent_at: float = 0.0
+
+
+@dataclass
+class Tally:
+    sent: int = 0
+    accepted: int = 0
+    completed: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    errored: dict[str, int] = field(default_factory=dict)
+    cancelled: int = 0
+    refused: int = 0
+    lost: int = 0
+    lost_examples: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    recovered: dict[str, float] = field(default_factory=dict)
+    server_dropped: dict[str, float] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    bad_frames_sent: int = 0
+    daemon_exit_code: int | None = None
+    orphans: int = 0
+    peak_rss_mb: float = 0.0
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.daemon_exit_code == 0 and self.orphans == 0
+
+    def as_dict(self) -> dict:
+        return {**{k: v for k, v in self.__dict__.items()}, "ok": self.ok,
+                "dropped_total": sum(self.dropped.values()),
+                "errored_total": sum(self.errored.values())}
+
+
+# ---- the daemon ---------------------------------------------------------------------------
+
+class DaemonProcess:
+    def __init__(self, cfg: ChaosConfig) -> None:
+        self.cfg = cfg
+        self.tmp = Path(tempfile.mkdtemp(prefix="ascchaos-"))  # short: socket path limit
+        self.runtime_dir = self.tmp / "rt"
+        self.log_path = Path(cfg.log_path) if cfg.log_path else self.tmp / "daemon.log"
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def command(self) -> list[str]:
+        c = self.cfg
+        cmd = [sys.executable, "-m", "daemon.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+               "--runtime-dir", str(self.runtime_dir), "--executor", "sim",
+               "--sim-latency", c.sim_latency, "--layout", c.layout,
+               "--heartbeat-interval", "0.2", "--restart-backoff-max", "1",
+               "--drain-timeout", str(c.drain_timeout),
+               "--max-queued-requests", str(c.max_queued_requests),
+               "--recovery-timeout", "10"]
+        if c.model:
+            cmd += ["--model", c.model]
+        return cmd + list(c.extra_args)
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS")}
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.command(), cwd=PROJECT_ROOT, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    async def wait_serving(self, session: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + self.cfg.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the daemon exited with {self.proc.returncode} before "
+                                   f"serving; log:\n{self.log()[-3000:]}")
+            match = _SERVING.search(self.log())
+            if match:
+                self.url = f"http://{match.group(1)}:{match.group(2)}"
+                try:
+                    async with session.get(self.url + "/health") as r:
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"the daemon was not serving within {self.cfg.start_timeout:.0f} s")
+
+    def kill_everything(self) -> None:
+        """Last resort: the daemon's process group and its instances (own sessions)."""
+        if self.proc is None:
+            return
+        for pid in instance_pids(self.proc.pid):
+            _kill(pid)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait(10)
+
+
+def instance_pids(parent: int) -> list[int]:
+    """Live instance processes whose parent is `parent` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _ppid(int(entry)) == parent and _is_instance(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_instance(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"engines.instance_main" in f.read()
+    except OSError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+# ---- garbage on the wire -------------------------------------------------------------------
+
+def garbage_frames() -> list[list[bytes]]:
+    """Messages no instance would send: random bytes, truncated or mistyped msgpack, a
+    well-formed message from an identity that is no instance, an extra frame."""
+    rng = random.Random(7)
+    fake_tokens = {"type": "step_outputs", "instance_id": 0, "step": 1, "time": 0.0,
+                   "step_time": 0.0, "outputs": [["cmpl-not-a-request", 1, "stop"]]}
+    return [
+        [bytes(rng.randrange(256) for _ in range(512))],
+        [b"\xc1"],                                                   # never-used msgpack byte
+        [msgspec.msgpack.encode({"type": "ready"})],                 # missing fields
+        [msgspec.msgpack.encode({"type": "no_such_message", "instance_id": 0})],
+        [msgspec.msgpack.encode(fake_tokens)],                       # claims to be instance 0
+        [msgspec.msgpack.encode(fake_tokens)[:-3]],                  # truncated
+        [b"one", b"two"],                                            # two frames
+        [b""],
+    ]
+
+
+def send_garbage(runtime_dir: Path) -> int:
+    """Connect as a stranger (never an instance's id) and send garbage_frames(); returns
+    how many messages went out."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.ROUTING_ID, b"chaos-%d" % os.getpid())
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(f"ipc://{runtime_dir}/controller.sock")
+    frames = garbage_frames()
+    for message in frames:
+        sock.send_multipart(message)
+    sock.close()
+    ctx.term()
+    return len(frames)
+
+
+# ---- the client ---------------------------------------------------------------------------
+
+async def one_request(session: aiohttp.ClientSession, url: str, answer: Answer,
+                      prompt: list[int]) -> None:
+    body = {"prompt": prompt, "max_tokens": answer.max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0.0}
+    try:
+        async with session.post(url + "/v1/completions", json=body) as response:
+            if response.status != 200:
+                raw = await response.read()
+                try:
+                    error = json.loads(raw)["error"]
+                except (ValueError, KeyError, TypeError):
+                    error = {"message": raw[:200].decode("utf-8", "replace")}
+                _error(answer, error, f"HTTP {response.status}")
+                return
+            await _read_stream(response, answer)
+    except asyncio.CancelledError:
+        raise
+    except (aiohttp.ClientConnectorError, ConnectionRefusedError):
+        answer.outcome = "refused"
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        if answer.outcome == "lost":
+            answer.reason = f"{type(exc).__name__}: {exc}"
+
+
+async def _read_stream(response: aiohttp.ClientResponse, answer: Answer) -> None:
+    finished = False
+    async for data in sse_data(response.content):
+        if data.strip() == "[DONE]":
+            break
+        event = json.loads(data)
+        if "error" in event:
+            _error(answer, event["error"], "SSE")
+            return
+        if event.get("usage"):
+            answer.usage_tokens = event["usage"].get("completion_tokens")
+        if event.get("choices"):
+            answer.tokens += 1
+            if event["choices"][0].get("finish_reason"):
+                finished = True
+            elif answer.cancel_after is not None and answer.tokens >= answer.cancel_after:
+                answer.outcome = "cancelled"
+                response.close()  # the client leaves mid-stream
+                return
+    if not finished:
+        answer.reason = "the stream ended without a finish reason or an error"
+        return
+    if answer.tokens != answer.max_tokens or answer.usage_tokens != answer.max_tokens:
+        answer.reason = (f"completed with {answer.tokens} token events and usage "
+                         f"{answer.usage_tokens}; asked for {answer.max_tokens}")
+        return  # stays lost: a resumed stream gained or lost tokens
+    answer.outcome = "completed"
+
+
+def _error(answer: Answer, error: dict, where: str) -> None:
+    code = error.get("code") if isinstance(error, dict) else None
+    message = str(error.get("message") if isinstance(error, dict) else error)
+    if code in DROP_CODES:
+        answer.outcome, answer.reason = "dropped", code
+    else:
+        answer.outcome = "errored"
+        answer.reason = f"{where}: " + re.sub(r"\d+(\.\d+)?", "N", message)[:160]
+
+
+# ---- the run ------------------------------------------------------------------------------
+
+class Chaos:
+    def __init__(self, cfg: ChaosConfig, out=sys.stdout) -> None:
+        self.cfg = cfg
+        self.out = out
+        self.rng = random.Random(cfg.seed)
+        self.daemon = DaemonProcess(cfg)
+        self.tally = Tally()
+        self.answers: list[Answer] = []
+        self.tasks: list[asyncio.Task] = []
+        self.seen_pids: set[int] = set()
+        self.start = 0.0
+
+    def say(self, text: str) -> None:
+        line = f"[{time.monotonic() - self.start:6.2f} s] {text}" if self.start else text
+        self.tally.faults.append(line)
+        print(line, file=self.out, flush=True)
+
+    async def run(self) -> Tally:
+        self.daemon.start()
+        try:
+            connector = aiohttp.TCPConnector(limit=0, force_close=True)
+            async with aiohttp.ClientSession(connector=connector,
+                                             timeout=aiohttp.ClientTimeout(total=None)) as session:
+                await self.daemon.wait_serving(session)
+                await self._load(session)
+        finally:
+            if self.daemon.proc.poll() is None:
+                self.daemon.kill_everything()
+        return self.tally
+
+    async def _load(self, session: aiohttp.ClientSession) -> None:
+        cfg = self.cfg
+        health = await self._get_json(session, "/health")
+        instances = health["instances"]
+        roles = {i["id"]: i["role"] for i in instances}
+        self.seen_pids.update(i["pid"] for i in instances if i["pid"])
+        lp = next((i for i in sorted(roles) if roles[i] == "lp"), min(roles))
+        hp = next((i for i in sorted(roles) if roles[i] == "hp"), max(roles))
+        self.start = time.monotonic()
+        self.say(f"chaos: layout {cfg.layout}, sim executor ({cfg.sim_latency}), {cfg.qps:g} "
+                 f"requests/s for {cfg.duration:g} s, seed {cfg.seed}, daemon pid "
+                 f"{self.daemon.proc.pid}")
+        faults = sorted([(FAULT_AT["kill_lp"], "kill_lp", lp), (FAULT_AT["kill_hp"], "kill_hp", hp),
+                         (FAULT_AT["garbage"], "garbage", None), (FAULT_AT["burst"], "burst", None)])
+        sampler = asyncio.create_task(self._sample(session))
+        t, fault_i = 0.0, 0
+        while True:
+            t += self.rng.expovariate(cfg.qps)
+            while fault_i < len(faults) and faults[fault_i][0] * cfg.duration <= t:
+                await self._sleep_until(faults[fault_i][0] * cfg.duration)
+                await self._fault(session, faults[fault_i][1], faults[fault_i][2], roles)
+                fault_i += 1
+            if t >= cfg.duration:
+                break
+            await self._sleep_until(t)
+            self._send(session)
+        await self._sleep_until(cfg.duration)
+        await self._read_server_counts(session)
+        self.say(f"SIGTERM to the daemon (pid {self.daemon.proc.pid})")
+        self.daemon.proc.send_signal(signal.SIGTERM)
+        for _ in range(5):  # arrivals while it drains: 503 shutting_down, or refused once closed
+            await asyncio.sleep(0.05)
+            self._send(session)
+        await self._finish(sampler)
+
+    async def _sleep_until(self, t: float) -> None:
+        delay = self.start + t - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _send(self, session: aiohttp.ClientSession) -> None:
+        cfg = self.cfg
+        index = len(self.answers)
+        max_tokens = self.rng.randint(*cfg.output_len)
+        cancel = (self.rng.randint(1, max(1, max_tokens - 1))
+                  if self.rng.random() < cfg.cancel_fraction else None)
+        answer = Answer(index, max_tokens, cancel, sent_at=time.monotonic() - self.start)
+        prompt = prompt_token_ids(cfg.seed, index, self.rng.randint(*cfg.prompt_len))
+        self.answers.append(answer)
+        self.tasks.append(asyncio.create_task(
+            one_request(session, self.daemon.url, answer, prompt)))
+
+    async def _fault(self, session, kind: str, instance: int | None, roles: dict) -> None:
+        if kind in ("kill_lp", "kill_hp"):
+            health = await self._get_json(session, "/health")
+            slot = next(i for i in health["instances"] if i["id"] == instance)
+            if slot["pid"] and slot["state"] == "ready":
+                _kill(slot["pid"])
+                self.say(f"kill -9 instance {instance} ({roles[instance]}, pid {slot['pid']}) "
+                         f"holding {slot['in_flight']} requests")
+            else:
+                self.say(f"instance {instance} is {slot['state']}; not killed")
+        elif kind == "garbage":
+            n = await asyncio.to_thread(send_garbage, self.daemon.runtime_dir)
+            self.tally.bad_frames_sent += n
+            self.say(f"{n} garbage messages on {self.daemon.runtime_dir}/controller.sock")
+        elif kind == "burst":
+            for _ in range(self.cfg.burst):
+                self._send(session)
+            self.say(f"burst of {self.cfg.burst} requests at once "
+                     f"(max_queued_requests {self.cfg.max_queued_requests})")
+
+    async def _sample(self, session: aiohttp.ClientSession) -> None:
+        """Peak RSS of the daemon and its instances, and every instance pid seen."""
+        pid = self.daemon.proc.pid
+        while self.daemon.proc.poll() is None:
+            pids = instance_pids(pid)
+            self.seen_pids.update(pids)
+            total = rss_mb(pid) + sum(rss_mb(p) for p in pids)
+            self.tally.peak_rss_mb = max(self.tally.peak_rss_mb, round(total, 1))
+            await asyncio.sleep(0.25)
+
+    async def _read_server_counts(self, session: aiohttp.ClientSession) -> None:
+        try:
+            async with session.get(self.daemon.url + "/metrics") as r:
+                text = await r.text()
+        except aiohttp.ClientError:
+            return
+        for name, label, value in re.findall(
+                r'^ascendra_(recovered|dropped|instance_restarts)_total\{\w+="([^"]*)"\} (\S+)$',
+                text, re.M):
+            target = {"recovered": self.tally.recovered, "dropped": self.tally.server_dropped,
+                      "instance_restarts": self.tally.restarts}[name]
+            target[label] = int(float(value))
+
+    async def _finish(self, sampler: asyncio.Task) -> None:
+        cfg = self.cfg
+        _, pending = await asyncio.wait(self.tasks, timeout=cfg.drain_timeout + 15) \
+            if self.tasks else (set(), set())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        try:
+            code = await asyncio.to_thread(self.daemon.proc.wait, cfg.drain_timeout + 20)
+        except subprocess.TimeoutExpired:
+            code = None
+            self.say("the daemon did not exit in time; killing it")
+            self.daemon.kill_everything()
+        sampler.cancel()
+        self.tally.daemon_exit_code = code
+        self.tally.duration_s = round(time.monotonic() - self.start, 2)
+        self.say(f"daemon exited with code {code}")
+        deadline = time.monotonic() + 5
+        while any(alive(p) for p in self.seen_pids) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        orphans = [p for p in self.seen_pids if alive(p) and _is_instance(p)]
+        for p in orphans:
+            _kill(p)
+        self.tally.orphans = len(orphans)
+        self._count()
+
+    def _count(self) -> None:
+        tally = self.tally
+        dropped, errored = Counter(), Counter()
+        for a in self.answers:
+            if a.outcome == "completed":
+                tally.completed += 1
+            elif a.outcome == "dropped":
+                dropped[a.reason] += 1
+            elif a.outcome == "errored":
+                errored[a.reason] += 1
+            elif a.outcome == "cancelled":
+                tally.cancelled += 1
+            elif a.outcome == "refused":
+                tally.refused += 1
+            else:
+                tally.lost += 1
+                if len(tally.lost_examples) < 10:
+                    tally.lost_examples.append(f"request {a.index} (sent at {a.sent_at:.2f} s, "
+                                               f"{a.tokens} tokens): {a.reason or 'no answer'}")
+        tally.sent = len(self.answers)
+        tally.accepted = tally.sent - tally.refused
+        tally.dropped, tally.errored = dict(dropped.most_common()), dict(errored.most_common())
+
+    async def _get_json(self, session: aiohttp.ClientSession, path: str) -> dict:
+        async with session.get(self.daemon.url + path) as r:
+            return await r.json(content_type=None)
+
+
+def format_tally(tally: Tally) -> str:
+    def by(counts: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in counts.items()) or "-"
+
+    lines = [
+        "", "chaos tally",
+        f"  sent              {tally.sent}",
+        f"  accepted          {tally.accepted}",
+        f"  completed         {tally.completed}",
+        f"  dropped           {sum(tally.dropped.values()):<5} {by(tally.dropped)}",
+        f"  errored           {sum(tally.errored.values()):<5} {by(tally.errored)}",
+        f"  client-cancelled  {tally.cancelled}",
+        f"  lost              {tally.lost}",
+        f"  refused (closed)  {tally.refused}",
+        f"  server: recovered {by(tally.recovered)}; dropped {by(tally.server_dropped)}; "
+        f"instance restarts {by(tally.restarts)}",
+        f"  daemon exit code  {tally.daemon_exit_code}; orphan instances {tally.orphans}; "
+        f"peak RSS {tally.peak_rss_mb:.0f} MB; {tally.duration_s:.1f} s",
+    ]
+    lines += [f"  lost: {example}" for example in tally.lost_examples]
+    lines.append("  result            " + ("OK" if tally.ok else "FAILED"))
+    return "\n".join(lines)
+
+
+def run_chaos(cfg: ChaosConfig, out=sys.stdout) -> Tally:
+    return asyncio.run(Chaos(cfg, out).run())
