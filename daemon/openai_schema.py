@@ -8,6 +8,12 @@ from msgspec import Meta
 
 from ipc.params import SamplingParams
 
+#: Seeds travel as msgpack integers (int64) and seed a torch.Generator.
+Seed = Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+#: SLOs are finite seconds: at most a day.
+SloSeconds = Annotated[float, Meta(gt=0.0, le=86400.0)]
+StopString = Annotated[str, Meta(min_length=1)]
+
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool = False
@@ -18,9 +24,9 @@ class _Common(msgspec.Struct, kw_only=True):
     max_tokens: Annotated[int, Meta(ge=1)] | None = None
     temperature: Annotated[float, Meta(ge=0.0, le=2.0)] = 1.0
     top_p: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
-    top_k: Annotated[int, Meta(ge=-1)] = -1      # extension; -1 or 0 = off
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    top_k: Annotated[int, Meta(ge=-1, le=(1 << 31) - 1)] = -1  # extension; -1 or 0 = off
+    seed: Seed | None = None
+    stop: StopString | Annotated[list[StopString], Meta(max_length=4)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
@@ -29,8 +35,8 @@ class _Common(msgspec.Struct, kw_only=True):
     user: str | None = None
     # Ascendra extensions
     ignore_eos: bool = False
-    ttft_slo: Annotated[float, Meta(gt=0.0)] | None = None   # seconds
-    tbt_slo: Annotated[float, Meta(gt=0.0)] | None = None    # seconds
+    ttft_slo: SloSeconds | None = None   # seconds
+    tbt_slo: SloSeconds | None = None    # seconds
     priority: Annotated[int, Meta(ge=0, le=100)] = 0          # higher class is served first
 
     def stop_strings(self) -> list[str]:
@@ -62,6 +68,11 @@ class CompletionRequest(_Common, kw_only=True):
     echo: bool = False
     logprobs: None = None
 
+    def sampling(self, default_max_tokens: int, max_tokens_limit: int) -> SamplingParams:
+        if self.echo:
+            raise ValueError("echo: not supported; leave it false")
+        return super().sampling(default_max_tokens, max_tokens_limit)
+
 
 class TextPart(msgspec.Struct):
     type: Literal["text"]
@@ -92,5 +103,5 @@ def parse_body(body: bytes, kind: type[msgspec.Struct]):
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         raise ValueError(str(exc)) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"body is not valid JSON: {exc}") from None

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
-import os
 import signal
 from pathlib import Path
 
 import uvloop
 from aiohttp import web
 
-from daemon.api import build_app
+from daemon.api import API_KEY_ENV, build_app, resolve_api_key
 from daemon.config import ServeConfig, add_config_flags, config_from_args
 from daemon.controller import Controller
 from daemon.layout import InstanceSpec, parse_layout
@@ -86,7 +86,10 @@ async def serve(config: ServeConfig) -> int:
         log.error("could not start: %s", exc)
         await controller.stop()
         return 1
-    api_key = config.api_key or os.environ.get("ASCENDRA_API_KEY", "")
+    api_key = resolve_api_key(config)
+    if not api_key and not _is_loopback(config.host):
+        log.warning("listening on %s without an API key: anyone who can reach the port can "
+                    "use the model (set --api-key or $%s)", config.host, API_KEY_ENV)
     runner = web.AppRunner(build_app(controller, config, api_key),
                            handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -107,6 +110,13 @@ async def serve(config: ServeConfig) -> int:
     await controller.stop()
     log.info("stopped")
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 async def _watchdog(notifier: Notifier, controller: Controller) -> None:
