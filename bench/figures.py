@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"2L1H": "tab:red", "3xsarathi": "tab:blue", "3xvllm": "tab:green",
           "1L1H": "tab:red", "2xsarathi": "tab:blue", "2xvllm": "tab:green",
-          "1L2H": "tab:purple", "2L1H-sjf": "tab:orange"}
+          "1L2H": "tab:purple", "2L1H-sjf": "tab:orange", "2L1H-edf": "tab:red",
+          "2L1H-fcfs": "tab:gray", "elastic-on": "tab:red", "elastic-off": "tab:gray"}
 DPI = 90
 
 
@@ -178,8 +179,9 @@ def _capacity(doc):
             ax.text(x, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(traces)), traces)
     ax.set_ylabel(f"QPS at {doc['target_pct']:.0f}% goodput")
+    ax.set_ylim(0, 1.25 * max(r["capacity_qps"] for r in rows))
     ax.set_title(f"Capacity (simulated, {doc['profile']}, {doc['num_requests']} requests/point)",
                  fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=len(labels), loc="upper center")
     fig.tight_layout()
     return fig

@@ -14,6 +14,7 @@ from msgspec import Meta
 
 from daemon.layout import parse_layout
 from engines.executors.latency import make_latency
+from policies.offload import DEFAULT_OFFLOAD_THRESHOLD
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
@@ -35,7 +36,7 @@ class ServeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     chunk_size: PositiveInt = 512       # token budget of one engine step
     max_num_seqs: PositiveInt | None = None  # default from the mode (LP: 128)
     value_function: Literal["edf", "sjf", "ljf", "fcfs"] = "edf"  # LP/HP order of waiting prompts
-    offload_threshold: Annotated[float, Meta(ge=0)] = 1.0  # LP offloads below this x worst HP latency
+    offload_threshold: Annotated[float, Meta(ge=0)] = DEFAULT_OFFLOAD_THRESHOLD  # LP offloads below this x worst HP latency
     drop_expired: bool = False          # drop waiting requests whose TTFT SLO is lost
     block_size: PositiveInt = 16
     num_kv_blocks: PositiveInt | None = None
