@@ -97,16 +97,21 @@ def _fig10(doc):
     return fig
 
 
-def _fig11(doc):
+def _two_goodput_panels(doc, title: str, panels) -> plt.Figure:
+    """Goodput vs QPS side by side; `panels` is two (row filter, panel title) pairs."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    rows = doc["rows"]
-    _lines(axes[0], _series(rows, "qps", "goodput_pct", lambda r: "elastic" not in r["label"]),
-           "QPS", "goodput (%)", "2L1H, ShareGPT: value function", target=90)
-    _lines(axes[1], _series(rows, "qps", "goodput_pct", lambda r: "elastic" in r["label"]),
-           "QPS", "goodput (%)", "2L1H, ShareGPT: HP elastic batch", target=90)
-    fig.suptitle(f"Figure 11 ({doc['num_requests']} requests/point)")
+    for ax, (where, panel_title) in zip(axes, panels):
+        _lines(ax, _series(doc["rows"], "qps", "goodput_pct", where), "QPS", "goodput (%)",
+               panel_title, target=90)
+    fig.suptitle(f"{title} ({doc['num_requests']} requests/point)")
     fig.tight_layout()
     return fig
+
+
+def _fig11(doc):
+    return _two_goodput_panels(doc, "Figure 11", [
+        (lambda r: "elastic" not in r["label"], "2L1H, ShareGPT: value function"),
+        (lambda r: "elastic" in r["label"], "2L1H, ShareGPT: HP elastic batch")])
 
 
 def _fig12(doc):
@@ -132,15 +137,9 @@ def _fig12(doc):
 
 
 def _fig13(doc):
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    rows = doc["rows"]
-    _lines(axes[0], _series(rows, "qps", "goodput_pct", lambda r: r["trace"] == "arxiv"),
-           "QPS", "goodput (%)", "two instances, arxiv (TTFT 2.5 s)", target=90)
-    _lines(axes[1], _series(rows, "qps", "goodput_pct", lambda r: r["trace"] == "sharegpt"),
-           "QPS", "goodput (%)", "three instances, ShareGPT: 2L1H vs 1L2H (2H1L)", target=90)
-    fig.suptitle(f"Figure 13 ({doc['num_requests']} requests/point)")
-    fig.tight_layout()
-    return fig
+    return _two_goodput_panels(doc, "Figure 13", [
+        (lambda r: r["trace"] == "arxiv", "two instances, arxiv (TTFT 2.5 s)"),
+        (lambda r: r["trace"] == "sharegpt", "three instances, ShareGPT: 2L1H vs 1L2H (2H1L)")])
 
 
 def _threshold(doc):
