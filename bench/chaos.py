@@ -17,7 +17,8 @@ answer and for the daemon's exit, and tallies what each request got:
                never stops early, so a resumed stream must not gain or lose a token)
     dropped    a 503 with a reason code before its first token (queue_full,
                shutting_down, ttft_slo_missed, ...), by reason
-    errored    any other error answer (HTTP status or SSE error event), by message
+    errored    any other error answer (an HTTP status, or an SSE error event that ends a
+               stream: e.g. one cut at the drain timeout), by message
     cancelled  the client left on purpose
     refused    never reached the daemon (its port had closed after the drain)
     lost       accepted, but no terminal answer: a stream cut without a finish or an error
@@ -74,6 +75,7 @@ class ChaosConfig:
     model: str = ""                   # "" = the built-in tiny model (its tokenizer)
     log_path: str = ""                # the daemon's log; "" = a temporary file
     extra_args: list[str] = field(default_factory=list)  # more `ascendra serve` flags
+    faults: bool = True               # False: load and the final SIGTERM only (an overload run)
     start_timeout: float = 90.0
 
 
@@ -108,6 +110,9 @@ class Tally:
     daemon_exit_code: int | None = None
     orphans: int = 0
     peak_rss_mb: float = 0.0
+    #: Peak RSS (daemon + instances, MB) in each quarter of the load: flat once the
+    #: waiting queue is full, if memory is bounded.
+    rss_mb_by_quarter: list[float] = field(default_factory=lambda: [0.0] * 4)
     duration_s: float = 0.0
 
     @property
@@ -336,9 +341,11 @@ async def _read_stream(response: aiohttp.ClientResponse, answer: Answer) -> None
 
 
 def _error(answer: Answer, error: dict, where: str) -> None:
+    """A drop: an HTTP error with a reason code (before any token). Anything else -- an
+    SSE error event ends a stream that had started -- is an error, grouped by message."""
     code = error.get("code") if isinstance(error, dict) else None
     message = str(error.get("message") if isinstance(error, dict) else error)
-    if code in DROP_CODES:
+    if code in DROP_CODES and where != "SSE":
         answer.outcome, answer.reason = "dropped", code
     else:
         answer.outcome = "errored"
@@ -390,7 +397,8 @@ class Chaos:
                  f"requests/s for {cfg.duration:g} s, seed {cfg.seed}, daemon pid "
                  f"{self.daemon.proc.pid}")
         faults = sorted([(FAULT_AT["kill_lp"], "kill_lp", lp), (FAULT_AT["kill_hp"], "kill_hp", hp),
-                         (FAULT_AT["garbage"], "garbage", None), (FAULT_AT["burst"], "burst", None)])
+                         (FAULT_AT["garbage"], "garbage", None), (FAULT_AT["burst"], "burst", None)]
+                        ) if cfg.faults else []
         sampler = asyncio.create_task(self._sample(session))
         t, fault_i = 0.0, 0
         while True:
@@ -455,8 +463,12 @@ class Chaos:
         while self.daemon.proc.poll() is None:
             pids = instance_pids(pid)
             self.seen_pids.update(pids)
-            total = rss_mb(pid) + sum(rss_mb(p) for p in pids)
-            self.tally.peak_rss_mb = max(self.tally.peak_rss_mb, round(total, 1))
+            total = round(rss_mb(pid) + sum(rss_mb(p) for p in pids), 1)
+            self.tally.peak_rss_mb = max(self.tally.peak_rss_mb, total)
+            quarter = int(4 * (time.monotonic() - self.start) / self.cfg.duration)
+            if self.start and 0 <= quarter < 4:
+                by_quarter = self.tally.rss_mb_by_quarter
+                by_quarter[quarter] = max(by_quarter[quarter], total)
             await asyncio.sleep(0.25)
 
     async def _read_server_counts(self, session: aiohttp.ClientSession) -> None:
@@ -543,7 +555,8 @@ def format_tally(tally: Tally) -> str:
         f"  server: recovered {by(tally.recovered)}; dropped {by(tally.server_dropped)}; "
         f"instance restarts {by(tally.restarts)}",
         f"  daemon exit code  {tally.daemon_exit_code}; orphan instances {tally.orphans}; "
-        f"peak RSS {tally.peak_rss_mb:.0f} MB; {tally.duration_s:.1f} s",
+        f"peak RSS {tally.peak_rss_mb:.0f} MB (by quarter of the run: "
+        f"{' / '.join(f'{m:.0f}' for m in tally.rss_mb_by_quarter)}); {tally.duration_s:.1f} s",
     ]
     lines += [f"  lost: {example}" for example in tally.lost_examples]
     lines.append("  result            " + ("OK" if tally.ok else "FAILED"))
@@ -551,4 +564,17 @@ def format_tally(tally: Tally) -> str:
 
 
 def run_chaos(cfg: ChaosConfig, out=sys.stdout) -> Tally:
+    _raise_open_files_limit()
     return asyncio.run(Chaos(cfg, out).run())
+
+
+def _raise_open_files_limit() -> None:
+    """One socket per request in flight: lift the soft limit on open files to the hard one
+    (the daemon, started from here, inherits it)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 from bench.chaos import ChaosConfig, format_tally, run_chaos
 
@@ -48,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the daemon's drain timeout after SIGTERM (default %(default)s)")
     p.add_argument("--model", default="", help="model folder whose tokenizer the daemon loads "
                                                "(default: the built-in tiny model)")
+    p.add_argument("--no-faults", dest="faults", action="store_false",
+                   help="inject nothing but the final SIGTERM (an overload or soak run)")
+    p.add_argument("--serve-args", default="", metavar="'FLAGS'",
+                   help="more `ascendra serve` flags, e.g. \"--max-num-seqs 8\"")
     p.add_argument("--log", default="", help="write the daemon's log here")
     p.add_argument("--json", metavar="PATH", help="write the tally as JSON")
     p.set_defaults(run=run)
@@ -60,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
                       sim_latency=args.sim_latency, seed=args.seed, prompt_len=args.prompt_len,
                       output_len=args.output_len, cancel_fraction=args.cancel_fraction,
                       burst=args.burst, max_queued_requests=args.max_queued_requests,
-                      drain_timeout=args.drain_timeout, model=args.model, log_path=args.log)
+                      drain_timeout=args.drain_timeout, model=args.model, log_path=args.log,
+                      faults=args.faults, extra_args=shlex.split(args.serve_args))
     tally = run_chaos(cfg)
     print(format_tally(tally), flush=True)
     if args.json:

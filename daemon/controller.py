@@ -189,7 +189,7 @@ class Controller:
         try:
             await self.channel.send(instance_id, Abort(request_id=request_id))
         except InstanceUnreachable:
-            pass  # it died: its requests were settled when it did
+            pass  # it died: it holds nothing any more
 
     def _settle(self, handle: RequestHandle, error: ApiError | None, outcome: str = "") -> None:
         """A request's last word: remove it and count its outcome."""

@@ -4,8 +4,9 @@ The controller (a thin shell around this) calls `recover` for every request the 
 instance held, and `recovery_target` to pick the instance that takes it over:
 
 * No first token yet -> **resubmit**: the same Submit (prompt tokens only, arrival and
-  deadline kept, as an offload moves a request) goes to another instance. Nothing was
-  sent to the client, so nothing needs to match.
+  deadline kept) goes to another instance, marked `offloaded` as an offload is (so it
+  does not count as the new request an HP's ticket asked for). Nothing was sent to the
+  client, so nothing needs to match.
 * Mid-decode -> **resume** by recompute: the new prompt is the original prompt followed
   by every token generated so far, `max_tokens` shrinks by that many, and the request is
   marked `preempted` -- the receiving instance treats it as a request preempted by
@@ -56,7 +57,7 @@ def recover(submit: Submit, generated: Sequence[int], max_model_len: int) -> Rec
     the instances that could take it (the smallest among them).
     """
     if not generated:
-        return Recovery("resubmit", submit)
+        return Recovery("resubmit", msgspec.structs.replace(submit, offloaded=True))
     resumed = resume_submit(submit, generated)
     if resumed is None:  # it had already produced everything it asked for
         return Recovery("resume", error="it had generated every token it asked for")

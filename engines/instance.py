@@ -144,7 +144,7 @@ class Instance:
             self._shutdown()
 
     def _submit(self, submit: Submit) -> None:
-        if not submit.offloaded:
+        if not (submit.offloaded or submit.preempted):
             self.ticket_open = False  # a new request came: it used our ticket (or beat it)
         deadline = submit.deadline
         if deadline is None:

@@ -28,10 +28,10 @@ def submit(prompt=(5, 6, 7), max_tokens=10, **fields) -> Submit:
 
 # ---- recovery plans ---------------------------------------------------------------------
 
-def test_a_request_without_a_first_token_is_resubmitted_unchanged():
-    original = submit(offloaded=True)
-    plan = recover(original, [], max_model_len=64)
-    assert plan.kind == "resubmit" and plan.submit == original and plan.error is None
+def test_a_request_without_a_first_token_is_resubmitted_unchanged_as_an_offload():
+    plan = recover(submit(), [], max_model_len=64)
+    assert plan.kind == "resubmit" and plan.error is None
+    assert plan.submit == submit(offloaded=True)  # same prompt, arrival, deadline, sampling
 
 
 def test_a_request_mid_decode_resumes_with_its_output_in_the_prompt():
