@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    _raise_open_files_limit()
+    raise_open_files_limit()
     result = asyncio.run(benchmark(args))
     print_summary(result)
     if args.json:
@@ -88,7 +88,7 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} must be > 0, got {value}")
 
 
-def _raise_open_files_limit() -> None:
+def raise_open_files_limit() -> None:
     """One socket per request in flight: lift the soft limit on open files to the hard one."""
     try:
         import resource

@@ -48,6 +48,7 @@ import aiohttp
 import msgspec
 import zmq
 
+from bench.bench_cli import raise_open_files_limit
 from bench.sse import sse_data
 from bench.workload import prompt_token_ids
 
@@ -202,7 +203,7 @@ def instance_pids(parent: int) -> list[int]:
     """Live instance processes whose parent is `parent` (from /proc)."""
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and _ppid(int(entry)) == parent and _is_instance(int(entry)):
+        if entry.isdigit() and _ppid(int(entry)) == parent and is_instance(int(entry)):
             found.append(int(entry))
     return found
 
@@ -215,7 +216,7 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
-def _is_instance(pid: int) -> bool:
+def is_instance(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"engines.instance_main" in f.read()
@@ -504,7 +505,7 @@ class Chaos:
         deadline = time.monotonic() + 5
         while any(alive(p) for p in self.seen_pids) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        orphans = [p for p in self.seen_pids if alive(p) and _is_instance(p)]
+        orphans = [p for p in self.seen_pids if alive(p) and is_instance(p)]
         for p in orphans:
             _kill(p)
         self.tally.orphans = len(orphans)
@@ -564,17 +565,5 @@ def format_tally(tally: Tally) -> str:
 
 
 def run_chaos(cfg: ChaosConfig, out=sys.stdout) -> Tally:
-    _raise_open_files_limit()
+    raise_open_files_limit()
     return asyncio.run(Chaos(cfg, out).run())
-
-
-def _raise_open_files_limit() -> None:
-    """One socket per request in flight: lift the soft limit on open files to the hard one
-    (the daemon, started from here, inherits it)."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass

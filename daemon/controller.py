@@ -21,7 +21,6 @@ from daemon.metrics import Metrics
 from daemon.overload import QUEUE_FULL, WaitingQueue, retry_after
 from daemon.recovery import recover, recovery_target, reroute_offload
 from daemon.request_handle import RequestHandle
-from policies.router import Router
 from daemon.supervisor import InstanceSlot, InstanceState, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable
@@ -31,6 +30,7 @@ from ipc.messages import (
 )
 from ipc.params import SamplingParams
 from policies.admission import DROP_REASON
+from policies.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,14 @@ class Controller:
             request_id=request_id, prompt_token_ids=prompt_token_ids, sampling=sampling,
             arrival_time=now, deadline=now + ttft_slo, ttft_slo=ttft_slo,
             tbt_slo=tbt_slo or self.tbt_slo, priority=priority)
-        await self._send_to(instance_id, handle, handle.submit)
+        try:
+            await self._send_to(instance_id, handle, handle.submit)
+        except Exception:  # e.g. a value the wire format cannot carry: never leave it behind
+            log.exception("request %s: could not be sent to instance %d", request_id, instance_id)
+            error = ApiError(500, "the request could not be handed to an instance",
+                             "internal_error")
+            self._settle(handle, error, "error")
+            raise error from None
         return handle
 
     def _refuse(self, reason: str, message: str, code: str) -> None:

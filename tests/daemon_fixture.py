@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.chaos import instance_pids, is_instance
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: Seconds a daemon may take from exec to /health ok (a cold torch import on 2 busy cores).
 START_TIMEOUT = 60.0
@@ -164,7 +166,7 @@ class Daemon:
 
     def close(self, grace: float = 10.0) -> None:
         """End the daemon (SIGTERM, then SIGKILL after `grace`) and every process it started."""
-        instances = _instance_children(self.proc.pid) if self.proc.poll() is None else []
+        instances = instance_pids(self.proc.pid) if self.proc.poll() is None else []
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -175,7 +177,7 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.wait(10)
         for pid in instances:  # instances run in sessions of their own
-            if _is_instance(pid):
+            if is_instance(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -189,30 +191,6 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _instance_children(parent: int) -> list[int]:
-    """Pids of the instance processes whose parent is `parent` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent and _is_instance(int(entry)):
-            found.append(int(entry))
-    return found
-
-
-def _is_instance(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"engines.instance_main" in f.read()
-    except OSError:
-        return False
 
 
 def daemon_env(cache_dir: str | os.PathLike, extra: dict[str, str] | None = None) -> dict[str, str]:
