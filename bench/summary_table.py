@@ -25,7 +25,7 @@ def summary_rows(result: RunResult) -> list[tuple[str, str]]:
             ("throughput", f"{r.throughput_rps:.2f} req/s, {r.output_tok_s:.1f} output tok/s"),
             ("P99 TBT", f"{_ms(r.p99_tbt_s)} ms")]
     if r.perf_model_mape is not None:
-        rows.append(("perf model MAPE", f"{r.perf_model_mape:.1f} %"))
+        rows.append(("perf model MAPE", f"{100 * r.perf_model_mape:.1f} %"))  # a fraction
     return rows
 
 
