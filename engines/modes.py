@@ -33,8 +33,8 @@ class Mode:
     elastic_batch: bool = False
     #: Keep a step's predicted time within the running requests' TBT SLO.
     compute_budget: bool = False
-    #: Move waiting requests whose TTFT target is already lost behind the others
-    #: (`policies.value.demote_lost`): they still run, but no longer make others late.
+    #: With by_value: waiting requests whose TTFT target is already lost go behind the
+    #: others (`order_by_value(demote_lost=...)`): they still run, but make no one late.
     demote_lost: bool = False
     #: max_num_seqs when the config leaves it unset (capped by the token budget in
     #: decode-first modes, where every running decode must fit in one step).

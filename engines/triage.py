@@ -14,7 +14,7 @@ from engines.scheduler_config import SchedulerConfig
 from policies.admission import should_drop
 from policies.offload import plan_offloads
 from policies.predictor import Predictor
-from policies.value import demote_lost, get_value_function, order_by_value
+from policies.value import get_value_function, order_by_value
 
 
 class Triage:
@@ -38,9 +38,8 @@ class Triage:
         gone = set(map(id, dropped))
         staying = [r for r in waiting if id(r) not in gone]
         if self.mode.by_value:
-            staying = order_by_value(staying, now, self.value_fn, self.predictor, budget)
-        if self.mode.demote_lost:
-            staying = demote_lost(staying, now, self.predictor, budget)
+            staying = order_by_value(staying, now, self.value_fn, self.predictor, budget,
+                                     demote_lost=self.mode.demote_lost)
         offloaded: list[Request] = []
         if self.mode.offloads:
             offloaded, _hopeless = plan_offloads(

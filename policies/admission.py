@@ -181,16 +181,23 @@ class Droppable(Protocol):
     def num_uncomputed_tokens(self) -> int: ...
 
 
+def ttft_lost(request: Droppable, now: float, predictor: Predictor, token_budget: int | None,
+              ) -> bool:
+    """Its TTFT SLO is out of reach: even started now on an idle instance, its prefill ends
+    after the deadline (or the deadline has passed). Never for a request whose prefill
+    started (or was preempted): it holds, or held, the instance's work."""
+    if request.prefill_started:
+        return False
+    return now + remaining_prefill_time(request, predictor, token_budget) > request.deadline
+
+
 def should_drop(request: Droppable, now: float, *, predictor: Predictor, token_budget: int,
                 drop_expired: bool) -> str | None:
-    """`DROP_REASON` if a waiting request's TTFT SLO is lost, else None.
-
-    Lost: the deadline has passed, or its prefill cannot end by the deadline even if
-    it started now on an idle instance. Never drops a request whose prefill started
-    (it is about to produce its first token), and never when `drop_expired` is off.
-    """
-    if not drop_expired or request.prefill_started:
-        return None
+    """`DROP_REASON` if a waiting request's TTFT SLO is lost (`ttft_lost`), else None;
+    never when `drop_expired` is off."""
+    if drop_expired and ttft_lost(request, now, predictor, token_budget):
+        return DROP_REASON
+    return None
     if now > request.deadline:
         return DROP_REASON
     if now + remaining_prefill_time(request, predictor, token_budget) > request.deadline:

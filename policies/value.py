@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from policies.admission import ttft_lost
 from policies.predictor import Predictor, remaining_prefill_time
 
 
@@ -31,6 +32,8 @@ class Waiting(Protocol):
     def num_computed_tokens(self) -> int: ...
     @property
     def num_uncomputed_tokens(self) -> int: ...
+    @property
+    def prefill_started(self) -> bool: ...
 
 
 ValueFunction = Callable[[Waiting, float, Predictor, "int | None"], float]
@@ -69,42 +72,23 @@ def get_value_function(name: str) -> ValueFunction:
 
 
 def order_by_value(waiting: Iterable[Waiting], now: float, value_fn: ValueFunction,
-                   predictor: Predictor, token_budget: int | None) -> list:
+                   predictor: Predictor, token_budget: int | None,
+                   demote_lost: bool = False) -> list:
     """`waiting` most urgent first: higher priority class, then smaller value, then earlier arrival.
 
-    Requests equal on all three keep their queue order (the sort is stable).
+    With `demote_lost`, requests whose TTFT target is already lost (`admission.ttft_lost`)
+    go behind all the others, in the same order among themselves. Goodput counts requests
+    that meet their targets; a lost one is a miss whenever it runs, so running it first
+    only makes the ones behind it late too (under EDF the most overdue request is the most
+    "urgent", which turns a short overload into a cascade). Requests equal on every key
+    keep their queue order (the sort is stable).
     """
-    def key(request: Waiting) -> tuple[int, float, float]:
-        return (-request.priority, value_fn(request, now, predictor, token_budget),
+    def key(request: Waiting) -> tuple[bool, int, float, float]:
+        lost = demote_lost and ttft_lost(request, now, predictor, token_budget)
+        return (lost, -request.priority, value_fn(request, now, predictor, token_budget),
                 request.arrival_time)
 
     return sorted(waiting, key=key)
-
-
-def is_lost(request: Waiting, now: float, predictor: Predictor, token_budget: int | None) -> bool:
-    """Its TTFT target is out of reach: even started now, its prefill ends after the deadline.
-
-    A request whose prefill has started (or that was preempted) is never lost here: it
-    holds, or held, the instance's work and is about to produce tokens.
-    """
-    if request.num_computed_tokens > 0 or getattr(request, "num_preemptions", 0) > 0:
-        return False
-    return now + remaining_prefill_time(request, predictor, token_budget) > request.deadline
-
-
-def demote_lost(ordered: Sequence[Waiting], now: float, predictor: Predictor,
-                token_budget: int | None) -> list:
-    """`ordered` with the requests whose TTFT target is lost moved to the back (order kept).
-
-    Goodput counts requests that meet their targets; a lost request is a miss whenever
-    it runs, so running it first only makes the ones behind it late too (under EDF
-    the most overdue request is the most "urgent" one, which turns a short overload into
-    a cascade). Lost requests still run, when nothing that can still make it waits.
-    """
-    live, lost = [], []
-    for request in ordered:
-        (lost if is_lost(request, now, predictor, token_budget) else live).append(request)
-    return live + lost if lost else list(ordered)
 
 
 def waiting_order(value_fn: ValueFunction | str, predictor: Predictor,

@@ -11,10 +11,9 @@ from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
 from ipc.messages import Submit
 from ipc.params import SamplingParams
-from policies.admission import should_drop
+from policies.admission import should_drop, ttft_lost
 from policies.offload import plan_offloads
 from policies.predictor import LinearPredictor, ZeroPredictor
-from policies.value import is_lost
 from tests.fakes import FakeExecutor, expected_output
 
 
@@ -104,7 +103,7 @@ def test_a_resumed_request_is_never_dropped_offloaded_or_demoted():
     now, predictor = 5.0, ZeroPredictor()  # long past both deadlines
     assert should_drop(fresh, now, predictor=predictor, token_budget=8, drop_expired=True)
     assert should_drop(resumed, now, predictor=predictor, token_budget=8, drop_expired=True) is None
-    assert is_lost(fresh, now, predictor, 8) and not is_lost(resumed, now, predictor, 8)
+    assert ttft_lost(fresh, now, predictor, 8) and not ttft_lost(resumed, now, predictor, 8)
     slow = LinearPredictor(seconds_per_token=0.01)  # a busy LP: it starts them in 10 s
     offload, _ = plan_offloads([fresh, resumed], 0.3, predictor=slow, token_budget=8,
                                next_batch_time=10.0)

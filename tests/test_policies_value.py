@@ -33,6 +33,19 @@ def test_edf_puts_a_later_short_request_with_an_earlier_latest_start_first():
     assert order([early_long, late_short], fcfs) == ["early_long", "late_short"]
 
 
+def test_requests_whose_ttft_is_lost_go_behind_the_others_when_asked():
+    # At t=1.0: "overdue" can no longer make its deadline, so EDF would run it first and
+    # make the others late too; demoted, it runs after them. A started prefill stays put.
+    overdue = FakeRequest("overdue", 100, arrival_time=0.0, deadline=0.5)
+    started = FakeRequest("started", 100, arrival_time=0.0, deadline=0.6, num_computed_tokens=50)
+    live_a = FakeRequest("live_a", 100, arrival_time=0.5, deadline=1.5)
+    live_b = FakeRequest("live_b", 100, arrival_time=0.6, deadline=1.6)
+    waiting = [overdue, started, live_a, live_b]
+    assert order(waiting, edf, now=1.0) == ["overdue", "started", "live_a", "live_b"]
+    demoted = order_by_value(waiting, 1.0, edf, PREDICTOR, BUDGET, demote_lost=True)
+    assert names(demoted) == ["started", "live_a", "live_b", "overdue"]
+
+
 def test_edf_starts_a_long_prompt_before_a_short_one_with_the_same_deadline():
     short = FakeRequest("short", 10, arrival_time=0.0, deadline=5.0)
     long = FakeRequest("long", 2000, arrival_time=1.0, deadline=5.0)
