@@ -31,7 +31,6 @@ the daemon is a subprocess and everything is read over HTTP, /proc and ZeroMQ.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import re
@@ -45,17 +44,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import msgspec
-import zmq
 
 from bench.bench_cli import raise_open_files_limit
-from bench.sse import sse_data
+from bench.chaos_client import Answer, one_request
+from bench.garbage_frames import send_garbage
+from bench.processes import alive, instance_pids, is_instance, kill_quietly, rss_mb
 from bench.workload import prompt_token_ids
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _SERVING = re.compile(r"serving .* on http://([0-9.]+):(\d+) ")
-#: Error codes that mean "not served, and said why" rather than a failure.
-DROP_CODES = frozenset({"queue_full", "shutting_down", "unavailable", "ttft_slo_missed"})
 #: When each fault strikes, as a share of the run's duration.
 FAULT_AT = {"kill_lp": 0.25, "garbage": 0.40, "kill_hp": 0.55, "burst": 0.70}
 
@@ -78,18 +75,6 @@ class ChaosConfig:
     extra_args: list[str] = field(default_factory=list)  # more `ascendra serve` flags
     faults: bool = True               # False: load and the final SIGTERM only (an overload run)
     start_timeout: float = 90.0
-
-
-@dataclass
-class Answer:
-    index: int
-    max_tokens: int
-    cancel_after: int | None
-    outcome: str = "lost"
-    reason: str = ""                  # drop code, or error message
-    tokens: int = 0                   # token events received
-    usage_tokens: int | None = None
-    sent_at: float = 0.0
 
 
 @dataclass
@@ -191,166 +176,12 @@ class DaemonProcess:
         if self.proc is None:
             return
         for pid in instance_pids(self.proc.pid):
-            _kill(pid)
+            kill_quietly(pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait(10)
-
-
-def instance_pids(parent: int) -> list[int]:
-    """Live instance processes whose parent is `parent` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _ppid(int(entry)) == parent and is_instance(int(entry)):
-            found.append(int(entry))
-    return found
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def is_instance(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"engines.instance_main" in f.read()
-    except OSError:
-        return False
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-# ---- garbage on the wire -------------------------------------------------------------------
-
-def garbage_frames() -> list[list[bytes]]:
-    """Messages no instance would send: random bytes, truncated or mistyped msgpack, a
-    well-formed message from an identity that is no instance, an extra frame."""
-    rng = random.Random(7)
-    fake_tokens = {"type": "step_outputs", "instance_id": 0, "step": 1, "time": 0.0,
-                   "step_time": 0.0, "outputs": [["cmpl-not-a-request", 1, "stop"]]}
-    return [
-        [bytes(rng.randrange(256) for _ in range(512))],
-        [b"\xc1"],                                                   # never-used msgpack byte
-        [msgspec.msgpack.encode({"type": "ready"})],                 # missing fields
-        [msgspec.msgpack.encode({"type": "no_such_message", "instance_id": 0})],
-        [msgspec.msgpack.encode(fake_tokens)],                       # claims to be instance 0
-        [msgspec.msgpack.encode(fake_tokens)[:-3]],                  # truncated
-        [b"one", b"two"],                                            # two frames
-        [b""],
-    ]
-
-
-def send_garbage(runtime_dir: Path) -> int:
-    """Connect as a stranger (never an instance's id) and send garbage_frames(); returns
-    how many messages went out."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.ROUTING_ID, b"chaos-%d" % os.getpid())
-    sock.setsockopt(zmq.LINGER, 1000)
-    sock.connect(f"ipc://{runtime_dir}/controller.sock")
-    frames = garbage_frames()
-    for message in frames:
-        sock.send_multipart(message)
-    sock.close()
-    ctx.term()
-    return len(frames)
-
-
-# ---- the client ---------------------------------------------------------------------------
-
-async def one_request(session: aiohttp.ClientSession, url: str, answer: Answer,
-                      prompt: list[int]) -> None:
-    body = {"prompt": prompt, "max_tokens": answer.max_tokens, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0.0}
-    try:
-        async with session.post(url + "/v1/completions", json=body) as response:
-            if response.status != 200:
-                raw = await response.read()
-                try:
-                    error = json.loads(raw)["error"]
-                except (ValueError, KeyError, TypeError):
-                    error = {"message": raw[:200].decode("utf-8", "replace")}
-                _error(answer, error, f"HTTP {response.status}")
-                return
-            await _read_stream(response, answer)
-    except asyncio.CancelledError:
-        raise
-    except (aiohttp.ClientConnectorError, ConnectionRefusedError):
-        answer.outcome = "refused"
-    except (aiohttp.ClientError, OSError, ValueError) as exc:
-        if answer.outcome == "lost":
-            answer.reason = f"{type(exc).__name__}: {exc}"
-
-
-async def _read_stream(response: aiohttp.ClientResponse, answer: Answer) -> None:
-    finished = False
-    async for data in sse_data(response.content):
-        if data.strip() == "[DONE]":
-            break
-        event = json.loads(data)
-        if "error" in event:
-            _error(answer, event["error"], "SSE")
-            return
-        if event.get("usage"):
-            answer.usage_tokens = event["usage"].get("completion_tokens")
-        if event.get("choices"):
-            answer.tokens += 1
-            if event["choices"][0].get("finish_reason"):
-                finished = True
-            elif answer.cancel_after is not None and answer.tokens >= answer.cancel_after:
-                answer.outcome = "cancelled"
-                response.close()  # the client leaves mid-stream
-                return
-    if not finished:
-        answer.reason = "the stream ended without a finish reason or an error"
-        return
-    if answer.tokens != answer.max_tokens or answer.usage_tokens != answer.max_tokens:
-        answer.reason = (f"completed with {answer.tokens} token events and usage "
-                         f"{answer.usage_tokens}; asked for {answer.max_tokens}")
-        return  # stays lost: a resumed stream gained or lost tokens
-    answer.outcome = "completed"
-
-
-def _error(answer: Answer, error: dict, where: str) -> None:
-    """A drop: an HTTP error with a reason code (before any token). Anything else -- an
-    SSE error event ends a stream that had started -- is an error, grouped by message."""
-    code = error.get("code") if isinstance(error, dict) else None
-    message = str(error.get("message") if isinstance(error, dict) else error)
-    if code in DROP_CODES and where != "SSE":
-        answer.outcome, answer.reason = "dropped", code
-    else:
-        answer.outcome = "errored"
-        answer.reason = f"{where}: " + re.sub(r"\d+(\.\d+)?", "N", message)[:160]
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -443,7 +274,7 @@ class Chaos:
             health = await self._get_json(session, "/health")
             slot = next(i for i in health["instances"] if i["id"] == instance)
             if slot["pid"] and slot["state"] == "ready":
-                _kill(slot["pid"])
+                kill_quietly(slot["pid"])
                 self.say(f"kill -9 instance {instance} ({roles[instance]}, pid {slot['pid']}) "
                          f"holding {slot['in_flight']} requests")
             else:
@@ -507,7 +338,7 @@ class Chaos:
             await asyncio.sleep(0.1)
         orphans = [p for p in self.seen_pids if alive(p) and is_instance(p)]
         for p in orphans:
-            _kill(p)
+            kill_quietly(p)
         self.tally.orphans = len(orphans)
         self._count()
 

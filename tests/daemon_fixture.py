@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.chaos import instance_pids, is_instance
+from bench.processes import instance_pids, is_instance
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: Seconds a daemon may take from exec to /health ok (a cold torch import on 2 busy cores).

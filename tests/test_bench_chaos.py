@@ -2,22 +2,24 @@
 it sends as garbage, and the printed tally. The full run is in tests/test_daemon_faults.py."""
 from __future__ import annotations
 
-from bench.chaos import Answer, Tally, _error, format_tally, garbage_frames
+from bench.chaos import Tally, format_tally
+from bench.chaos_client import Answer, record_error
+from bench.garbage_frames import garbage_frames
 from ipc.codec import controller_decoder
 from ipc.messages import StepOutputs
 
 
 def test_http_errors_with_a_reason_are_drops_and_the_rest_errors():
     answer = Answer(0, 10, None)
-    _error(answer, {"message": "overloaded", "code": "queue_full"}, "HTTP 503")
+    record_error(answer, {"message": "overloaded", "code": "queue_full"}, "HTTP 503")
     assert (answer.outcome, answer.reason) == ("dropped", "queue_full")
     answer = Answer(1, 10, None)
-    _error(answer, {"message": "instance 2 stopped (exit code -9) ...", "code": "instance_failed"},
+    record_error(answer, {"message": "instance 2 stopped (exit code -9) ...", "code": "instance_failed"},
            "HTTP 503")
     assert answer.outcome == "errored" and answer.reason.startswith("HTTP 503: instance N stopped")
     # An SSE error ends a stream that had started: an error whatever its code.
     answer = Answer(2, 10, None)
-    _error(answer, {"message": "the server is shutting down", "code": "shutting_down"}, "SSE")
+    record_error(answer, {"message": "the server is shutting down", "code": "shutting_down"}, "SSE")
     assert answer.outcome == "errored"
 
 
