@@ -1,9 +1,16 @@
 """`ascendra bench` / `python -m bench.loadgen`: flags, then a whole load-test run.
 
 A run: ask the server its model and context length (/v1/models), build the workload
-(bench/workload.py), send it open-loop (bench/loadgen.py), read /health for the
-per-instance part, summarize (bench/results.py), print the table, write the JSON.
-Flag names follow `vllm bench serve` where one exists (the aliases).
+(bench/workloads.py, from the flags of bench/workload_flags.py), send it open-loop
+(bench/loadgen.py), read /health for the per-instance part, summarize (bench/results.py),
+print the table, write the JSON (and `--records`, one line per request). Flag names
+follow `vllm bench serve` where one exists (the aliases).
+
+Failed requests (errored, or lost: no answer by the deadline) count against goodput like
+any miss, so a few are part of the measurement -- a server refusing under overload. Any
+failure is reported on stderr with its count and the commonest messages; more than
+`--max-error-rate` of the requests failing (default 10 %; all of them, always) makes the
+run exit 1: then the setup, not the server's speed, is what was measured.
 """
 from __future__ import annotations
 
@@ -13,14 +20,26 @@ import os
 import sys
 
 import aiohttp
+import msgspec
 
-from bench.loadgen import LoadRun, get_json, run_load
+from bench.loadgen import LoadRun, get_json, is_chat_endpoint, run_load
+from bench.records import RequestRecord
+from bench.records_file import record_rows, write_records
 from bench.results import RunResult, print_summary, summarize, write_result
-from bench.workload import build_workload
+from bench.workload_flags import add_workload_flags, workload_spec
+from bench.workloads import build_requests, num_requests_or
+from daemon.health import Health
 
 DEFAULT_NUM_REQUESTS = 1000
+DEFAULT_MAX_ERROR_RATE = 0.1
+#: Tokens a chat template adds around a message (role headers, BOS/EOS): the room a chat
+#: run leaves in the context beyond the prompt's words and the output.
+CHAT_TEMPLATE_TOKENS = 32
+#: Distinct error messages printed after a run with failures.
+ERRORS_SHOWN = 5
 #: Flags left out of the result's `config` (secrets, output choices).
-NOT_CONFIG = ("api_key", "json", "save_detailed", "progress", "run", "command")
+NOT_CONFIG = ("api_key", "json", "save_detailed", "progress", "run", "command",
+              "max_error_rate", "records")
 DESCRIPTION = ("Send a trace's requests open-loop to an OpenAI-compatible server (streaming) "
                "and report TTFT, TBT, goodput and throughput.")
 
@@ -28,14 +47,18 @@ DESCRIPTION = ("Send a trace's requests open-loop to an OpenAI-compatible server
 def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", "--base-url", dest="url", default="http://127.0.0.1:8000",
                    help="the server (default %(default)s)")
-    p.add_argument("--endpoint", default="/v1/completions", help="default %(default)s")
+    p.add_argument("--endpoint", default="/v1/completions",
+                   help="/v1/completions (token-id prompts) or /v1/chat/completions (a user "
+                        "message of common words) (default %(default)s)")
     p.add_argument("--trace", "--dataset-name", "--dataset-path", dest="trace", default="sharegpt",
                    help="sharegpt | arxiv | a .csv/.jsonl file with prompt and output token "
                         "counts (and optionally arrival_time) (default %(default)s)")
-    p.add_argument("--qps", "--request-rate", dest="qps", type=float, default=float("inf"),
-                   help="mean arrival rate, requests/s; inf sends all at once (default %(default)s)")
+    p.add_argument("--qps", "--request-rate", dest="qps", type=float, default=None,
+                   help="mean arrival rate, requests/s; inf sends all at once (default inf; a "
+                        "replayed trace: its own times, or --qps rescales them to this rate)")
     p.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of the gaps: 1 = Poisson, < 1 burstier (default %(default)s)")
+    add_workload_flags(p)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--num-requests", "--num-prompts", dest="num_requests", type=int,
                       help=f"requests to send (default {DEFAULT_NUM_REQUESTS})")
@@ -57,6 +80,12 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", "--save-result", dest="json", metavar="PATH",
                    help="write the result (the schema `simulate` writes too) to PATH")
     p.add_argument("--save-detailed", action="store_true", help="include every request's record")
+    p.add_argument("--records", metavar="FILE",
+                   help="write one line per request to FILE (JSONL, or .parquet); read it with "
+                        "`ascendra records FILE`")
+    p.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE,
+                   help="exit 1 when more than this fraction of the requests fail (errored or "
+                        "lost) (default %(default)s)")
     p.add_argument("--disable-tqdm", "--no-progress", dest="progress", action="store_false",
                    help="no progress bar")
 
@@ -70,15 +99,43 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     raise_open_files_limit()
-    result = asyncio.run(benchmark(args))
+    result, records = asyncio.run(_benchmark(args))
     print_summary(result)
     if args.json:
         write_result(result, args.json)
         print(f"result written to {args.json}")
+    if args.records:
+        write_records(args.records, record_rows(records, args.ttft_slo, args.tbt_slo))
+        print(f"records written to {args.records}")
+    return report_failures(records, args.max_error_rate)
+
+
+def report_failures(records: list[RequestRecord], max_error_rate: float, file=None) -> int:
+    """Print the failures (stderr) with their commonest messages; the run's exit code."""
+    file = file or sys.stderr
+    failed = [r for r in records if r.outcome in ("errored", "lost")]
+    if not failed:
+        return 0
+    rate = len(failed) / len(records)
+    errored = sum(r.outcome == "errored" for r in failed)
+    print(f"\n*** {len(failed)} of {len(records)} requests FAILED ({100 * rate:.1f} %): "
+          f"{errored} errored, {len(failed) - errored} lost ***", file=file)
+    messages: dict[str, int] = {}
+    for r in failed:
+        text = r.error or "no answer before the run's deadline"
+        messages[text] = messages.get(text, 0) + 1
+    for text, count in sorted(messages.items(), key=lambda kv: -kv[1])[:ERRORS_SHOWN]:
+        print(f"  {count:>6} x {text[:300]}", file=file)
+    if rate >= 1.0 or rate > max_error_rate:
+        print(f"bench: {100 * rate:.1f} % of the requests failed, over --max-error-rate "
+              f"{max_error_rate:g}: exit 1", file=file)
+        return 1
     return 0
 
 
 def _check(args: argparse.Namespace) -> None:
+    if not 0.0 <= args.max_error_rate <= 1.0:
+        raise ValueError(f"--max-error-rate must be 0..1, got {args.max_error_rate}")
     positive = {"--qps": args.qps, "--burstiness": args.burstiness, "--timeout": args.timeout,
                 "--ttft-slo": args.ttft_slo, "--tbt-slo": args.tbt_slo,
                 "--length-scale": args.length_scale, "--duration": args.duration,
@@ -101,13 +158,22 @@ def raise_open_files_limit() -> None:
 
 async def benchmark(args: argparse.Namespace) -> RunResult:
     """One run as the flags say; returns the summarized result."""
+    return (await _benchmark(args))[0]
+
+
+async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestRecord]]:
     api_key = args.api_key if args.api_key is not None else os.environ.get("ASCENDRA_API_KEY", "")
+    spec = workload_spec(args)  # the flags' mistakes before the server's
     info = await server_info(args.url, api_key)
     max_len = args.max_model_len if args.max_model_len is not None else info.get("max_model_len")
-    num = args.num_requests or (None if args.duration else DEFAULT_NUM_REQUESTS)
-    workload = build_workload(args.trace, rate=args.qps, burstiness=args.burstiness,
-                              num_requests=num, duration=args.duration, seed=args.seed,
-                              max_model_len=max_len or None, length_scale=args.length_scale)
+    fit = max_len
+    if max_len and is_chat_endpoint(args.endpoint):
+        fit = max(max_len - CHAT_TEMPLATE_TOKENS, 2)
+    num = args.num_requests or (None if args.duration
+                                else num_requests_or(spec, DEFAULT_NUM_REQUESTS))
+    rate = args.qps if args.qps is not None or spec.arrival == "replay" else float("inf")
+    workload = build_requests(spec, rate=rate, num_requests=num, duration=args.duration,
+                              seed=args.seed, max_model_len=fit or None)
     model = args.model or info.get("id")
     load = await run_load(args.url, workload, ttft_slo=args.ttft_slo, tbt_slo=args.tbt_slo,
                           model=model, seed=args.seed, api_key=api_key, endpoint=args.endpoint,
@@ -118,10 +184,12 @@ async def benchmark(args: argparse.Namespace) -> RunResult:
     health = await _health(args.url, api_key)
     config = {k: v for k, v in vars(args).items() if k not in NOT_CONFIG and not callable(v)}
     config.update(tool="bench", model=model, max_model_len=max_len or None,
-                  num_requests=len(workload))
-    return summarize(load.records, config, load.duration_s, args.ttft_slo, args.tbt_slo,
-                     per_instance=health.get("instances", []),
-                     perf_model_mape=_mape(health), keep_records=args.save_detailed)
+                  num_requests=len(workload), workload=msgspec.to_builtins(spec))
+    result = summarize(load.records, config, load.duration_s, args.ttft_slo, args.tbt_slo,
+                       per_instance=msgspec.to_builtins(health.instances) if health else [],
+                       perf_model_mape=health.perf_model_mape if health else None,
+                       keep_records=args.save_detailed)
+    return result, load.records
 
 
 async def server_info(url: str, api_key: str) -> dict:
@@ -136,20 +204,15 @@ async def server_info(url: str, api_key: str) -> dict:
     return models[0] if models else {}
 
 
-async def _health(url: str, api_key: str) -> dict:
+async def _health(url: str, api_key: str) -> Health | None:
+    """The server's /health as the daemon writes it (daemon.health.Health); None when it
+    has none or another server's shape (bench runs against any OpenAI server)."""
     try:
         body = await get_json(url, "/health", api_key)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _mape(health: dict) -> float | None:
-    """The server's perf-model error: its own figure, else the mean of its instances'."""
-    if health.get("perf_model_mape") is not None:
-        return float(health["perf_model_mape"])
-    values = [i["mape"] for i in health.get("instances", []) if i.get("mape") is not None]
-    return sum(values) / len(values) if values else None
+        return msgspec.convert(body, Health)
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError,
+            msgspec.ValidationError):
+        return None
 
 
 def _warn_if_late(load: LoadRun) -> None:

@@ -124,7 +124,7 @@ class DaemonProcess:
 
     def command(self) -> list[str]:
         c = self.cfg
-        cmd = [sys.executable, "-m", "daemon.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+        cmd = [sys.executable, "-m", "bench.cli", "serve", "--host", "127.0.0.1", "--port", "0",
                "--runtime-dir", str(self.runtime_dir), "--executor", "sim",
                "--sim-latency", c.sim_latency, "--layout", c.layout,
                "--heartbeat-interval", "0.2", "--restart-backoff-max", "1",

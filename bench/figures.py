@@ -164,23 +164,51 @@ def _threshold(doc):
 
 
 def _capacity(doc):
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    rows = doc["rows"]
-    traces = sorted({r["trace"] for r in rows}, key=[r["trace"] for r in rows].index)
-    labels = sorted({r["label"] for r in rows}, key=[r["label"] for r in rows].index)
+    """One group of bars per workload: each row's mean capacity with its seeds' min-max,
+    and the two ceilings as marks."""
+    tables = doc["tables"]
+    labels = [r["label"] for r in tables[0]["rows"]]
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(tables) * len(labels) / 3), 4))
     width = 0.8 / len(labels)
     for k, label in enumerate(labels):
-        values = [next((r["capacity_qps"] for r in rows
-                        if r["label"] == label and r["trace"] == t), 0) for t in traces]
-        xs = [i + (k - (len(labels) - 1) / 2) * width for i in range(len(traces))]
-        ax.bar(xs, values, width, label=label, color=COLORS.get(label))
-        for x, v in zip(xs, values):
-            ax.text(x, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(traces)), traces)
-    ax.set_ylabel(f"QPS at {doc['target_pct']:.0f}% goodput")
-    ax.set_ylim(0, 1.25 * max(r["capacity_qps"] for r in rows))
-    ax.set_title(f"Capacity (simulated, {doc['profile']}, {doc['num_requests']} requests/point)",
+        xs, means, lows, highs = [], [], [], []
+        for i, table in enumerate(tables):
+            row = next(r for r in table["rows"] if r["label"] == label)
+            xs.append(i + (k - (len(labels) - 1) / 2) * width)
+            means.append(row["mean_qps"])
+            lows.append(row["mean_qps"] - row["min_qps"])
+            highs.append(row["max_qps"] - row["mean_qps"])
+        upstream = "upstream" in label
+        ax.bar(xs, means, width, yerr=[lows, highs], label=label, capsize=2,
+               color=COLORS.get(label.split(" ")[0]), alpha=0.45 if upstream else 1.0,
+               hatch="//" if upstream else None)
+    for i, table in enumerate(tables):
+        ax.hlines([table["ceiling_qps"], table["ceiling_90_qps"]], i - 0.45, i + 0.45,
+                  colors=["black", "gray"], linestyles=["-", ":"], linewidth=1)
+    ax.set_xticks(range(len(tables)), [t["workload"] for t in tables])
+    ax.set_ylabel(f"QPS at {doc['target_pct']:.0f}% goodput (steady state)")
+    ax.set_title(f"Capacity, {doc['profile']}, mean over seeds (min-max); lines: hardware "
+                 "ceiling (all served, solid; cheapest 90 %, dotted)", fontsize=9)
+    ax.legend(fontsize=7, ncol=3, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+def _ablation(doc):
+    """Capacity per variant, one group per workload."""
+    rows = doc["rows"]
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / len(variants)
+    for k, variant in enumerate(variants):
+        xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(workloads))]
+        values = [next(r["capacity_qps"] for r in rows
+                       if r["workload"] == w and r["variant"] == variant) for w in workloads]
+        ax.bar(xs, values, width, label=variant)
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel("QPS at 90% goodput (steady state, seed 0)")
+    ax.set_title("What each part of Ascendra's policy earns (2L1H with one part off)",
                  fontsize=10)
-    ax.legend(fontsize=8, ncol=len(labels), loc="upper center")
+    ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     return fig

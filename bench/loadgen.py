@@ -3,8 +3,12 @@
 Open loop: every request is sent at its arrival offset whether or not earlier ones were
 answered, over as many concurrent connections as it takes (the connector has no limit;
 `max_concurrency` caps it on purpose, as in `vllm bench serve`). Each request is a
-streaming POST /v1/completions of a token-id prompt with `max_tokens` = the trace's
-output length and `ignore_eos`, carrying the run's `ttft_slo`/`tbt_slo`.
+streaming POST to `endpoint` with `max_tokens` = the trace's output length and
+`ignore_eos`, carrying the run's `ttft_slo`/`tbt_slo` (a request's own, when its
+workload gives it some, e.g. an SLO class): to /v1/completions a token-id
+prompt of the trace's length; to a chat endpoint (a path ending in /chat/completions) one
+user message of as many common English words (one token each in the usual BPE
+vocabularies; the record's `prompt_len` then becomes the server's count, from usage).
 
 Token timing: `token_times` holds the arrival time (time.monotonic, seconds since the
 run started) of every SSE chunk that carries a choice, so a chunk stands for one token
@@ -28,11 +32,18 @@ import time
 from typing import NamedTuple
 
 import aiohttp
+import numpy as np
 
 from bench.progress import Progress
 from bench.records import RequestRecord
 from bench.sse import sse_data
 from bench.workload import WorkloadRequest, prompt_token_ids
+
+#: Words of a chat prompt: common English words, one token each (with their space) in the
+#: byte-level BPE vocabularies of Llama 3, Qwen2, GPT-2 and the tiny model.
+CHAT_WORDS = ("the", "of", "and", "to", "in", "is", "that", "it", "was", "for", "on", "are",
+              "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one",
+              "had", "by", "but", "not", "what", "all", "were", "we", "when", "your", "can")
 
 #: Error codes that mean the server dropped the request for missing its TTFT target.
 DROP_CODES = frozenset({"ttft_slo_missed"})
@@ -58,9 +69,30 @@ class Client:
     def now(self) -> float:
         return time.monotonic() - self.start
 
+    @property
+    def chat(self) -> bool:
+        return is_chat_endpoint(self.url)
+
     def body(self, request: WorkloadRequest) -> bytes:
-        prompt = prompt_token_ids(self.seed, request.index, request.prompt_len)
-        return json.dumps({**self.fields, "prompt": prompt, "max_tokens": request.output_len}).encode()
+        if self.chat:
+            prompt = {"messages": [{"role": "user", "content": chat_prompt(
+                self.seed, request.index, request.prompt_len)}]}
+        else:
+            prompt = {"prompt": prompt_token_ids(self.seed, request.index, request.prompt_len)}
+        own = {k: v for k, v in (("ttft_slo", request.ttft_slo), ("tbt_slo", request.tbt_slo))
+               if v is not None}  # the request's own targets win over the run's
+        return json.dumps({**self.fields, **own, **prompt,
+                           "max_tokens": request.output_len}).encode()
+
+
+def is_chat_endpoint(path: str) -> bool:
+    return path.rstrip("/").endswith("/chat/completions")
+
+
+def chat_prompt(seed: int, index: int, num_words: int) -> str:
+    """The user message of request `index`: `num_words` common words, made when it is sent."""
+    rng = np.random.default_rng([seed, 3, index])
+    return " ".join(CHAT_WORDS[i] for i in rng.integers(0, len(CHAT_WORDS), size=num_words))
 
 
 def request_fields(model: str | None, ttft_slo: float | None, tbt_slo: float | None,
@@ -89,7 +121,9 @@ async def run_load(url: str, workload: list[WorkloadRequest], *, ttft_slo: float
         client = Client(session, url.rstrip("/") + endpoint,
                         request_fields(model, ttft_slo, tbt_slo, priority), seed, bar, max_concurrency)
         records = [RequestRecord(index=w.index, arrival=w.arrival, prompt_len=w.prompt_len,
-                                 output_len=w.output_len, scheduled=w.arrival) for w in workload]
+                                 output_len=w.output_len, scheduled=w.arrival,
+                                 ttft_slo=w.ttft_slo, tbt_slo=w.tbt_slo, slo_class=w.slo_class)
+                   for w in workload]
         try:
             await _dispatch(client, workload, records, timeout)
         finally:
@@ -158,15 +192,17 @@ async def _read_stream(client: Client, response: aiohttp.ClientResponse,
         if "error" in event:
             _fail(record, event["error"], now)
             return
-        _on_chunk(record, event, now)
+        _on_chunk(record, event, now, client.chat)
     if record.outcome != "completed":
         _fail(record, {"message": "the stream ended without a finish reason"}, client.now())
 
 
-def _on_chunk(record: RequestRecord, event: dict, now: float) -> None:
+def _on_chunk(record: RequestRecord, event: dict, now: float, chat: bool = False) -> None:
     usage = event.get("usage")
     if usage and usage.get("completion_tokens") is not None:
         record.num_output_tokens = int(usage["completion_tokens"])
+    if chat and usage and usage.get("prompt_tokens") is not None:
+        record.prompt_len = int(usage["prompt_tokens"])  # words are not tokens: the server's count
     choices = event.get("choices") or []
     if not choices:
         return

@@ -4,18 +4,28 @@ The same requests (prompt and output lengths), model and thread count go through
 engine -- continuous batching over the paged KV cache, at most C requests running --
 and through transformers' batched `generate`, C requests per call (left-padded; a
 call runs until its longest request is done, as static batching must). Counted
-tokens are the ones each request asked for. Target: >= 3x at 16 concurrent requests.
+tokens are the ones each request asked for. Target: >= 3x at 16 concurrent requests,
+on both workloads.
 
-Two workloads: `trace` -- lengths drawn from the ShareGPT trace in ../shared/traces,
+Two workloads: `trace` -- lengths drawn from the packaged ShareGPT trace (bench/trace_data),
 divided by --scale to fit the tiny model's context; `uniform` -- every request has
 the same prompt and output length (no padding or straggler waste for HF).
 
-    python -m bench.offline_throughput [--concurrency 1 4 16] [--num-requests 64]
+Timings on a shared machine are noisy, so each (workload, concurrency) runs --repeats
+pairs, ours and HF's back to back (the order alternating), and reports min / median / max
+tokens/s of each and of the per-pair ratio. `--clock cpu` times with the process's CPU
+time instead of the wall clock: steadier when other jobs share the cores (with one
+thread it is what an idle machine would show).
+
+    python -m bench.offline_throughput [--concurrency 1 4 16] [--workload trace uniform]
+                                       [--repeats 3] [--threads 2] [--clock wall]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import statistics
 import time
 
 import torch
@@ -28,6 +38,8 @@ from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
 Workload = list[tuple[list[int], int]]  # (prompt token ids, output tokens)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+CHUNK_SIZE = 512
 
 
 def make_workload(lengths: list[tuple[int, int]], vocab: int, seed: int) -> Workload:
@@ -35,13 +47,14 @@ def make_workload(lengths: list[tuple[int, int]], vocab: int, seed: int) -> Work
     return [([rng.randrange(3, vocab) for _ in range(p)], o) for p, o in lengths]
 
 
-def ours_tokens_per_s(executor: TorchExecutor, work: Workload, concurrency: int) -> float:
-    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=512,
+def ours_tokens_per_s(executor: TorchExecutor, work: Workload, concurrency: int,
+                      clock=time.perf_counter) -> float:
+    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=CHUNK_SIZE,
                                               max_num_seqs=concurrency))
     params = [SamplingParams(max_tokens=o, ignore_eos=True) for _, o in work]
-    start = time.perf_counter()
+    start = clock()
     done = engine.generate([p for p, _ in work], params)
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     assert [len(c.token_ids) for c in done] == [o for _, o in work]
     return sum(o for _, o in work) / elapsed
 
@@ -55,12 +68,41 @@ def hf_generate(model, batch: Workload, pad_id: int) -> None:
                    min_new_tokens=longest, pad_token_id=pad_id)
 
 
-def hf_tokens_per_s(model, work: Workload, concurrency: int, pad_id: int) -> float:
-    start = time.perf_counter()
+def hf_tokens_per_s(model, work: Workload, concurrency: int, pad_id: int,
+                    clock=time.perf_counter) -> float:
+    start = clock()
     with torch.inference_mode():
         for i in range(0, len(work), concurrency):
             hf_generate(model, work[i:i + concurrency], pad_id)
-    return sum(o for _, o in work) / (time.perf_counter() - start)
+    return sum(o for _, o in work) / (clock() - start)
+
+
+def spread(values: list[float], unit: str = "") -> str:
+    """'median [min-max]' of a list of measurements."""
+    return (f"{statistics.median(values):.2f}{unit} "
+            f"[{min(values):.2f}-{max(values):.2f}]")
+
+
+def measure(run_ours, run_hf, repeats: int) -> tuple[list[float], list[float], list[float]]:
+    """`repeats` back-to-back pairs, alternating who goes first: ours, HF, ratios."""
+    ours, theirs = [], []
+    for i in range(repeats):
+        if i % 2:
+            theirs.append(run_hf())
+            ours.append(run_ours())
+        else:
+            ours.append(run_ours())
+            theirs.append(run_hf())
+    return ours, theirs, [a / b for a, b in zip(ours, theirs)]
+
+
+def workload_lengths(kind: str, args, max_model_len: int) -> tuple[str, list[tuple[int, int]]]:
+    if kind == "trace":
+        lengths = scaled_lengths(load_trace(args.trace), args.num_requests, args.scale,
+                                 args.seed, max_model_len)
+        return f"{args.trace} lengths / {args.scale:g}", lengths
+    prompt, output = args.uniform_lengths
+    return f"uniform {prompt}+{output}", [(prompt, output)] * args.num_requests
 
 
 def main() -> None:
@@ -74,13 +116,18 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=8.0, help="divide trace lengths by this")
     parser.add_argument("--uniform-lengths", type=int, nargs=2, default=[96, 64],
                         metavar=("PROMPT", "OUTPUT"))
+    parser.add_argument("--repeats", type=int, default=3, help="paired runs per measurement")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="cpu: process CPU time (sums threads: meant for --threads 1)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    import transformers
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(args.threads)
+    clock = CLOCKS[args.clock]
     model_dir = args.model or builtin_tiny_model_dir()
     hf_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     executor = TorchExecutor(model_dir, device="cpu")
@@ -88,25 +135,33 @@ def main() -> None:
     warm = make_workload([(64, 8)] * 4, vocab, args.seed)
     ours_tokens_per_s(executor, warm, 4), hf_tokens_per_s(hf_model, warm, 4, pad_id)
 
-    print(f"model {model_dir}\n{args.threads} threads, {args.num_requests} requests per run, "
-          f"sarathi mode, chunk 512")
+    print(f"model {model_dir}\ntorch {torch.__version__}, transformers {transformers.__version__},"
+          f" {args.threads} threads on {os.cpu_count()} cores, {args.clock} clock\n"
+          f"{args.num_requests} requests per run, sarathi mode, chunk {CHUNK_SIZE}, "
+          f"{args.repeats} paired runs per row (tokens/s and ratio: median [min-max])")
+    ratios: dict[tuple[str, int], str] = {}
+    titles = []
     for kind in args.workload:
-        if kind == "trace":
-            lengths = scaled_lengths(load_trace(args.trace), args.num_requests, args.scale,
-                                     args.seed, executor.max_model_len)
-            title = f"{args.trace} lengths / {args.scale:g}"
-        else:
-            lengths = [tuple(args.uniform_lengths)] * args.num_requests
-            title = f"uniform: prompt {args.uniform_lengths[0]}, output {args.uniform_lengths[1]}"
+        title, lengths = workload_lengths(kind, args, executor.max_model_len)
+        titles.append(title)
         work = make_workload(lengths, vocab, args.seed)
         mean_p = sum(p for p, _ in lengths) / len(lengths)
         mean_o = sum(o for _, o in lengths) / len(lengths)
         print(f"\n{title} (mean prompt {mean_p:.0f}, mean output {mean_o:.0f} tokens)")
-        print(f"{'concurrency':>11} {'ascendra tok/s':>15} {'HF generate tok/s':>18} {'ratio':>7}")
+        print(f"{'concurrency':>11}  {'ascendra tok/s':>24}  {'HF generate tok/s':>24}  ratio")
         for c in args.concurrency:
-            ours = ours_tokens_per_s(executor, work, c)
-            theirs = hf_tokens_per_s(hf_model, work, c, pad_id)
-            print(f"{c:>11} {ours:>15.1f} {theirs:>18.1f} {ours / theirs:>6.2f}x")
+            ours, theirs, ratio = measure(
+                lambda c=c, work=work: ours_tokens_per_s(executor, work, c, clock),
+                lambda c=c, work=work: hf_tokens_per_s(hf_model, work, c, pad_id, clock),
+                args.repeats)
+            ratios[title, c] = spread(ratio, "x")
+            print(f"{c:>11}  {spread(ours):>24}  {spread(theirs):>24}  {ratios[title, c]}",
+                  flush=True)
+
+    print("\nratio to HF generate, median [min-max], side by side")
+    print(f"{'concurrency':>11}" + "".join(f"  {t:>26}" for t in titles))
+    for c in args.concurrency:
+        print(f"{c:>11}" + "".join(f"  {ratios[t, c]:>26}" for t in titles))
 
 
 if __name__ == "__main__":

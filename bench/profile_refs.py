@@ -1,14 +1,22 @@
-"""The published reference numbers of ../shared/profiles/README.md, parsed at run time.
+"""The published reference numbers the GPU profiles are checked against.
 
-The README is third-party data's summary, so its numbers are read from it, not copied
-here. A ValueError names the passage when the README no longer has the expected shape.
+They are read from the packaged `reference_data/profile_refs.json` (derived from the shared
+profiles README by derive_profile_refs.py; see reference_data/README.md), or, when the
+ASCENDRA_PROFILES environment variable names a raw profiles folder, parsed from that
+folder's README.md. Parsing raises a ValueError naming the passage when the README no
+longer has the expected shape.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
-from engines.executors.profiles.data import profiles_dir
+import msgspec
+
+from engines.executors.profiles.data import raw_profiles_dir
+
+REFS_FILE = Path(__file__).resolve().with_name("reference_data") / "profile_refs.json"
 
 #: README column header (start) of the summed-ops table -> our profile with that data.
 SUMMED_OPS_COLUMNS = {
@@ -19,8 +27,53 @@ SUMMED_OPS_COLUMNS = {
 }
 
 
-def readme_text(folder: Path | None = None) -> str:
-    return ((folder or profiles_dir()) / "README.md").read_text()
+class ProfileRefs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    #: profile name -> {tokens in batch: ms}, the "Sum of the 9 per-layer ops" table
+    summed_ops: dict[str, dict[int, float]]
+    #: (context per request, decode batch, attn_decode ms per layer), A100 Llama-3-8B
+    decode_spots: list[tuple[int, int, float]]
+    #: (chunk tokens, kv low, kv high, ms at low, ms at high) of one attn_prefill chunk
+    prefill_chunk_range: tuple[int, int, int, float, float]
+    #: [(input tokens, ms)]: TensorRT-LLM LLaMA-7B A100 FP16 batch-1 first-token latency
+    trt_first_token_a100: list[tuple[int, float]]
+    #: [(output tok/s, batch, input, output)]: TensorRT-LLM LLaMA-7B A100 FP16 peaks
+    trt_throughput_a100: list[tuple[float, int, int, int]]
+
+
+def load_refs() -> ProfileRefs:
+    """From $ASCENDRA_PROFILES/README.md when the variable is set, else the packaged file."""
+    raw = raw_profiles_dir()
+    if raw is not None:
+        return from_readme((raw / "README.md").read_text())
+    if not REFS_FILE.is_file():
+        raise FileNotFoundError(f"packaged reference numbers missing: {REFS_FILE} (reinstall, "
+                                f"or set ASCENDRA_PROFILES to a raw profiles folder)")
+    return msgspec.json.decode(REFS_FILE.read_bytes(), type=ProfileRefs)
+
+
+def encode_refs(refs: ProfileRefs) -> str:
+    """JSON text, one line per field or per profile (what derive_profile_refs.py writes)."""
+    return _json_lines(msgspec.to_builtins(refs), "") + "\n"
+
+
+def _json_lines(obj: dict, indent: str) -> str:
+    """`obj` as JSON, nesting dicts of dicts over lines and anything else on one line."""
+    lines = [f"{indent}  {json.dumps(key)}: "
+             + (_json_lines(value, indent + "  ").lstrip() if _nests(value) else json.dumps(value))
+             for key, value in obj.items()]
+    return indent + "{\n" + ",\n".join(lines) + "\n" + indent + "}"
+
+
+def _nests(value) -> bool:
+    return isinstance(value, dict) and any(isinstance(v, dict) for v in value.values())
+
+
+def from_readme(text: str) -> ProfileRefs:
+    """Every reference number, parsed from the shared profiles README's text."""
+    return ProfileRefs(summed_ops=summed_ops(text), decode_spots=decode_spots(text),
+                       prefill_chunk_range=prefill_chunk_range(text),
+                       trt_first_token_a100=trt_first_token_a100(text),
+                       trt_throughput_a100=trt_throughput_a100(text))
 
 
 def markdown_table(text: str, first_header: str) -> tuple[list[str], list[list[str]]]:

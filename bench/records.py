@@ -41,9 +41,11 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     end_time: float | None = None       # the terminal answer (finish, drop or error)
     offloaded: bool = False             # moved from an LP to an HP instance
     instance: int | None = None         # the instance that served it (last one)
+    instances: list[int] = []           # every instance that held it, in order
     sched_delay: float | None = None    # arrival -> its prefill started on an instance
     ttft_slo: float | None = None       # this request's targets when not the run's
     tbt_slo: float | None = None
+    slo_class: str | None = None        # its SLO class in a mixed-SLO workload
     finish_reason: str | None = None
     error: str | None = None            # message of a drop or error
     error_code: str | None = None
@@ -62,6 +64,37 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
             return None
         return (self.token_times[-1] - self.first_token_time) / (n - 1)
 
+    def max_tbt(self) -> float | None:
+        """The longest gap between two tokens (chunks, for a streaming client)."""
+        if len(self.token_times) < 2:
+            return None
+        return max(b - a for a, b in zip(self.token_times, self.token_times[1:]))
+
+
+class RecordRow(msgspec.Struct, kw_only=True):
+    """One line of a `--records` file: what happened to one request, and whether it met
+    its targets (`met_slo`, as goodput counts it). Times in seconds; `arrival` from the
+    start of the run."""
+    index: int
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int                 # generated (asked for: `max_tokens`)
+    max_tokens: int
+    slo_class: str | None
+    ttft_slo: float
+    tbt_slo: float
+    outcome: Outcome
+    met_slo: bool
+    instances: list[int]               # every instance that held it, in order
+    offloaded: bool
+    queue_delay: float | None          # arrival -> its prefill started (simulator only)
+    ttft: float | None
+    mean_tbt: float | None
+    max_tbt: float | None
+    finish_reason: str | None
+    error_code: str | None             # why it was dropped or failed
+    measured: bool = True              # inside the steady-state window (not warm-up/cool-down)
+
 
 class Percentiles(msgspec.Struct):
     """Summary of a sample; every field None when the sample is empty."""
@@ -69,6 +102,16 @@ class Percentiles(msgspec.Struct):
     p50: float | None = None
     p90: float | None = None
     p99: float | None = None
+
+
+class ClassResult(msgspec.Struct, kw_only=True):
+    """Goodput of one SLO class of a run whose requests carry classes (bench/workloads.py)."""
+    slo_class: str
+    num_requests: int
+    good: int
+    goodput_pct: float
+    ttft_slo_s: float
+    tbt_slo_s: float
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -95,6 +138,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     offloaded: int
     perf_model_mape: float | None = None
     per_instance: list[dict] = []
+    per_class: list[ClassResult] = []  # by SLO class, when the requests carry one
     schema_version: int = SCHEMA_VERSION
     #: Every request, only when asked for (large); left out of the JSON otherwise.
     records: list[RequestRecord] | msgspec.UnsetType = msgspec.UNSET

@@ -25,9 +25,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import msgspec
+
 from bench.records import RunResult
 from bench.simulate import simulate
 from bench.simulator import SimConfig
+from daemon.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.scheduler_config import SchedulerConfig
 
@@ -44,7 +47,7 @@ SERIES = (("2L1H", "edf", "2L1H"), ("2L1H", "sjf", "2L1H-sjf"),
 #: the TBT SLO (about 2048 tokens here), and LP's compute budget cuts its steps to the SLO.
 DEFAULT_CHUNK = 2048
 FIXED_HP_BATCH = 128  # elastic batch off (fig 11): the paper's fixed batch
-FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold", "capacity")
+FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold", "capacity", "ablation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +83,8 @@ def simulate_point(point: Point) -> RunResult:
                                     value_function=point.value_function,
                                     drop_expired=point.drop_expired, **extra)
         sim = SimConfig(layout_modes=tuple(layout_modes(point.layout)), profile=PROFILE,
-                        scheduler=scheduler, ttft_slo=point.ttft_slo, tbt_slo=point.tbt_slo)
+                        scheduler=scheduler,
+                        slo=SloConfig(ttft_slo=point.ttft_slo, tbt_slo=point.tbt_slo))
         return simulate(sim, trace=point.trace, qps=point.qps,
                         num_requests=point.num_requests, seed=point.seed)
     finally:
@@ -227,39 +231,36 @@ def threshold(n: int | None = None, quick: bool = False, **kw) -> dict:
     return {"figure": "threshold", "num_requests": n, "thresholds": thresholds, "rows": rows}
 
 
+#: The workloads of the capacity table (bench/workloads.py).
+CAPACITY_WORKLOADS = ("poisson", "bursty-cv2", "bursty-cv4", "onoff", "mixed-slo")
+
+
 def capacity(n: int | None = None, quick: bool = False, workers: int | None = None,
              progress: Callable[[str], None] | None = None) -> dict:
-    """The README's capacity table: highest QPS with goodput >= 90% per series and trace."""
-    n = _requests(n, quick, 1500)
-    jobs = [(layout, value, label, trace, n) for trace in TRACES
-            for layout, value, label in SERIES]
-    workers = workers or os.cpu_count() or 1
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        rows = []
-        for row in pool.map(_capacity_of, jobs):
-            rows.append(row)
-            if progress:
-                progress(f"[{len(rows)}/{len(jobs)}] {row['label']:>10} {row['trace']:>8}: "
-                         f"capacity {row['capacity_qps']:.2f} QPS")
-    return {"figure": "capacity", "num_requests": n, "target_pct": CAPACITY_TARGET,
-            "rows": rows}
+    """The README's capacity table: every workload x layout on the ruler (steady state,
+    seeds, tuned baselines, ceilings; bench/capacity_table.py). `n`: measured requests
+    per point."""
+    from bench.capacity_table import capacity_table
+    from bench.ruler import RulerConfig
+    from bench.workloads import workload
+    measured = n or (900 if quick else RulerConfig().measured)
+    seeds = (0,) if quick else RulerConfig().seeds
+    configs = [RulerConfig(workload=workload(name), measured=measured, seeds=seeds)
+               for name in (CAPACITY_WORKLOADS[:2] if quick else CAPACITY_WORKLOADS)]
+    tables = capacity_table(configs, workers=workers, progress=progress)
+    return {"figure": "capacity", "measured": measured, "target_pct": configs[0].target,
+            "tables": [msgspec.to_builtins(t) for t in tables]}
 
 
-CAPACITY_TARGET = 90.0
-
-
-def _capacity_of(job: tuple) -> dict:
-    from bench.capacity import find_capacity
-
-    layout, value, label, trace, n = job
-
-    def run_at(qps: float) -> RunResult:
-        return simulate_point(Point(layout, trace, qps, n, TRACES[trace], value_function=value,
-                                    label=label))
-
-    qps, points = find_capacity(run_at, target=CAPACITY_TARGET, start_qps=4.0, tolerance=0.02)
-    return {"layout": layout, "value_function": value, "label": label, "trace": trace,
-            "ttft_slo": TRACES[trace], "capacity_qps": round(qps, 3), "points": points}
+def ablation(n: int | None = None, quick: bool = False, workers: int | None = None,
+             progress: Callable[[str], None] | None = None) -> dict:
+    """What each part of the policy earns (bench/ablation.py), one seed per point."""
+    from bench.ablation import ablation as run
+    from bench.ruler import RulerConfig
+    measured = n or (900 if quick else RulerConfig().measured)
+    names = ("poisson",) if quick else ("poisson", "bursty-cv4", "mixed-slo")
+    return {"figure": "ablation", "measured": measured,
+            "rows": run(names, measured, workers=workers, progress=progress)}
 
 
 def reproduce(figure: str, out: str | Path, *, num_requests: int | None = None,

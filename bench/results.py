@@ -12,11 +12,12 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench.records import OUTCOMES, Percentiles, RequestRecord, RunResult
+from bench.records import OUTCOMES, ClassResult, Percentiles, RequestRecord, RunResult
 from bench.summary_table import print_summary, summary_rows
 
-__all__ = ["Percentiles", "RequestRecord", "RunResult", "summarize", "is_good", "percentiles",
-           "print_summary", "summary_rows", "encode_result", "write_result", "read_result"]
+__all__ = ["Percentiles", "RequestRecord", "RunResult", "encode_result", "is_good", "per_class",
+           "percentiles", "print_summary", "read_result", "summarize", "summary_rows",
+           "write_result"]
 
 
 def percentiles(values) -> Percentiles:
@@ -59,7 +60,28 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         sched_delay_s=percentiles([r.sched_delay for r in records if r.sched_delay is not None]),
         good=good, **counts, offloaded=sum(1 for r in records if r.offloaded),
         perf_model_mape=perf_model_mape, per_instance=list(per_instance or []),
+        per_class=per_class(records, ttft_slo, tbt_slo),
         records=list(records) if keep_records else msgspec.UNSET)
+
+
+def per_class(records: list[RequestRecord], ttft_slo: float, tbt_slo: float) -> list[ClassResult]:
+    """Goodput per SLO class, in order of first appearance; none when no record has a class
+    (records without one are counted as class "default")."""
+    if not any(r.slo_class is not None for r in records):
+        return []
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        groups.setdefault(r.slo_class or "default", []).append(r)
+    rows = []
+    for name, members in groups.items():
+        good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo))
+        first = members[0]
+        rows.append(ClassResult(
+            slo_class=name, num_requests=len(members), good=good,
+            goodput_pct=100.0 * good / len(members),
+            ttft_slo_s=first.ttft_slo if first.ttft_slo is not None else ttft_slo,
+            tbt_slo_s=first.tbt_slo if first.tbt_slo is not None else tbt_slo))
+    return rows
 
 
 def _all_gaps(records: list[RequestRecord]) -> np.ndarray:

@@ -29,6 +29,14 @@ def summary_rows(result: RunResult) -> list[tuple[str, str]]:
     return rows
 
 
+def class_rows(result: RunResult) -> list[tuple[str, str, str]]:
+    """(class, targets, goodput) per SLO class; none unless the run has several classes."""
+    if len(result.per_class) < 2:
+        return []
+    return [(c.slo_class, f"{c.ttft_slo_s:g} s / {c.tbt_slo_s:g} s",
+             f"{c.goodput_pct:.1f} % ({c.good} of {c.num_requests})") for c in result.per_class]
+
+
 def latency_rows(result: RunResult) -> list[tuple[str, str, str, str, str]]:
     """(metric, mean, p50, p90, p99) in milliseconds."""
     rows = []
@@ -45,12 +53,14 @@ def plain_summary(result: RunResult) -> str:
     lines += [f"{row[0]:<22}" + "".join(f"{v:>12}" for v in row[1:]) for row in latency_rows(result)]
     lines += [f"instance {i.get('id', '?')} ({i.get('role', '?')}): " + _instance_text(i)
               for i in result.per_instance]
+    lines += [f"class {name} (TTFT / TBT {targets}): goodput {goodput}"
+              for name, targets, goodput in class_rows(result)]
     lines.append("=" * 71)
     return "\n".join(lines)
 
 
 def _instance_text(instance: dict) -> str:
-    keys = ("state", "served", "offloaded", "preemptions", "mape", "restarts")
+    keys = ("state", "served", "offloaded", "preemptions", "perf_model_mape", "restarts")
     return ", ".join(f"{k} {instance[k]}" for k in keys if k in instance) or "-"
 
 
@@ -83,4 +93,11 @@ def _rich_tables(result: RunResult):
         for i in result.per_instance:
             inst.add_row(f"{i.get('id', '?')} ({i.get('role', '?')})", _instance_text(i))
         tables.append(inst)
+    if class_rows(result):
+        classes = Table(title="goodput by SLO class")
+        for name in ("class", "TTFT / TBT target", "goodput"):
+            classes.add_column(name)
+        for row in class_rows(result):
+            classes.add_row(*row)
+        tables.append(classes)
     return tables

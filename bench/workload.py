@@ -1,32 +1,30 @@
 """The requests of one load-test run: when each arrives and how long its prompt and output are.
 
-A trace is `sharegpt` or `arxiv` (see bench/traces.py) or a CSV/JSONL file with prompt
-and output token counts, in columns named `num_prefill_tokens`/`num_decode_tokens` or
-`prompt_tokens`/`output_tokens`. A file may also have `arrival_time` (seconds): then
-its rows are replayed in time order from the first and no arrivals are generated
-(the rate is then ignored); it must be on every row or on none.
-Otherwise requests are sampled from the trace with a seed and arrive as bench/arrivals.py
-draws them.
+A trace (bench/trace_file.py reads it) is `sharegpt`, `arxiv` or a CSV/JSONL file of
+prompt and output token counts. `build_workload` is the plain form: a file with arrival
+times is replayed in time order from the first (the rate is then ignored); otherwise
+requests are sampled from the trace with a seed and arrive as bench/arrivals.py draws
+them. Named workloads (bursty, on/off, mixed SLOs, replay at a rate) are
+bench/workloads.py.
+
+Lengths (`fit_lengths`): divided by `length_scale`, the prompt trimmed to
+`max_prompt_len`, then both fitted into `max_model_len` (`clamp`: the output is kept when
+it fits, the prompt is cut; both stay at least 1 token).
 
 Prompts are token-id lists of the trace's length with random ids in [3, 256): every
 vocabulary has those, and a load test does not care what the text says.
 """
 from __future__ import annotations
 
-import csv
-import json
-import math
-from pathlib import Path
-
 import msgspec
 import numpy as np
 
 from bench.arrivals import arrival_offsets, arrivals_within
-from bench.traces import TRACE_FILES, load_trace
+from bench.trace_file import TraceRow, load_rows
 
-PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_tokens")
-OUTPUT_COLUMNS = ("num_decode_tokens", "output_tokens")
-ARRIVAL_COLUMN = "arrival_time"
+__all__ = ["HIGH_TOKEN_ID", "LOW_TOKEN_ID", "TraceRow", "WorkloadRequest", "build_workload",
+           "clamp", "fit_lengths", "load_rows", "prompt_token_ids", "sample_rows"]
+
 #: Prompt token ids are drawn from [LOW_TOKEN_ID, HIGH_TOKEN_ID).
 LOW_TOKEN_ID, HIGH_TOKEN_ID = 3, 256
 
@@ -36,94 +34,10 @@ class WorkloadRequest(msgspec.Struct, frozen=True):
     arrival: float       # seconds from the start of the run
     prompt_len: int
     output_len: int      # sent as max_tokens, with ignore_eos
-
-
-class TraceRow(msgspec.Struct, frozen=True):
-    prompt_len: int
-    output_len: int
-    arrival: float | None = None
-
-
-def load_rows(trace: str) -> list[TraceRow]:
-    """A built-in trace by name, or a .csv / .jsonl file.
-
-    A file's problems are ValueErrors that name the file, the line and what is wrong.
-    """
-    if trace in TRACE_FILES:
-        return [TraceRow(p, o) for p, o in load_trace(trace)]
-    path = Path(trace)
-    if not path.exists():
-        raise FileNotFoundError(f"trace {trace!r}: not a file, nor one of {sorted(TRACE_FILES)}")
-    if not path.is_file():
-        raise ValueError(f"trace {path}: not a file")
-    try:
-        records = _read_jsonl(path) if path.suffix in (".jsonl", ".ndjson") else _read_csv(path)
-    except UnicodeDecodeError:
-        raise ValueError(f"trace {path}: not a UTF-8 text file") from None
-    except csv.Error as exc:
-        raise ValueError(f"trace {path}: not a readable CSV file ({exc})") from None
-    rows = [_row(record, path, line) for line, record in records]
-    if not rows:
-        raise ValueError(f"trace {path}: no rows")
-    untimed = [line for (line, _), row in zip(records, rows) if row.arrival is None]
-    if untimed and len(untimed) < len(rows):
-        raise ValueError(f"trace {path} line {untimed[0]}: no {ARRIVAL_COLUMN}, but other rows "
-                         f"have one; give it on every row or on none")
-    return rows
-
-
-def _read_csv(path: Path) -> list[tuple[int, dict]]:
-    """(line number, row) for each data row; column names with stray blanks are trimmed."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames:
-            reader.fieldnames = [name.strip() for name in reader.fieldnames]
-        return [(reader.line_num, row) for row in reader]
-
-
-def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    records = []
-    with open(path, encoding="utf-8-sig") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"trace {path} line {line_no}: not JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"trace {path} line {line_no}: expected a JSON object such as "
-                                 f'{{"prompt_tokens": 100, "output_tokens": 20}}, '
-                                 f"got {type(record).__name__}")
-            records.append((line_no, record))
-    return records
-
-
-def _row(record: dict, path: Path, line: int) -> TraceRow:
-    where = f"trace {path} line {line}"
-
-    def number(name: str, value, least: float = -math.inf) -> float:
-        try:
-            if isinstance(value, bool):  # true/false are no numbers here
-                raise TypeError
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: {name} is {value!r}, not a number") from None
-        if not (math.isfinite(number) and number >= least):
-            bound = f" >= {least:g}" if least > -math.inf else ""
-            raise ValueError(f"{where}: {name} is {value!r}; it must be a finite number{bound}")
-        return number
-
-    def column(names: tuple[str, ...]) -> int:
-        for name in names:
-            if record.get(name) not in (None, ""):
-                return int(number(name, record[name], least=0))
-        present = ", ".join(str(k) for k in record if k is not None) or "none"
-        raise ValueError(f"{where}: needs a column named one of {names} (it has: {present})")
-
-    arrival = record.get(ARRIVAL_COLUMN)
-    return TraceRow(column(PROMPT_COLUMNS), column(OUTPUT_COLUMNS),
-                    None if arrival in (None, "") else number(ARRIVAL_COLUMN, arrival))
+    #: Its own targets, seconds (sent with the request); None = the server's defaults.
+    ttft_slo: float | None = None
+    tbt_slo: float | None = None
+    slo_class: str | None = None     # the SLO class they come from (bench/workloads.py)
 
 
 def clamp(prompt_len: int, output_len: int, max_model_len: int | None) -> tuple[int, int]:
@@ -158,16 +72,22 @@ def build_workload(trace: str | list[TraceRow], *, rate: float = float("inf"),
     else:
         arrivals = (arrival_offsets(num_requests, rate, burstiness, seed) if num_requests is not None
                     else arrivals_within(duration, rate, burstiness, seed))
-        rows = _sampled(rows, len(arrivals), seed)
-    requests = []
-    for i, (arrival, row) in enumerate(zip(arrivals, rows)):
-        prompt, output = (max(1, round(n / length_scale)) for n in (row.prompt_len, row.output_len))
-        prompt, output = clamp(prompt, output, max_model_len)
-        requests.append(WorkloadRequest(i, float(arrival), prompt, output))
-    return requests
+        rows = sample_rows(rows, len(arrivals), seed)
+    return [WorkloadRequest(i, float(arrival),
+                            *fit_lengths(row, length_scale, None, max_model_len))
+            for i, (arrival, row) in enumerate(zip(arrivals, rows))]
 
 
-def _sampled(rows: list[TraceRow], n: int, seed: int) -> list[TraceRow]:
+def fit_lengths(row: TraceRow, length_scale: float, max_prompt_len: int | None,
+                max_model_len: int | None) -> tuple[int, int]:
+    """A row's (prompt, output) lengths as a run sends them (see the module's docstring)."""
+    prompt, output = (max(1, round(n / length_scale)) for n in (row.prompt_len, row.output_len))
+    if max_prompt_len is not None:
+        prompt = min(prompt, max_prompt_len)
+    return clamp(prompt, output, max_model_len)
+
+
+def sample_rows(rows: list[TraceRow], n: int, seed: int) -> list[TraceRow]:
     """`n` rows drawn at random: without replacement while the trace has enough."""
     rng = np.random.default_rng([seed, 1])  # a stream apart from the arrivals'
     picks = rng.choice(len(rows), size=n, replace=n > len(rows))

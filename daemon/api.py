@@ -1,7 +1,9 @@
 """The HTTP API (aiohttp): OpenAI-compatible completions and chat, streaming or not.
 
 Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
-GET /health, GET /metrics, GET /openapi.json (the OpenAPI 3.1 description).
+GET /v1/models/{id}, GET /health, GET /metrics, GET /openapi.json (the OpenAPI 3.1
+description). A request becomes one engine request per choice (daemon/request_plan.py),
+served together as one response (daemon/choices.py).
 
 Every error the application answers is JSON in OpenAI's error shape, its message (and
 `param`) naming the field. Limits: bodies over `max_body_bytes` get 413, prompts must
@@ -14,20 +16,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
 import os
 import re
 import uuid
 
+import msgspec
 from aiohttp import web
 
-from daemon.config import ServeConfig
-from daemon.detokenizer import IncrementalDetokenizer
+from daemon.choices import RunningChoice, complete, stream, submit
+from daemon.config import HttpConfig
 from daemon.errors import ApiError
+from daemon.logprobs import token_text_for
+from daemon.openai_fields import check_undeclared
 from daemon.openai_schema import ChatCompletionRequest, CompletionRequest, parse_body
 from daemon.openapi import build_openapi
-from daemon.responses import ResponseBuilder, error_body
+from daemon.request_plan import Limits, Prompt, plan_choices
+from daemon.responses import ResponseBuilder, error_body, model_object
 
 log = logging.getLogger(__name__)
 CONTROLLER = web.AppKey("controller", object)
@@ -49,12 +54,12 @@ def json_error(status: int, message: str, code: str | None = None, param: str | 
                              headers=headers)
 
 
-def resolve_api_key(config: ServeConfig, environ=os.environ) -> str:
+def resolve_api_key(config: HttpConfig, environ=os.environ) -> str:
     """The key clients must send: the config's (`--api-key`), else `$ASCENDRA_API_KEY`."""
     return config.api_key or environ.get(API_KEY_ENV, "")
 
 
-def build_app(controller, config: ServeConfig, api_key: str = "") -> web.Application:
+def build_app(controller, config: HttpConfig, api_key: str = "") -> web.Application:
     app = web.Application(client_max_size=config.max_body_bytes,
                           middlewares=[_errors_as_json, _require_api_key(api_key)])
     app[CONTROLLER] = controller
@@ -63,6 +68,7 @@ def build_app(controller, config: ServeConfig, api_key: str = "") -> web.Applica
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/models/{model:.+}", model)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
@@ -90,7 +96,7 @@ def field_of(message: str) -> str | None:
     if missing:
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
     if path:
-        return path
+        return path.replace("[...]", "")  # a dict's value: name the dict
     leading = _LEADING_FIELD.match(message)
     return leading.group(1) if leading else None
 
@@ -165,19 +171,22 @@ async def _read_json_body(request: web.Request) -> bytes:
 async def completions(request: web.Request) -> web.StreamResponse:
     body = _parse(await _read_json_body(request), CompletionRequest)
     controller = request.app[CONTROLLER]
-    prompt_ids = _prompt_ids(controller, body.prompt)
-    return await _serve(request, body, prompt_ids, ResponseBuilder(
+    try:
+        entries = body.prompts()
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    prompts = [_prompt(controller, field, prompt, body.echo) for field, prompt in entries]
+    return await _serve(request, body, prompts, ResponseBuilder(
         f"cmpl-{uuid.uuid4().hex}", controller.model_name, chat=False))
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = _parse(await _read_json_body(request), ChatCompletionRequest)
     controller = request.app[CONTROLLER]
-    text = _render_chat(controller.tokenizer, [{"role": m.role, "content": m.text()}
-                                               for m in body.messages])
-    prompt_ids = controller.tokenizer.encode(text, add_bos=False)
-    return await _serve(request, body, prompt_ids, ResponseBuilder(
-        f"chatcmpl-{uuid.uuid4().hex}", controller.model_name, chat=True), field="messages")
+    text = _render_chat(controller.tokenizer, [m.for_template() for m in body.messages])
+    prompt = Prompt("messages", controller.tokenizer.encode(text, add_bos=False))
+    return await _serve(request, body, [prompt], ResponseBuilder(
+        f"chatcmpl-{uuid.uuid4().hex}", controller.model_name, chat=True))
 
 
 def _render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
@@ -196,109 +205,76 @@ def _render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
 
 def _parse(raw: bytes, kind):
     try:
-        return parse_body(raw, kind)
+        body = parse_body(raw, kind)
+        check_undeclared(raw, kind)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
+    return body
 
 
-def _prompt_ids(controller, prompt: str | list[int]) -> list[int]:
+def _prompt(controller, field: str, prompt: str | list[int], echo: bool) -> Prompt:
     if isinstance(prompt, str):
-        return controller.tokenizer.encode(prompt)
+        return Prompt(field, controller.tokenizer.encode(prompt), prompt if echo else "")
     vocab = controller.vocab_size
     bad = next((t for t in prompt if not 0 <= t < vocab), None)
     if bad is not None:
-        raise BadRequest(f"prompt: token id {bad} is outside the vocabulary (0..{vocab - 1})")
-    return prompt
+        raise BadRequest(f"{field}: token id {bad} is outside the vocabulary (0..{vocab - 1})",
+                         field)
+    return Prompt(field, prompt, controller.tokenizer.decode(prompt) if echo else "")
 
 
-def _check_request(controller, limits: ServeConfig, body, prompt_ids: list[int],
-                   field: str = "prompt"):
-    if not prompt_ids:
-        raise BadRequest(f"{field}: the prompt is empty", field)
-    limit = controller.max_model_len
-    if limit <= 0:  # no instance has said it is ready (e.g. the only one is restarting)
+def _check_model(controller, name: str | None) -> None:
+    if name and name != controller.model_name:
+        raise _model_not_found(f"model: {name!r} is not served here; use "
+                               f"{controller.model_name!r}")
+
+
+def _model_not_found(message: str) -> ApiError:
+    error = ApiError(404, message, "model_not_found")
+    error.param = "model"
+    return error
+
+
+async def _serve(request: web.Request, body, prompts: list[Prompt], builder: ResponseBuilder):
+    controller, config = request.app[CONTROLLER], request.app[LIMITS]
+    if controller.max_model_len <= 0:  # no instance has said it is ready (one restarting)
         raise ApiError(503, "no instance is ready; try again shortly", "unavailable")
-    if len(prompt_ids) >= limit:
-        raise BadRequest(f"{field}: the prompt is {len(prompt_ids)} tokens; the limit is "
-                         f"{limit - 1} (context length {limit})", field)
+    _check_model(controller, body.model)
     try:
-        sampling = body.sampling(limits.default_max_tokens, limits.max_tokens_limit)
+        choices = plan_choices(body, prompts, Limits(
+            controller.max_model_len, controller.vocab_size, config.default_max_tokens,
+            config.max_tokens_limit))
         stops = body.stop_strings()
     except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-    if body.model and body.model != controller.model_name:
-        raise ApiError(404, f"model: {body.model!r} is not served here; use {controller.model_name!r}",
-                       "model_not_found")
-    return sampling, stops
-
-
-async def _serve(request: web.Request, body, prompt_ids: list[int], builder: ResponseBuilder,
-                 field: str = "prompt"):
-    controller = request.app[CONTROLLER]
-    sampling, stops = _check_request(controller, request.app[LIMITS], body, prompt_ids, field)
-    handle = await controller.submit(prompt_ids, sampling, ttft_slo=body.ttft_slo, tbt_slo=body.tbt_slo,
-                               priority=body.priority, request_id=builder.id)
-    detok = IncrementalDetokenizer(controller.tokenizer, stops)
-    try:
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return await _stream(request, handle, detok, builder, len(prompt_ids), include_usage)
-        return await _complete(handle, detok, builder, len(prompt_ids))
-    finally:  # aborts on the instance if it is still running (disconnects, stop strings)
-        handle.close("completed" if detok.stopped else "cancelled")
-
-
-async def _complete(handle, detok: IncrementalDetokenizer, builder, num_prompt: int) -> web.Response:
-    pieces, finish, count = [], "length", 0
-    async for output in handle.tokens():
-        count += 1
-        pieces.append(detok.add(output.token_id))
-        finish = output.finish_reason or finish
-        if detok.stopped:
-            finish = "stop"
-            break
-    pieces.append(detok.flush())
-    return web.json_response(builder.full("".join(pieces), finish, num_prompt, count))
-
-
-async def _stream(request, handle, detok, builder, num_prompt: int, include_usage: bool):
-    first = await handle.first()  # errors before the first token still get a JSON status
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    send = lambda obj: response.write(b"data: " + json.dumps(obj).encode() + b"\n\n")  # noqa: E731
-    count, started = 0, False
-    try:
-        async for output in handle.tokens(first):
-            count += 1
-            text = detok.add(output.token_id)
-            finish = "stop" if detok.stopped else output.finish_reason
-            if finish:
-                text += detok.flush()
-            # one event per token, even when its text is still held back (a partial
-            # character, a possible stop string): clients time tokens by events
-            await send(builder.chunk(text, finish, first=not started))
-            started = True
-            if finish:
-                break
-        if include_usage:
-            await send(builder.usage_chunk(num_prompt, count))
-    except ApiError as exc:  # failed mid-stream: an SSE error event, then the end marker
-        await send(error_body(exc.message, exc.status, code=exc.code))
-    await response.write(b"data: [DONE]\n\n")
-    return response
+        raise BadRequest(str(exc), getattr(exc, "param", None)) from None
+    handles = await submit(controller, choices, builder.id, body)
+    token_text = token_text_for(controller.tokenizer) if body.num_logprobs() is not None else None
+    running = [RunningChoice(choice, handle, controller.tokenizer, stops, token_text, builder.chat)
+               for choice, handle in zip(choices, handles)]
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return await stream(request, running, choices, builder, include_usage)
+    return await complete(running, choices, builder)
 
 
 async def models(request: web.Request) -> web.Response:
     controller = request.app[CONTROLLER]
     return web.json_response({"object": "list", "data": [
-        {"id": controller.model_name, "object": "model", "created": 0, "owned_by": "ascendra",
-         "max_model_len": controller.max_model_len}]})
+        model_object(controller.model_name, controller.max_model_len)]})
+
+
+async def model(request: web.Request) -> web.Response:
+    controller, name = request.app[CONTROLLER], request.match_info["model"]
+    if name != controller.model_name:
+        raise _model_not_found(f"The model {name!r} does not exist; this server serves "
+                               f"{controller.model_name!r}")
+    return web.json_response(model_object(controller.model_name, controller.max_model_len))
 
 
 async def health(request: web.Request) -> web.Response:
-    status = request.app[CONTROLLER].health()
-    return web.json_response(status, status=200 if status["status"] == "ok" else 503)
+    state = request.app[CONTROLLER].health()  # a daemon.health.Health
+    return web.Response(body=msgspec.json.encode(state), content_type="application/json",
+                        status=200 if state.status == "ok" else 503)
 
 
 async def openapi(request: web.Request) -> web.Response:

@@ -1,58 +1,87 @@
-"""`ascendra serve` configuration: one msgspec struct, set in TOML, overridden by flags.
+"""`ascendra serve` configuration: nested msgspec structs, set in TOML, overridden by flags.
 
-Every field can be written in the TOML file (`port = 8000`) and given as a flag
-(`--port 8000`); a flag wins. Validation errors name the field.
+The TOML file has one section per part (`[http]` `port = 8000`, `[scheduler]`
+`chunk_size = 2048`); every field is also a flat flag (`--port 8000`, booleans as
+`--drop-expired` / `--no-drop-expired`) and a flag wins. The parts are the structs of
+the layers that use them, so each default is written once -- `SchedulerConfig` in
+engines/, `SloConfig` and `ControllerConfig` beside the controller core -- and the
+simulator uses the same ones. Validation errors name the section and the field. Each
+field's description (its `Meta`) is its one text: `serve --help`, `serve --print-config`
+and systemd/ascendra.toml show it.
 """
 from __future__ import annotations
 
 import argparse
+import enum
+import functools
+import json
 import tomllib
-from typing import Annotated, Literal
+import typing
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
+from daemon.controller_config import ControllerConfig, SloConfig
 from daemon.layout import parse_layout
+from engines.scheduler_config import SchedulerConfig
 from engines.executors.latency import make_latency
-from policies.offload import DEFAULT_OFFLOAD_THRESHOLD
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
+Seconds = Annotated[float, Meta(ge=0)]
 
 
-class ServeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    model: str = ""                     # Hugging Face model folder; "" = the built-in tiny model
-    served_model_name: str = ""         # the name /v1/models lists; "" = the model folder's name
-    layout: str = "1xsarathi"           # instances and their modes, e.g. 3xsarathi
-    executor: Literal["torch", "sim"] = "torch"
-    sim_latency: str = "zero"           # sim executor's latency: zero | constant:SECONDS | profile:NAME
-    profile: str = ""                   # shorthand for sim_latency = "profile:NAME" (a GPU profile)
-    device: str = ""                    # cpu | cuda; "" = cuda when available
-    gpus: list[int] = []                # GPU ids dealt out to instances in order
-    gpus_per_instance: PositiveInt = 1
-    host: str = "127.0.0.1"
-    port: Annotated[int, Meta(ge=0, le=65535)] = 8000
-    api_key: str = ""                   # also $ASCENDRA_API_KEY; "" = no authentication
-    chunk_size: PositiveInt = 512       # token budget of one engine step
-    max_num_seqs: PositiveInt | None = None  # default from the mode (LP: 128)
-    value_function: Literal["edf", "sjf", "ljf", "fcfs"] = "edf"  # LP/HP order of waiting prompts
-    offload_threshold: Annotated[float, Meta(ge=0)] = DEFAULT_OFFLOAD_THRESHOLD  # LP offloads below this x worst HP latency
-    drop_expired: bool = False          # drop waiting requests whose TTFT SLO is lost
-    block_size: PositiveInt = 16
-    num_kv_blocks: PositiveInt | None = None
-    ttft_slo: PositiveFloat = 1.0       # default per-request TTFT target, seconds
-    tbt_slo: PositiveFloat = 0.15       # default per-request TBT target, seconds
-    default_max_tokens: PositiveInt = 256
-    max_tokens_limit: PositiveInt = 4096
-    max_body_bytes: PositiveInt = 1 << 20
-    drain_timeout: Annotated[float, Meta(ge=0)] = 30.0
-    max_queued_requests: PositiveInt = 1024     # accepted requests without a first token yet
-    max_queued_tokens: PositiveInt = 1 << 20    # ... and their prompt tokens; more -> 503
-    recovery_timeout: Annotated[float, Meta(ge=0)] = 10.0  # wait for an instance to take over
-    runtime_dir: str = ""               # ipc socket folder; "" = $RUNTIME_DIRECTORY or a temp dir
-    heartbeat_interval: PositiveFloat = 1.0
-    restart_backoff_max: PositiveFloat = 30.0
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+def doc(description: str, *, example=None) -> Meta:
+    """A field's description -- the one text `serve --help`, `--print-config` and
+    systemd/ascendra.toml show; `example` is shown for a field whose default is unset."""
+    return Meta(description=description, examples=None if example is None else [example])
+
+
+class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The model served, and under which name."""
+
+    model: Annotated[str, doc(
+        'Hugging Face model folder (config.json, *.safetensors, tokenizer.json); "" = the '
+        "built-in tiny model, made on first use in $ASCENDRA_CACHE. `serve` logs the folder: "
+        "load testers take it as their tokenizer.")] = ""
+    served_model_name: Annotated[str, doc(
+        'The model name clients send and /v1/models lists; "" = the model folder\'s name.')] = ""
+    max_model_len: Annotated[PositiveInt | None, doc(
+        "Context limit of one request (prompt + output), for both executors; unset = the "
+        "model's (config.json max_position_embeddings, capped at a sliding window; the tiny "
+        "model: 2048). /v1/models reports it.", example=4096)] = None
+
+
+class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The engine instances: how many of which kind, on which executor and GPUs, and
+    their KV cache."""
+
+    layout: Annotated[str, doc(
+        'How many engine instances of which kind: "<count>x<mode>" (modes sarathi, vllm, lp, '
+        'hp), e.g. "3xsarathi", or Ascendra\'s "<n>L<m>H", e.g. "2L1H" (2 LP + 1 HP '
+        "instances).")] = "1xsarathi"
+    executor: Annotated[Literal["torch", "sim"], doc(
+        '"torch" runs the model; "sim" runs none and only waits out `sim_latency` per step, '
+        "streaming text tokens of the model's tokenizer.")] = "torch"
+    sim_latency: Annotated[str, doc(
+        'Step latency of the sim executor: "zero", "constant:SECONDS" or '
+        '"profile:NAME".')] = "zero"
+    profile: Annotated[str, doc(
+        'Shorthand for sim_latency = "profile:NAME": a100-llama3-8b, a100-mistral-7b, '
+        "a100-llama2-7b, h100-llama2-7b, a100-qwen14b (GPU operator profiles packaged from "
+        "Vidur's data; $ASCENDRA_PROFILES may name a folder of the raw files instead).")] = ""
+    device: Annotated[str, doc('"cpu", "cuda" or "cuda:N"; "" = cuda when available.')] = ""
+    gpus: Annotated[list[int], doc(
+        "GPU ids dealt out to the instances in order, `gpus_per_instance` each (pinned with "
+        'CUDA_VISIBLE_DEVICES), e.g. [0, 1, 2] for "2L1H" (as a flag: --gpus 0,1,2); [] = no '
+        "pinning, every instance sees every GPU.")] = []
+    gpus_per_instance: Annotated[PositiveInt, doc("GPUs each instance takes from `gpus`.")] = 1
+    block_size: Annotated[PositiveInt, doc(
+        "Tokens per KV block (flash-attn's paged kernels want a multiple of 256).")] = 16
+    num_kv_blocks: Annotated[PositiveInt | None, doc(
+        "KV cache size in blocks per instance; unset = sized from free GPU memory (sim: "
+        "4096).", example=8192)] = None
 
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
@@ -68,8 +97,86 @@ class ServeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return f"profile:{self.profile}" if self.profile else self.sim_latency
 
 
+class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The OpenAI-compatible HTTP API and the limits at its edge."""
+
+    host: Annotated[str, doc(
+        "Address the HTTP API listens on; a warning is logged when it is not loopback and no "
+        "API key is set.")] = "127.0.0.1"
+    port: Annotated[int, Meta(ge=0, le=65535), doc(
+        'TCP port of the HTTP API; 0 = any free port (the "serving ..." log line names '
+        "it).")] = 8000
+    api_key: Annotated[str, doc(
+        'Required as "Authorization: Bearer <key>" on the /v1 routes; "" = no key. Rather '
+        "than writing it here, give it as $ASCENDRA_API_KEY (e.g. an EnvironmentFile= of the "
+        "unit).")] = ""
+    max_body_bytes: Annotated[PositiveInt, doc(
+        "Largest request body accepted, bytes (larger: 413).")] = 1 << 20
+    header_timeout: Annotated[PositiveFloat, doc(
+        "Seconds a client may take to send a request's headers, counted from when it "
+        "connects or its previous response ends (so also how long an idle keep-alive "
+        "connection stays open); slower: the connection is closed.")] = 10.0
+    body_timeout: Annotated[PositiveFloat, doc(
+        "Seconds a client may take to send a request's body once its headers are in; "
+        "slower: 408 and the connection is closed.")] = 30.0
+    max_connections: Annotated[PositiveInt, doc(
+        "Most client connections open at once; one more gets 503 and is closed (keep it "
+        "under the open-file limit, the unit's LimitNOFILE).")] = 1000
+    default_max_tokens: Annotated[PositiveInt, doc(
+        "max_tokens of a request that gives none.")] = 256
+    max_tokens_limit: Annotated[PositiveInt, doc(
+        "The most max_tokens a request may ask for (more: 400).")] = 4096
+
+
+class ProcessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The daemon process: shutdown, sockets, supervision, logs."""
+
+    drain_timeout: Annotated[Seconds, doc(
+        "Seconds in-flight requests may take to finish after SIGTERM (keep it under the "
+        "unit's TimeoutStopSec); what is still running then ends with a 503 / SSE error "
+        "event.")] = 30.0
+    runtime_dir: Annotated[str, doc(
+        'Folder of the ZeroMQ ipc:// sockets (mode 0700); "" = $RUNTIME_DIRECTORY '
+        "(systemd's RuntimeDirectory=, /run/ascendra) or else a fresh temporary "
+        "folder.")] = ""
+    heartbeat_interval: Annotated[PositiveFloat, doc(
+        "Seconds between an instance's stats reports (/health, /metrics).")] = 1.0
+    restart_backoff_max: Annotated[PositiveFloat, doc(
+        "Longest wait before restarting an instance that died (the wait doubles from "
+        "1 s).")] = 30.0
+    request_log: Annotated[str, doc(
+        "A file to append one JSON line to per request as it ends (daemon.request_log: "
+        'instances, offloaded, outcome, TTFT); "" = none.')] = ""
+    log_level: Annotated[Literal["debug", "info", "warning", "error"], doc(
+        '"debug", "info", "warning" or "error".')] = "info"
+
+
+class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Everything `ascendra serve` takes, one TOML section per part (the structs of the
+    layers that use them: `SchedulerConfig` is the engines', `SloConfig` and
+    `ControllerConfig` the controller core's)."""
+
+    model: ModelConfig = ModelConfig()
+    instances: InstancesConfig = InstancesConfig()
+    http: HttpConfig = HttpConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    slo: SloConfig = SloConfig()
+    controller: ControllerConfig = ControllerConfig()
+    process: ProcessConfig = ProcessConfig()
+
+
+#: The TOML sections, in order, and the struct of each.
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig, "instances": InstancesConfig, "http": HttpConfig,
+    "scheduler": SchedulerConfig, "slo": SloConfig, "controller": ControllerConfig,
+    "process": ProcessConfig}
+#: Fields no one sets by hand: the layout sets each instance's scheduler mode.
+NOT_SETTABLE = {("scheduler", "mode")}
+
+
 def load_config(path: str | None = None, overrides: dict | None = None) -> ServeConfig:
-    """Read TOML (if any), apply non-None overrides, validate. Errors name the field."""
+    """Read TOML (if any), apply non-None overrides (flat field names, as the flags give
+    them: `{"port": 9000}`), validate. Errors name the section and field."""
     data: dict = {}
     if path:
         try:
@@ -77,26 +184,131 @@ def load_config(path: str | None = None, overrides: dict | None = None) -> Serve
                 data = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"config {path}: {exc}") from None
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        _check_sections(data, path)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            data.setdefault(FLAT[name], {})[name] = value
     try:
         return msgspec.convert(data, ServeConfig, strict=False)
     except msgspec.ValidationError as exc:
         raise ValueError(f"config: {exc}") from None
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per config field (`max_num_seqs` -> `--max-num-seqs`), default None = unset.
+def _check_sections(data: dict, path: str) -> None:
+    """A field written outside its section (as the flat configs before sections had it)
+    gets a message saying where it belongs."""
+    for key, value in data.items():
+        if key in SECTIONS and isinstance(value, dict):
+            continue
+        where = f"it belongs under [{FLAT[key]}]" if key in FLAT else \
+            f"the sections are {', '.join(f'[{n}]' for n in SECTIONS)}"
+        raise ValueError(f"config {path}: {key!r} is not a section; {where}")
+    for section, name in NOT_SETTABLE:
+        if name in data.get(section, {}):
+            raise ValueError(f"config {path}: {section}.{name} is set by instances.layout, "
+                             "not by hand")
 
-    Flags arrive as text and are converted with the same validation as TOML values.
+
+class FieldDoc(msgspec.Struct, frozen=True):
+    """What the help and the example config say about one settable field."""
+    section: str
+    name: str
+    description: str
+    default: Any
+    example: Any = None
+
+
+@functools.cache
+def field_docs() -> tuple[FieldDoc, ...]:
+    """Every settable field, section by section, with its description (its Meta)."""
+    docs = []
+    for section, struct in SECTIONS.items():
+        hints = typing.get_type_hints(struct, include_extras=True)
+        for field in msgspec.structs.fields(struct):
+            if (section, field.name) in NOT_SETTABLE:
+                continue
+            meta = next((m for m in getattr(hints[field.name], "__metadata__", ())
+                         if isinstance(m, Meta) and m.description), None)
+            if meta is None:
+                raise TypeError(f"{struct.__name__}.{field.name} has no description")
+            default = (field.default_factory() if field.default is msgspec.NODEFAULT
+                       else field.default)
+            docs.append(FieldDoc(section, field.name, meta.description, default,
+                                 meta.examples[0] if meta.examples else None))
+    names = [d.name for d in docs]
+    if len(names) != len(set(names)):
+        raise TypeError(f"field names must be unique across sections (one flag each): {names}")
+    return tuple(docs)
+
+
+#: Field name -> its section (flags are flat: `--port` sets [http] port).
+FLAT: dict[str, str] = {d.name: d.section for d in field_docs()}
+
+
+def toml_value(value: Any) -> str:
+    """A config value as TOML writes it (and as the help shows defaults)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return toml_value(value.value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
+    """One flag per settable field of `sections` (default: all; `max_num_seqs` ->
+    `--max-num-seqs`), default None = unset, its help the field's description and default.
+    Booleans are switches (`--drop-expired` / `--no-drop-expired`); lists are
+    comma-separated (`--gpus 0,1`). The simulator's commands take the sections they share
+    with `serve` (scheduler, slo, controller) the same way, with the same defaults.
+
+    Other flags arrive as text and are converted with the same validation as TOML values.
     """
-    for field in msgspec.structs.fields(ServeConfig):
-        is_list = field.default_factory is list
-        parser.add_argument(
-            "--" + field.name.replace("_", "-"), dest=field.name, default=None,
-            type=(lambda s: [x for x in s.split(",") if x.strip()]) if is_list else str,
-            help=f"config {field.name} (default {[] if is_list else field.default!r})")
+    for field in field_docs():
+        if sections is not None and field.section not in sections:
+            continue
+        kind = typing.get_type_hints(SECTIONS[field.section])[field.name]
+        flag = "--" + field.name.replace("_", "-")
+        shown = "unset" if field.default is None else toml_value(field.default)
+        help_text = f"{field.description} (default: {shown})".replace("%", "%%")
+        if kind is bool:
+            parser.add_argument(flag, dest=field.name, default=None, help=help_text,
+                                action=argparse.BooleanOptionalAction)
+        elif typing.get_origin(kind) is list:
+            parser.add_argument(flag, dest=field.name, default=None, help=help_text,
+                                metavar="A,B", type=_comma_list)
+        else:
+            choices = _choices(kind)
+            parser.add_argument(flag, dest=field.name, default=None, help=help_text,
+                                choices=choices, metavar=None if choices else _metavar(kind))
+
+
+def _choices(kind) -> tuple[str, ...] | None:
+    if typing.get_origin(kind) is Literal:
+        return typing.get_args(kind)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return tuple(member.value for member in kind)
+    return None
+
+
+def _metavar(kind) -> str:
+    """N for integers, X for numbers, TEXT for strings (an optional's inner type)."""
+    inner = {t for t in typing.get_args(kind) if t is not type(None)} or {kind}
+    return "N" if inner == {int} else "X" if inner == {float} else "TEXT"
+
+
+def _comma_list(text: str) -> list[str]:
+    return [x for x in text.split(",") if x.strip()]
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
-    overrides = {f: getattr(args, f, None) for f in ServeConfig.__struct_fields__}
+    overrides = {name: getattr(args, name, None) for name in FLAT}
     return load_config(getattr(args, "config", None), overrides)
+
+
+def section_from_args(args: argparse.Namespace, section: str):
+    """One section's struct from the flags `add_config_flags(parser, [section])` added."""
+    return getattr(config_from_args(args), section)

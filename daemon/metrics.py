@@ -1,20 +1,34 @@
-"""Prometheus metrics of the daemon, on a registry of its own (one per controller)."""
+"""Prometheus metrics of the daemon, on a registry of its own (one per controller).
+
+They observe the controller core's actions (`observe`): the same stream the simulator's
+per-request records are built from, so both count the same things. Tokens, tens of
+thousands a second, are counted a batch at a time (`observe_tokens`: one counter step
+and one pass over the TTFT/TBT histograms, daemon/batch_histogram.py, per batch).
+"""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from daemon.batch_histogram import BatchHistogram
+from daemon.controller_events import Moved, Refuse, Settle, TicketOpened, Token
+from daemon.request_state import Outcome
+from ipc.messages import Heartbeat, Origin, Role
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30, 60)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, roles: Mapping[int, Role] | None = None) -> None:
+        self.roles = dict(roles or {})
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("ascendra_requests", "Requests by outcome", ["outcome"], registry=r)
-        self.ttft = Histogram("ascendra_ttft_seconds", "Time to first token", buckets=LATENCY_BUCKETS,
-                              registry=r)
-        self.tbt = Histogram("ascendra_tbt_seconds", "Time between tokens", buckets=LATENCY_BUCKETS,
-                             registry=r)
+        self.ttft = BatchHistogram("ascendra_ttft_seconds", "Time to first token",
+                                   LATENCY_BUCKETS, registry=r)
+        self.tbt = BatchHistogram("ascendra_tbt_seconds", "Time between tokens",
+                                  LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram("ascendra_e2e_seconds", "Arrival to last token",
                              buckets=LATENCY_BUCKETS, registry=r)
         self.output_tokens = Counter("ascendra_output_tokens", "Tokens sent to clients", registry=r)
@@ -42,6 +56,60 @@ class Metrics:
                                      "first token yet (bounded by max_queued_requests)", registry=r)
         self.queued_tokens = Gauge("ascendra_queued_tokens", "Their prompt tokens (bounded by "
                                    "max_queued_tokens)", registry=r)
+
+    # ---- observers ---------------------------------------------------------------------
+    def observe(self, action) -> None:
+        """Count what one controller-core action says happened."""
+        match action:
+            case Token():
+                self.observe_tokens([action])
+            case Settle(outcome=outcome, code=code, instance=instance, e2e=e2e):
+                self.requests.labels(outcome.value).inc()
+                if e2e is not None:
+                    self.e2e.observe(e2e)
+                if outcome is Outcome.DROPPED:
+                    self.dropped.labels(code.value).inc()
+                elif outcome is Outcome.COMPLETED and instance is not None:
+                    role = self.roles.get(instance)
+                    self.served.labels(str(instance), role.value if role else "?").inc()
+            case Refuse(refusal=refusal):
+                self.dropped.labels(refusal.value).inc()
+            case Moved(kind=kind):
+                if kind is Origin.OFFLOAD:
+                    self.offloads.inc()
+                else:
+                    self.recovered.labels(kind.value).inc()
+            case TicketOpened():
+                self.tickets.inc()
+
+    def observe_tokens(self, tokens: Sequence[Token]) -> None:
+        """Count a batch of `Token` actions (what `observe` on each would)."""
+        ttfts, tbts = [], []
+        for token in tokens:
+            if token.tbt is not None:
+                tbts.append(token.tbt)
+            if token.ttft is not None:
+                ttfts.append(token.ttft)
+        self.output_tokens.inc(len(tokens))
+        if ttfts:
+            self.ttft.observe_many(ttfts)
+        if tbts:
+            self.tbt.observe_many(tbts)
+
+    def heartbeat(self, beat: Heartbeat) -> None:
+        name = str(beat.instance_id)
+        self.waiting.labels(name).set(beat.num_waiting)
+        self.running.labels(name).set(beat.num_running)
+        self.kv_usage.labels(name).set(beat.num_kv_blocks_used / max(beat.num_kv_blocks, 1))
+        self.preemptions.labels(name).set(beat.num_preemptions)
+        if beat.perf_model_mape is not None:
+            self.perf_model_mape.labels(name).set(beat.perf_model_mape)
+
+    def instance_down(self, instance_id: int) -> None:
+        name = str(instance_id)
+        self.restarts.labels(name).inc()
+        for gauge in (self.waiting, self.running, self.kv_usage):
+            gauge.labels(name).set(0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

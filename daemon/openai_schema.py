@@ -1,22 +1,40 @@
-"""OpenAI-compatible request bodies, validated by msgspec (errors name the field)."""
+"""OpenAI-compatible request bodies, validated by msgspec (errors name the field).
+
+Every OpenAI field is declared, so the OpenAPI description lists it and a wrong type is a
+400 naming it. Which of them this server implements, and which it refuses unless left at
+a value that does not change the answer, is daemon/openai_fields.py; README's API
+section has the table. Fields no struct declares are ignored (and logged once).
+"""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
-from ipc.params import SamplingParams
+from ipc.params import MAX_LOGPROBS
 
 #: Seeds travel as msgpack integers (int64) and seed a torch.Generator.
 Seed = Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 #: SLOs are finite seconds: at most a day.
 SloSeconds = Annotated[float, Meta(gt=0.0, le=86400.0)]
 StopString = Annotated[str, Meta(min_length=1)]
+Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
+#: The most choices (prompts x n) one request may ask for; each is an engine request.
+MAX_CHOICES = 128
+#: OpenAI's limits: logit_bias entries, top alternatives per token (completions; chat's
+#: is the most the wire carries, MAX_LOGPROBS).
+MAX_LOGIT_BIAS = 300
+MAX_COMPLETION_LOGPROBS = 5
 
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool = False
+
+
+class ResponseFormat(msgspec.Struct):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
 
 
 class _Common(msgspec.Struct, kw_only=True):
@@ -29,9 +47,13 @@ class _Common(msgspec.Struct, kw_only=True):
     stop: StopString | Annotated[list[StopString], Meta(max_length=4)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    n: Annotated[int, Meta(ge=1, le=MAX_CHOICES)] = 1
+    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty = 0.0
+    #: token id (as a string, as JSON keys are) -> bias added to its logit
+    logit_bias: Annotated[dict[str, Annotated[float, Meta(ge=-100.0, le=100.0)]],
+                          Meta(max_length=MAX_LOGIT_BIAS)] | None = None
+    response_format: ResponseFormat | None = None
     user: str | None = None
     # Ascendra extensions
     ignore_eos: bool = False
@@ -50,28 +72,55 @@ class _Common(msgspec.Struct, kw_only=True):
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
 
-    def sampling(self, default_max_tokens: int, max_tokens_limit: int) -> SamplingParams:
-        if self.n != 1:
-            raise ValueError(f"n: only n=1 is supported (got {self.n})")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name):
-                raise ValueError(f"{name}: not supported; leave it at 0")
-        max_tokens = self.requested_max_tokens() or default_max_tokens
-        if max_tokens > max_tokens_limit:
-            raise ValueError(f"max_tokens: {max_tokens} is over this server's limit of {max_tokens_limit}")
-        return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
-                              top_k=max(self.top_k, 0), seed=self.seed, ignore_eos=self.ignore_eos)
+    @property
+    def max_tokens_field(self) -> str:
+        return "max_tokens"
+
+    def num_logprobs(self) -> int | None:
+        """Top alternatives per token to report; None: no log-probabilities."""
+        return None
+
+    def logit_bias_ids(self, vocab_size: int) -> dict[int, float]:
+        """`logit_bias` by token id; ValueError naming it for a key that is no token id."""
+        bias: dict[int, float] = {}
+        for key, value in (self.logit_bias or {}).items():
+            if not (key.isascii() and key.isdigit() and int(key) < vocab_size):
+                raise ValueError(f"logit_bias: {key!r} is not a token id of this model "
+                                 f"(0..{vocab_size - 1})")
+            bias[int(key)] = value
+        return bias
+
+
+#: A text prompt, a token-id prompt, or a batch of either (one choice per prompt x n).
+Prompt = str | list[str | int | list[int]]
 
 
 class CompletionRequest(_Common, kw_only=True):
-    prompt: str | list[int]
+    prompt: Prompt
     echo: bool = False
-    logprobs: None = None
+    logprobs: Annotated[int, Meta(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None
+    suffix: str | None = None
+    best_of: Annotated[int, Meta(ge=1, le=MAX_CHOICES)] | None = None
 
-    def sampling(self, default_max_tokens: int, max_tokens_limit: int) -> SamplingParams:
-        if self.echo:
-            raise ValueError("echo: not supported; leave it false")
-        return super().sampling(default_max_tokens, max_tokens_limit)
+    def num_logprobs(self) -> int | None:
+        return self.logprobs
+
+    def prompts(self) -> list[tuple[str, str | list[int]]]:
+        """(field, prompt) per prompt: "prompt" alone, "prompt[i]" in a batch.
+        ValueError naming the entry that breaks the batch's kind."""
+        prompt = self.prompt
+        if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+            bad = next((i for i, t in enumerate(prompt) if not isinstance(t, int)), None) \
+                if isinstance(prompt, list) else None
+            if bad is not None:
+                raise ValueError(f"prompt[{bad}]: a token-id prompt holds only token ids")
+            return [("prompt", prompt)]
+        kind = type(prompt[0])
+        bad = next((i for i, p in enumerate(prompt) if type(p) is not kind), None)
+        if bad is not None:
+            what = "strings" if kind is str else "token-id lists"
+            raise ValueError(f"prompt[{bad}]: a batch of prompts holds only {what}")
+        return [(f"prompt[{i}]", p) for i, p in enumerate(prompt)]
 
 
 class TextPart(msgspec.Struct):
@@ -82,19 +131,54 @@ class TextPart(msgspec.Struct):
 class ChatMessage(msgspec.Struct):
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[TextPart]
+    name: str | None = None                          # passed to the chat template
+    tool_calls: list[dict[str, Any]] | None = None   # refused: no tool calling
 
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
 
+    def for_template(self) -> dict[str, str]:
+        message = {"role": self.role, "content": self.text()}
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
 
 class ChatCompletionRequest(_Common, kw_only=True):
     messages: Annotated[list[ChatMessage], Meta(min_length=1)]
     max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
+    # Tools, audio and reasoning: refused unless unused (daemon/openai_fields.py)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: Literal["none", "auto"] | dict[str, Any] | None = None
+    audio: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    # Accepted: they do not change the answer
+    prediction: dict[str, Any] | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def max_tokens_field(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 def parse_body(body: bytes, kind: type[msgspec.Struct]):
@@ -105,3 +189,6 @@ def parse_body(body: bytes, kind: type[msgspec.Struct]):
         raise ValueError(str(exc)) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("body is nested too deeply (JSON objects and arrays nest at most "
+                         "a few hundred levels here)") from None

@@ -5,10 +5,13 @@ The request bodies are generated from the msgspec structs the handlers decode
 validation. What only the running server knows is filled in per server: the model
 name (any other is a 404), the `max_tokens` limit, the vocabulary (token-id prompts)
 and the context length. A body that fits this description is served, or refused for a
-reason the schema cannot express: a text prompt (or chat) longer than the context, a
-chat the model's template refuses, an integer written as a float (`1.0` is a JSON Schema
-integer; the decoder is strict), an overloaded server. One that does not fit gets a 4xx
-in OpenAI's error shape.
+reason the schema cannot express: a text prompt (or chat) longer than the context, or
+one with `max_tokens` that does not fit beside it (the schema bounds each alone), more
+than MAX_CHOICES choices (n x prompts), a chat the model's template refuses, an integer
+written as a float (`1.0` is a JSON Schema integer; the decoder is strict), an
+overloaded server. Fields served only when unused (tools, guided decoding, ...) show the
+values that are served. One that does not fit gets a 4xx in OpenAI's error shape (or is
+served: the description is at most as wide as the server).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import functools
 
 import msgspec
 
-from daemon.openai_schema import ChatCompletionRequest, CompletionRequest
+from daemon.openai_schema import MAX_CHOICES, ChatCompletionRequest, CompletionRequest
 
 _REF = "#/components/schemas/{name}"
 
@@ -63,6 +66,47 @@ def _branch(prop: dict, kind: str) -> dict:
     raise KeyError(kind)
 
 
+_NULL = {"type": "null"}
+#: Declared for compatibility, served only when unused (daemon/openai_fields.py): the schema
+#: shows the values that are served.
+_UNUSED_ONLY = {
+    "suffix": {"anyOf": [{"type": "string", "maxLength": 0}, _NULL], "default": None},
+    "best_of": {"type": "null", "default": None, "description": "null, or equal to n"},
+    "response_format": {"anyOf": [{"type": "object", "required": ["type"], "properties": {
+        "type": {"enum": ["text"]}}}, _NULL], "default": None},
+    "tools": {"anyOf": [{"type": "array", "maxItems": 0}, _NULL], "default": None,
+              "description": "any, with tool_choice \"none\""},
+    "tool_choice": {"enum": ["none", "auto", None], "default": None},
+    "functions": {"anyOf": [{"type": "array", "maxItems": 0}, _NULL], "default": None},
+    "function_call": {"enum": ["none", "auto", None], "default": None},
+    "modalities": {"anyOf": [{"type": "array", "items": {"enum": ["text"]}}, _NULL],
+                   "default": None},
+    **{field: {"type": "null", "default": None}
+       for field in ("audio", "reasoning_effort", "verbosity", "web_search_options")},
+}
+#: Rules across fields (JSON Schema 2020-12), so generated bodies keep them.
+_CHAT_RULES = {"if": {"required": ["top_logprobs"], "properties": {
+    "top_logprobs": {"type": "integer"}}},
+    "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}}}
+_COMPLETION_RULES = {"not": {"required": ["echo", "logprobs"], "properties": {
+    "echo": {"const": True}, "logprobs": {"type": "integer"}}}}
+
+
+def _integers_up_to(m: int) -> str:
+    """A regex for the decimal integers 0..m, without leading zeros."""
+    digits = str(m)
+    alternatives = ["0"]
+    if len(digits) > 1:  # fewer digits than m
+        alternatives.append(f"[1-9][0-9]{{0,{len(digits) - 2}}}")
+    for i, digit in enumerate(digits):  # as many digits, smaller from position i on
+        low, high = (1 if i == 0 else 0), int(digit) - 1
+        if high >= low:
+            rest = len(digits) - i - 1
+            alternatives.append(digits[:i] + f"[{low}-{high}]" + (f"[0-9]{{{rest}}}" if rest else ""))
+    alternatives.append(digits)
+    return "^(" + "|".join(alternatives) + ")$"
+
+
 def _server_limits(components: dict, model_name: str | None, max_tokens_limit: int | None,
                    vocab_size: int | None, max_model_len: int | None) -> None:
     """Narrow the generated schemas to what this server accepts."""
@@ -75,18 +119,24 @@ def _server_limits(components: dict, model_name: str | None, max_tokens_limit: i
             for field in ("max_tokens", "max_completion_tokens"):
                 if field in props:
                     _branch(props[field], "integer")["maximum"] = max_tokens_limit
-        # Accepted for compatibility, only at their defaults.
-        props["n"] = {"type": "integer", "enum": [1], "default": 1}
-        for field in ("presence_penalty", "frequency_penalty"):
-            props[field] = {"type": "number", "enum": [0], "default": 0}
-    completion = components["CompletionRequest"]["properties"]
-    completion["echo"] = {"type": "boolean", "enum": [False], "default": False}
-    ids = _branch(completion["prompt"], "array")
-    ids["minItems"] = 1
+        if vocab_size:
+            _branch(props["logit_bias"], "object")["propertyNames"] = {
+                "pattern": _integers_up_to(vocab_size - 1)}
+        props["n"]["description"] = f"n x prompts at most {MAX_CHOICES}"
+        props.update({k: v for k, v in _UNUSED_ONLY.items() if k in props})
+    components["ChatMessage"]["properties"]["tool_calls"] = _UNUSED_ONLY["functions"]
+    components["ChatCompletionRequest"].update(_CHAT_RULES)
+    components["CompletionRequest"].update(_COMPLETION_RULES)
+    ids: dict = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
     if vocab_size:
-        ids["items"] = {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}
+        ids["items"]["maximum"] = vocab_size - 1
     if max_model_len:
         ids["maxItems"] = max_model_len - 1
+    components["CompletionRequest"]["properties"]["prompt"] = {"anyOf": [
+        {"type": "string"}, ids,
+        {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_CHOICES},
+        {"type": "array", "items": ids, "minItems": 1, "maxItems": MAX_CHOICES}],
+        "description": "a text, token ids, or a batch of either (one choice per prompt x n)"}
 
 
 def _operation(summary: str, body_schema: str | None = None, ok: dict | None = None,
@@ -138,6 +188,12 @@ def build_openapi(*, model_name: str | None = None, max_tokens_limit: int | None
                                         "content": {"application/json": {"schema": {
                                             "type": "object"}}}},
                 secured=api_key_required)},
+            "/v1/models/{model}": {"get": {**_operation(
+                "One model by its id (404 unless it is the served one)",
+                ok={"description": "the model", "content": {"application/json": {"schema": {
+                    "type": "object"}}}}, secured=api_key_required, errors=("404",)),
+                "parameters": [{"name": "model", "in": "path", "required": True,
+                                "schema": {"type": "string", "minLength": 1}}]}},
             "/health": {"get": health},
             "/metrics": {"get": _operation(
                 "Prometheus metrics (no API key needed)",

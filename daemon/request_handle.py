@@ -1,64 +1,67 @@
-"""The controller's side of one request: a queue of tokens the HTTP handler reads.
+"""One request's stream to its HTTP handler: the tokens (or the failure) the controller
+passes on, in order.
 
-The controller puts tokens (or a failure) in; the handler reads them with
-`first()` / `tokens()` and calls `close()` when it is done for any reason --
-which aborts the request on its instance if it had not finished.
-
-A request may move between instances (an offload, or a takeover after its instance
-died): the handle stays, so the client's stream and its detokenizer simply go on.
+The controller puts tokens in (`put`) or ends it with an error (`fail`); the handler
+reads one at a time with `first()` / `tokens()`, or everything queued at once with
+`take()` (waking on `ready`, an asyncio.Event the handles of one response may share:
+`listen`), and calls `close(outcome)` when it is done for any reason -- which tells the
+controller core the client left (it aborts the request on its instance if it had not
+finished). The request's state lives in the core (`daemon/request_state.py`); a
+request that moves between instances keeps its stream, so the client's stream and its
+detokenizer simply go on.
 """
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from daemon.errors import ApiError
-from ipc.messages import Submit, TokenOutput
+from daemon.request_state import Outcome
+from ipc.messages import TokenOutput
 
 
 class RequestHandle:
-    def __init__(self, request_id: str, arrival_time: float,
-                 on_close: Callable[["RequestHandle", str], None]) -> None:
+    def __init__(self, request_id: str,
+                 on_close: Callable[["RequestHandle", Outcome], None]) -> None:
         self.request_id = request_id
-        self.arrival_time = arrival_time
-        #: The instance that holds it; None while it is between instances (being taken
-        #: over after its instance died).
-        self.instance: int | None = None
-        self.submit: Submit | None = None  # as last sent to an instance
-        self.offloaded = False
-        self.token_ids: list[int] = []     # every token sent on to the client, in order
-        self.queued_tokens = 0             # prompt tokens counted as waiting (0: not waiting)
-        self.num_recoveries = 0            # times it was taken over from a dead instance
-        self.first_token_time: float | None = None
-        self.last_token_time: float | None = None
-        self.finished = False
+        self.finished = False  # its last token or its error is in the queue
         self.closed = False
-        self._queue: asyncio.Queue[TokenOutput | ApiError] = asyncio.Queue()
+        self._items: deque[TokenOutput | ApiError] = deque()
+        #: Set whenever an item is put; the reader clears it before it looks.
+        self.ready = asyncio.Event()
         self._on_close = on_close
 
-    @property
-    def num_output_tokens(self) -> int:
-        return len(self.token_ids)
-
     # ---- controller side ---------------------------------------------------------------
-    def put(self, output: TokenOutput, now: float) -> None:
-        if self.finished:
-            return
-        self.token_ids.append(output.token_id)
-        if self.first_token_time is None:
-            self.first_token_time = now
-        self.last_token_time = now
-        self.finished = output.finish_reason is not None
-        self._queue.put_nowait(output)
+    def put(self, output: TokenOutput) -> None:
+        if not self.finished:
+            self.finished = output.finish_reason is not None
+            self._items.append(output)
+            self.ready.set()
 
     def fail(self, error: ApiError) -> None:
         if not self.finished:
             self.finished = True
-            self._queue.put_nowait(error)
+            self._items.append(error)
+            self.ready.set()
 
     # ---- HTTP handler side -------------------------------------------------------------
+    def listen(self, ready: asyncio.Event) -> None:
+        """Wake `ready` (e.g. one event for every choice of a response) from now on."""
+        self.ready = ready
+        if self._items:
+            ready.set()
+
+    def take(self) -> deque[TokenOutput | ApiError]:
+        """Everything queued now, in order (maybe nothing); never waits."""
+        items, self._items = self._items, deque()
+        return items
+
     async def first(self) -> TokenOutput:
-        item = await self._queue.get()
+        while not self._items:
+            self.ready.clear()
+            await self.ready.wait()
+        item = self._items.popleft()
         if isinstance(item, ApiError):
             raise item
         return item
@@ -72,9 +75,9 @@ class RequestHandle:
                 return
             item = await self.first()
 
-    def close(self, outcome: str = "cancelled") -> None:
+    def close(self, outcome: Outcome | str = Outcome.CANCELLED) -> None:
         """The reader is done: `outcome` says why if the request had not finished
-        ("completed" after a stop string, "cancelled" when the client left)."""
+        (COMPLETED after a stop string, CANCELLED when the client left)."""
         if not self.closed:
             self.closed = True
-            self._on_close(self, outcome)
+            self._on_close(self, Outcome(outcome))

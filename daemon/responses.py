@@ -1,4 +1,8 @@
-"""OpenAI-shaped response bodies: completion and chat objects, stream chunks, errors."""
+"""OpenAI-shaped response bodies: completion and chat objects, errors.
+
+A response holds one choice per engine request (prompts x n, `index` in that order).
+A streamed response's chunks are daemon/stream_events.py's (same envelope, as bytes).
+"""
 from __future__ import annotations
 
 import time
@@ -16,6 +20,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def model_object(name: str, max_model_len: int) -> dict:
+    """One entry of GET /v1/models (and GET /v1/models/{id})."""
+    return {"id": name, "object": "model", "created": 0, "owned_by": "ascendra",
+            "max_model_len": max_model_len}
+
+
 class ResponseBuilder:
     """Builds the bodies of one request, completion (`text_completion`) or chat."""
 
@@ -25,26 +35,14 @@ class ResponseBuilder:
         self.chat = chat
         self.created = int(time.time())
 
-    def _envelope(self, chunk: bool) -> dict:
-        kind = ("chat.completion" if self.chat else "text_completion") + (".chunk" if chunk and self.chat else "")
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
-
-    def _choice(self, text: str, finish_reason: str | None, delta: bool, first: bool) -> dict:
+    def choice(self, index: int, text: str, finish_reason: str | None,
+               logprobs: dict | None = None) -> dict:
         if not self.chat:
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        if delta:
-            content = {"role": "assistant", "content": text} if first else {"content": text}
-            return {"index": 0, "delta": content if (text or first) else {},
-                    "logprobs": None, "finish_reason": finish_reason}
-        return {"index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": None, "finish_reason": finish_reason}
+            return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+        return {"index": index, "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs, "finish_reason": finish_reason}
 
-    def chunk(self, text: str, finish_reason: str | None = None, first: bool = False) -> dict:
-        return {**self._envelope(True), "choices": [self._choice(text, finish_reason, True, first)]}
-
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
-        return {**self._envelope(True), "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
-
-    def full(self, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
-        return {**self._envelope(False), "choices": [self._choice(text, finish_reason, False, True)],
+    def full(self, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
+        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+                "created": self.created, "model": self.model, "choices": choices,
                 "usage": usage(prompt_tokens, completion_tokens)}

@@ -11,22 +11,25 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 from pathlib import Path
 
+import msgspec
 import uvloop
 from aiohttp import web
 
 from daemon.api import API_KEY_ENV, build_app, resolve_api_key
 from daemon.config import ServeConfig, add_config_flags, config_from_args
+from daemon.config_toml import render_toml
 from daemon.controller import Controller
+from daemon.http_guard import ConnectionGuard
 from daemon.layout import InstanceSpec, parse_layout
 from daemon.systemd import Notifier
 from engines.executors.config import ExecutorConfig
 from engines.instance_config import InstanceConfig
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.models.tokenizer import Tokenizer
-from engines.scheduler_config import SchedulerConfig
 from ipc.channel import ControllerChannel, make_runtime_dir
 
 log = logging.getLogger("ascendra")
@@ -35,47 +38,56 @@ log = logging.getLogger("ascendra")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the daemon: OpenAI-compatible HTTP API over engine instances")
     p.add_argument("--config", help="TOML config file; flags override its fields")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the config (the file and flags applied) as commented TOML and exit")
     add_config_flags(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    logging.basicConfig(level=config.log_level.upper(),
+    if args.print_config:
+        print(render_toml(config), end="")
+        return 0
+    logging.basicConfig(level=config.process.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return uvloop.run(serve(config))
 
 
 def instance_configs(config: ServeConfig, endpoint: str, model_dir: Path) -> list[InstanceConfig]:
-    specs = parse_layout(config.layout, config.gpus or None, config.gpus_per_instance)
+    instances = config.instances
+    specs = parse_layout(instances.layout, instances.gpus or None, instances.gpus_per_instance)
     return [_instance_config(config, spec, endpoint, model_dir) for spec in specs]
 
 
 def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
                      model_dir: Path) -> InstanceConfig:
-    scheduler = SchedulerConfig(mode=spec.mode, chunk_size=config.chunk_size,
-                                max_num_seqs=config.max_num_seqs,
-                                value_function=config.value_function,
-                                offload_threshold=config.offload_threshold,
-                                drop_expired=config.drop_expired)
-    executor = ExecutorConfig(kind=config.executor, block_size=config.block_size,
-                              num_kv_blocks=config.num_kv_blocks, model_dir=str(model_dir),
-                              device=config.device, latency=config.resolved_sim_latency)
+    scheduler = msgspec.structs.replace(config.scheduler, mode=spec.mode)
+    instances = config.instances
+    executor = ExecutorConfig(kind=instances.executor, block_size=instances.block_size,
+                              num_kv_blocks=instances.num_kv_blocks, model_dir=str(model_dir),
+                              device=instances.device, latency=instances.resolved_sim_latency,
+                              max_model_len=config.model.max_model_len)
     return InstanceConfig(instance_id=spec.index, endpoint=endpoint, scheduler=scheduler.validate(),
                           executor=executor, gpus=list(spec.gpus) if spec.gpus else None,
-                          heartbeat_interval=config.heartbeat_interval, log_level=config.log_level)
+                          heartbeat_interval=config.process.heartbeat_interval,
+                          log_level=config.process.log_level)
 
 
 async def serve(config: ServeConfig) -> int:
-    model_dir = Path(config.model) if config.model else builtin_tiny_model_dir()
+    http = config.http
+    taken = await _port_taken(http.host, http.port)
+    if taken:
+        log.error("cannot listen on %s:%d: %s", http.host, http.port, taken)
+        return 1
+    model_dir = Path(config.model.model) if config.model.model else builtin_tiny_model_dir()
     tokenizer = Tokenizer(model_dir)
-    channel = ControllerChannel(make_runtime_dir(config.runtime_dir or None))
+    channel = ControllerChannel(make_runtime_dir(config.process.runtime_dir or None))
     controller = Controller(
         channel, instance_configs(config, channel.endpoint, model_dir), tokenizer=tokenizer,
-        model_name=config.served_model_name or model_dir.name, ttft_slo=config.ttft_slo,
-        tbt_slo=config.tbt_slo, backoff_max=config.restart_backoff_max,
-        max_queued_requests=config.max_queued_requests,
-        max_queued_tokens=config.max_queued_tokens, recovery_timeout=config.recovery_timeout)
+        model_name=config.model.served_model_name or model_dir.name, slo=config.slo,
+        controller=config.controller, backoff_max=config.process.restart_backoff_max,
+        request_log=config.process.request_log)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,30 +98,59 @@ async def serve(config: ServeConfig) -> int:
         log.error("could not start: %s", exc)
         await controller.stop()
         return 1
-    api_key = resolve_api_key(config)
-    if not api_key and not _is_loopback(config.host):
+    api_key = resolve_api_key(http)
+    if not api_key and not _is_loopback(http.host):
         log.warning("listening on %s without an API key: anyone who can reach the port can "
-                    "use the model (set --api-key or $%s)", config.host, API_KEY_ENV)
-    runner = web.AppRunner(build_app(controller, config, api_key),
-                           handler_cancellation=True, access_log=None)
+                    "use the model (set --api-key or $%s)", http.host, API_KEY_ENV)
+    guard = ConnectionGuard(http.header_timeout, http.body_timeout, http.max_connections)
+    app = build_app(controller, http, api_key)
+    app.middlewares.append(guard.middleware)  # innermost: after the API key check
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
-    await site.start()
+    try:
+        await guard.site(runner, http.host, http.port).start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", http.host, http.port, _why(exc))
+        await runner.cleanup()
+        await controller.stop()
+        return 1
     port = runner.addresses[0][1]
     log.info("serving %s on http://%s:%d (layout %s, %s executor)", controller.model_name,
-             config.host, port, config.layout, config.executor)
+             http.host, port, config.instances.layout, config.instances.executor)
+    log.info("model and tokenizer folder: %s (load testers take it as their tokenizer)",
+             model_dir)
     notifier = Notifier()
     notifier.ready(f"serving on port {port}")
     watchdog = asyncio.create_task(_watchdog(notifier, controller))
     await stop.wait()
-    log.info("stopping: draining requests for up to %.0f s", config.drain_timeout)
+    log.info("stopping: draining requests for up to %.0f s", config.process.drain_timeout)
     notifier.stopping()
     watchdog.cancel()
-    await controller.drain(config.drain_timeout)
+    await controller.drain(config.process.drain_timeout)
     await runner.cleanup()
     await controller.stop()
     log.info("stopped")
     return 0
+
+
+async def _port_taken(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on (e.g. another daemon has it), or None.
+    Checked before any instance starts, so a taken port fails in a moment."""
+    if port == 0:
+        return None
+    loop = asyncio.get_running_loop()
+    try:
+        probe = await loop.create_server(asyncio.Protocol, host, port, reuse_address=True)
+    except OSError as exc:
+        return _why(exc)
+    probe.close()
+    await probe.wait_closed()
+    return None
+
+
+def _why(exc: OSError) -> str:
+    """"address already in use", not asyncio's sentence around it."""
+    return os.strerror(exc.errno).lower() if exc.errno else str(exc)
 
 
 def _is_loopback(host: str) -> bool:

@@ -17,4 +17,5 @@ def run(args: argparse.Namespace) -> int:
     from engines.models.tiny import make_tiny_model  # torch: only for this command
     path = make_tiny_model(args.dir, seed=args.seed, arch=args.arch)
     print(f"wrote tiny {args.arch} model (seed {args.seed}) to {path}")
+    print(f"its tokenizer is in the same folder: give load testers --tokenizer {path}")
     return 0

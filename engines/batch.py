@@ -10,14 +10,21 @@ from engines.request import Request
 
 
 class Chunk:
-    """`num_tokens` tokens of `request`, at positions start .. start+num_tokens-1."""
+    """`num_tokens` tokens of `request`, at positions start .. start+num_tokens-1.
 
-    __slots__ = ("request", "start", "num_tokens")
+    `samples` and `is_decode` are fixed when the chunk is made (the step's view of the
+    request): a step samples a new token for a chunk that reaches the request's newest
+    token; a decode is such a one-token chunk after the first output token."""
+
+    __slots__ = ("request", "start", "num_tokens", "samples", "is_decode")
 
     def __init__(self, request: Request, start: int, num_tokens: int) -> None:
         self.request = request
         self.start = start
         self.num_tokens = num_tokens
+        self.samples = start + num_tokens == len(request.token_ids)
+        self.is_decode = (num_tokens == 1 and self.samples
+                          and len(request.token_ids) > request.num_prompt_tokens)
 
     @property
     def token_ids(self) -> list[int]:
@@ -28,32 +35,25 @@ class Chunk:
         """Tokens in the KV cache once this chunk is written (what its last token attends to)."""
         return self.start + self.num_tokens
 
-    @property
-    def samples(self) -> bool:
-        """True when this chunk reaches the request's newest token, so a new token is sampled."""
-        return self.start + self.num_tokens == len(self.request.token_ids)
-
-    @property
-    def is_decode(self) -> bool:
-        return self.num_tokens == 1 and self.request.num_output_tokens > 0 and self.samples
-
     def __repr__(self) -> str:
         return f"Chunk({self.request.request_id!r}, start={self.start}, n={self.num_tokens})"
 
 
 class Batch:
-    __slots__ = ("chunks", "preempted", "offloaded", "dropped", "num_tokens")
+    __slots__ = ("chunks", "offloaded", "dropped", "num_tokens", "shape_cache")
 
     def __init__(self) -> None:
         self.chunks: list[Chunk] = []
-        self.preempted: list[Request] = []  # sent back to waiting while building this batch
         self.offloaded: list[Request] = []  # left the waiting queue for an HP instance
         self.dropped: list[Request] = []    # given up on: their TTFT SLO is lost
         self.num_tokens = 0
+        #: engines.batch_shape's BatchShape of the chunks so far (None: not computed yet)
+        self.shape_cache = None
 
     def add(self, request: Request, num_tokens: int) -> None:
         self.chunks.append(Chunk(request, request.num_computed_tokens, num_tokens))
         self.num_tokens += num_tokens
+        self.shape_cache = None
 
     @property
     def sampling_chunks(self) -> list[Chunk]:

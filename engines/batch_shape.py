@@ -7,12 +7,15 @@ from policies.batch_shape import BatchShape
 
 def batch_shape(batch: Batch) -> BatchShape:
     """Decodes become their context length (the new token included); every other chunk,
-    a one-token last piece of a prompt too, is a prefill chunk (tokens, already cached)."""
-    prefills: list[tuple[int, int]] = []
-    decodes: list[int] = []
-    for chunk in batch.chunks:
-        if chunk.is_decode:
-            decodes.append(chunk.context_len)
-        else:
-            prefills.append((chunk.num_tokens, chunk.start))
-    return BatchShape.of(prefills=prefills, decodes=decodes)
+    a one-token last piece of a prompt too, is a prefill chunk (tokens, already cached).
+    Computed once per batch contents (the batch keeps it until a chunk is added)."""
+    if batch.shape_cache is None:
+        prefills: list[tuple[int, int]] = []
+        decodes: list[int] = []
+        for chunk in batch.chunks:
+            if chunk.is_decode:
+                decodes.append(chunk.start + 1)
+            else:
+                prefills.append((chunk.num_tokens, chunk.start))
+        batch.shape_cache = BatchShape.of(prefills=prefills, decodes=decodes)
+    return batch.shape_cache

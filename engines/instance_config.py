@@ -7,15 +7,17 @@ import msgspec
 from msgspec import Meta
 
 from engines.executors.config import ExecutorConfig
+from engines.modes import role_of_mode
 from engines.scheduler import SchedulerConfig
+from ipc.messages import Role
 
 
 class InstanceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     instance_id: Annotated[int, Meta(ge=0)]
     #: The controller's socket (ControllerChannel.endpoint), an ipc:// endpoint.
     endpoint: str
-    #: What the controller routes by; "" = the scheduler mode ("sarathi", "vllm"; later "lp"/"hp").
-    role: str = ""
+    #: What the controller routes by; None = from the scheduler mode (lp, hp, else a peer).
+    role: Role | None = None
     scheduler: SchedulerConfig = msgspec.field(default_factory=SchedulerConfig)
     executor: ExecutorConfig = msgspec.field(default_factory=ExecutorConfig)
     #: GPU ids this instance may see (CUDA_VISIBLE_DEVICES); [] hides all GPUs; None inherits.
@@ -30,8 +32,8 @@ class InstanceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     log_level: str = "info"
 
     @property
-    def resolved_role(self) -> str:
-        return self.role or self.scheduler.mode
+    def resolved_role(self) -> Role:
+        return self.role if self.role is not None else role_of_mode(self.scheduler.mode)
 
     def to_json(self) -> str:
         return msgspec.json.encode(self).decode()

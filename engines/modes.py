@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ipc.messages import Role
 from policies.admission import LP_MAX_BATCH
 
 #: HP's batch is bounded by KV (elastic), not by a seat count: a generous cap.
@@ -48,12 +49,17 @@ class Mode:
 
 SARATHI = Mode("sarathi", prefill_first=False, chunked_prefill=True)
 VLLM = Mode("vllm", prefill_first=True, chunked_prefill=False)
-LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True,
+LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True, elastic_batch=True,
           compute_budget=True, demote_lost=True, default_max_num_seqs=LP_MAX_BATCH)
-HP = Mode("hp", prefill_first=True, chunked_prefill=True, by_value=True, elastic_batch=True,
-          demote_lost=True, default_max_num_seqs=HP_MAX_BATCH)
+HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, elastic_batch=True,
+          compute_budget=True, demote_lost=True, default_max_num_seqs=HP_MAX_BATCH)
 
 MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP)}
+
+
+def role_of_mode(name: str) -> Role:
+    """What the controller routes an instance of this mode as: LP, HP, or a baseline's peer."""
+    return {LP.name: Role.LP, HP.name: Role.HP}.get(name, Role.PEER)
 
 
 def get_mode(name: str) -> Mode:

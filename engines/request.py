@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import enum
 
+from ipc.messages import FinishReason
 from ipc.params import SamplingParams
+
+__all__ = ["FinishReason", "Request", "RequestStatus"]
 
 
 class RequestStatus(enum.Enum):
@@ -18,20 +21,12 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
-class FinishReason(str, enum.Enum):
-    STOP = "stop"            # EOS or a stop token
-    LENGTH = "length"        # max_tokens or the model's context limit
-    ABORT = "abort"          # cancelled by the client or the controller
-    OFFLOAD = "offload"      # handed to an HP instance before its prefill started
-    DROP = "ttft_slo_missed"  # given up on: its TTFT SLO is lost (drop_expired)
-
-
 class Request:
     __slots__ = (
         "request_id", "token_ids", "num_prompt_tokens", "sampling", "arrival_time",
         "deadline", "priority", "num_computed_tokens", "block_table", "status",
         "finish_reason", "num_preemptions", "first_token_time", "rng", "max_total_tokens",
-        "tbt_slo", "offloaded",
+        "tbt_slo", "pinned", "generated_before", "sampled_logprobs",
     )
 
     def __init__(
@@ -43,8 +38,8 @@ class Request:
         deadline: float = float("inf"),
         priority: int = 0,
         tbt_slo: float = float("inf"),
-        offloaded: bool = False,
-        preempted: bool = False,
+        pinned: bool = False,
+        generated_before: int = 0,
     ) -> None:
         if not prompt_token_ids:
             raise ValueError(f"request {request_id}: prompt has no tokens")
@@ -56,17 +51,22 @@ class Request:
         self.deadline = deadline
         self.priority = priority
         self.tbt_slo = tbt_slo
-        self.offloaded = offloaded  # arrived here as an offload from an LP instance
+        #: It stays here and counts as started (`ipc.messages.Origin.pinned`): never
+        #: offloaded, dropped or demoted.
+        self.pinned = pinned
+        #: A resumed request: the last this-many prompt tokens are output it generated on
+        #: an instance that died (`generated_token_ids` counts them for penalties).
+        self.generated_before = generated_before
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None
-        # `preempted`: it arrives already preempted by recompute (its instance died
-        # mid-decode; its output so far is part of the prompt): like a request preempted
-        # here, it counts as started -- never offloaded, dropped or demoted.
-        self.num_preemptions = 1 if preempted else 0
+        self.num_preemptions = 0
         self.first_token_time: float | None = None
         self.rng = None  # the executor's per-request sampling state (seeded requests)
+        #: The executor's log-probabilities of the token it just sampled (when
+        #: `sampling.logprobs` is set); the scheduler moves them into that token's output.
+        self.sampled_logprobs = None
         self.max_total_tokens = self.num_prompt_tokens + sampling.max_tokens
 
     @property
@@ -82,6 +82,11 @@ class Request:
         return self.token_ids[self.num_prompt_tokens:]
 
     @property
+    def generated_token_ids(self) -> list[int]:
+        """Every token generated for the request, before a resume too (what penalties count)."""
+        return self.token_ids[self.num_prompt_tokens - self.generated_before:]
+
+    @property
     def prompt_token_ids(self) -> list[int]:
         return self.token_ids[: self.num_prompt_tokens]
 
@@ -92,11 +97,12 @@ class Request:
     @property
     def is_decoding(self) -> bool:
         """Everything but the newest token is cached: the next step is one decode."""
-        return len(self.token_ids) - self.num_computed_tokens == 1 and self.num_output_tokens > 0
+        n = len(self.token_ids)
+        return n - self.num_computed_tokens == 1 and n > self.num_prompt_tokens
 
     @property
     def prefill_started(self) -> bool:
-        return self.num_computed_tokens > 0 or self.num_preemptions > 0
+        return self.num_computed_tokens > 0 or self.num_preemptions > 0 or self.pinned
 
     @property
     def finished(self) -> bool:

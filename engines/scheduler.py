@@ -29,8 +29,11 @@ from ipc.messages import TokenOutput
 from policies.admission import DecodeLengthHistory, decode_reserve
 from policies.batch_shape import BatchShape
 from policies.tbt_budget import step_time_allowed
-from policies.predictor import Predictor, ZeroPredictor
-from policies.selection import select_prefills
+from policies.predictor import Predictor, ZeroPredictor, remaining_prefill_time
+from policies.selection import select_prefills, tokens_within
+
+#: Modes that size steps by TBT slack may run up to this many token budgets in one step.
+STEP_STRETCH = 2
 
 __all__ = ["Scheduler", "SchedulerConfig"]
 
@@ -82,20 +85,38 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def queued_prefill(self) -> tuple[int, float]:
+        """(prompt tokens not yet computed, their predicted seconds), waiting or mid-prefill:
+        the prefill work this instance has ahead of it."""
+        queued = [r for r in self.waiting] + [r for r in self.running if not r.is_decoding]
+        tokens = sum(r.num_uncomputed_tokens for r in queued)
+        seconds = sum(remaining_prefill_time(r, self.predictor, self.token_budget) for r in queued)
+        return tokens, seconds
+
     # ---- scheduling ---------------------------------------------------------------------
     def schedule(self, now: float) -> Batch:
         batch = Batch()
         candidates = self._candidates(batch, now)
         if self.mode.prefill_first:
-            budget = self._continue_prefills(batch, self._max_prefill_tokens())
+            budget, _ = self._continue_prefills(batch, self._max_prefill_tokens())
             self._admit(batch, candidates, budget, math.inf)
             if not batch:
                 self._schedule_decodes(batch)
         else:
             self._schedule_decodes(batch)
-            budget = self._continue_prefills(batch, self.token_budget - batch.num_tokens)
-            self._admit(batch, candidates, budget, self._compute_budget(batch, now))
+            compute = self._compute_budget(batch, now)
+            budget = self._step_tokens(compute) - batch.num_tokens
+            budget, compute = self._continue_prefills(batch, budget, compute)
+            self._admit(batch, candidates, budget, compute)
         return batch
+
+    def _step_tokens(self, compute_budget: float) -> int:
+        """The step's token budget: `chunk_size`, stretched up to STEP_STRETCH times in modes
+        that size steps by their decodes' TBT slack (the compute budget then decides how
+        much of it the step may use: more while decodes are ahead of their targets)."""
+        if self.mode.compute_budget:
+            return STEP_STRETCH * self.token_budget
+        return self.token_budget
 
     def _candidates(self, batch: Batch, now: float):
         """Waiting requests in admission order, after drops and offloads leave the queue."""
@@ -132,9 +153,11 @@ class Scheduler:
 
     def _schedule_decodes(self, batch: Batch) -> None:
         """Take every running decode, oldest first; preempt from the newest end if short of KV."""
-        bs = self.kv.block_size
+        bs, running = self.kv.block_size, RequestStatus.RUNNING
         for request in list(self.running):
-            if request.status is not RequestStatus.RUNNING or not request.is_decoding:
+            n = len(request.token_ids)  # is_decoding, inlined: this runs for every decode
+            if (request.status is not running or n - request.num_computed_tokens != 1
+                    or n <= request.num_prompt_tokens):
                 continue
             if request.num_computed_tokens >= len(request.block_table) * bs:
                 if not self._make_room(request, 1, batch):
@@ -142,18 +165,33 @@ class Scheduler:
                     continue
             batch.add(request, 1)
 
-    def _continue_prefills(self, batch: Batch, budget: int) -> int:
-        """Next chunks of prompts already started, in admission order. Returns budget left."""
-        for request in list(self.running):
+    def _continue_prefills(self, batch: Batch, budget: int,
+                           compute: float = math.inf) -> tuple[int, float]:
+        """Next chunks of prompts already started, in admission order, within the token
+        budget and the compute budget (a chunk is cut to what fits; the first always gets
+        at least one KV block's worth, so a prompt never stalls). Returns both left."""
+        first = True
+        for request in [r for r in self.running if not r.is_decoding]:
             if budget <= 0:
                 break
-            if request.status is not RequestStatus.RUNNING or request.is_decoding:
-                continue
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted meanwhile, to make room for an earlier one
             n = min(request.num_uncomputed_tokens, budget)
+            if math.isfinite(compute):
+                seconds = self.predictor.prefill_time(n, request.num_computed_tokens)
+                if seconds > compute:
+                    floor = self.kv.block_size if first else 0
+                    n = max(tokens_within(request, n, compute, self.predictor, self.kv.block_size),
+                            min(floor, n))
+                    if n == 0:
+                        break
+                compute = max(0.0, compute - self.predictor.prefill_time(
+                    n, request.num_computed_tokens))
             if self._make_room(request, n, batch):
                 batch.add(request, n)
                 budget -= n
-        return budget
+                first = False
+        return budget, compute
 
     def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float) -> None:
         """Admit waiting requests by Algorithm 1: stop at the first that does not fit."""
@@ -213,7 +251,6 @@ class Scheduler:
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
-        batch.preempted.append(request)
 
     # ---- results ------------------------------------------------------------------------
     def update(self, batch: Batch, sampled: list[int], now: float) -> list[TokenOutput]:
@@ -236,8 +273,8 @@ class Scheduler:
             if reason is not None:
                 self.running.remove(request)
                 self._finish(request, reason)
-            outputs.append(TokenOutput(request.request_id, token,
-                                       reason.value if reason is not None else None))
+            logprobs, request.sampled_logprobs = request.sampled_logprobs, None
+            outputs.append(TokenOutput(request.request_id, token, reason, logprobs))
         return outputs
 
     def _stop_reason(self, request: Request, token: int) -> FinishReason | None:

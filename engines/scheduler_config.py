@@ -1,7 +1,7 @@
 """A scheduler's settings (a msgspec struct: set in TOML, sent to instances as JSON)."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -11,21 +11,34 @@ from policies.offload import DEFAULT_OFFLOAD_THRESHOLD
 from policies.value import DEFAULT_VALUE_FUNCTION, get_value_function
 
 
-class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    mode: str = "sarathi"
-    #: Token budget of one iteration (Sarathi-Serve's chunk size).
-    chunk_size: Annotated[int, Meta(ge=1)] = 512
-    #: Most requests holding KV blocks at once; default from the mode (LP: 128), at most
-    #: chunk_size in decode-first modes.
-    max_num_seqs: Annotated[int, Meta(ge=1)] | None = None
-    #: How LP and HP order waiting prompts: edf | sjf | ljf | fcfs.
-    value_function: str = DEFAULT_VALUE_FUNCTION
-    #: LP offloads a request when its slack falls under this many worst-case HP latencies.
-    offload_threshold: Annotated[float, Meta(ge=0.0)] = DEFAULT_OFFLOAD_THRESHOLD
-    #: Predicted seconds for an offload to reach an HP instance through the controller.
-    offload_ipc_delay: Annotated[float, Meta(ge=0.0)] = 0.002
-    #: Give up on a waiting request once its TTFT SLO is lost (overload runs).
-    drop_expired: bool = False
+#: The value functions of policies/value.py by name (a test keeps the two lists equal).
+ValueFunctionName = Literal["edf", "sjf", "ljf", "fcfs"]
+
+
+class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How each instance schedules its steps. One struct for `serve` ([scheduler] in TOML,
+    flags), the simulator and the instance processes; the layout sets each one's `mode`."""
+
+    mode: Annotated[str, Meta(description=(
+        "sarathi | vllm | lp | hp: set per instance by the layout, never by hand."))] = "sarathi"
+    chunk_size: Annotated[int, Meta(ge=1, description=(
+        "Token budget of one engine step (Sarathi-Serve's chunk size); in vllm mode the most "
+        "prompt tokens one prefill step may batch (at least the context limit)."))] = 2048
+    max_num_seqs: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(examples=[128], description=(
+        "Most requests holding KV blocks at once per instance; unset = the mode's default "
+        "(LP 256, HP 1024, else 256, at most chunk_size in decode-first modes)."))] = None
+    value_function: Annotated[ValueFunctionName, Meta(description=(
+        'How LP and HP instances order waiting prompts: "edf", "sjf", "ljf" or "fcfs".'
+        ))] = DEFAULT_VALUE_FUNCTION
+    offload_threshold: Annotated[float, Meta(ge=0.0, description=(
+        "An LP instance offloads a waiting request to an HP one when its slack falls under "
+        "this times the worst-case HP latency."))] = DEFAULT_OFFLOAD_THRESHOLD
+    offload_ipc_delay: Annotated[float, Meta(ge=0.0, description=(
+        "Predicted seconds for an offload to reach an HP instance through the "
+        "controller."))] = 0.002
+    drop_expired: Annotated[bool, Meta(description=(
+        "Drop a waiting request once its TTFT SLO is lost (the client gets a 503 saying "
+        "so)."))] = False
 
     def resolved_max_num_seqs(self) -> int:
         if self.max_num_seqs is not None:

@@ -10,8 +10,8 @@ Heartbeat, Offload, Ticket, InstanceFailed.
 
 Every Submit gets exactly one terminal outcome from the instance:
   * a `TokenOutput` with `finish_reason` set ("stop" | "length") inside a StepOutputs,
-  * a `Finished` (the request ended without a new token: "abort", or "ttft_slo_missed"
-    when it was dropped),
+  * a `Finished` (the request ended without a new token: ABORT, or DROP when it was
+    dropped),
   * an `Offload` naming it (it left for an HP instance; the HP then owes the outcome),
   * or a `RequestError` (refused: prompt too long, duplicate id, bad token ids, ...).
 After its terminal outcome the request holds no KV blocks in the instance.
@@ -20,6 +20,7 @@ Times are `time.monotonic()` seconds: all processes are on one host and share th
 """
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Union
 
 import msgspec
@@ -34,12 +35,75 @@ Count = Annotated[int, Meta(ge=0)]
 Seconds = Annotated[float, Meta(ge=0.0)]
 
 
+class FinishReason(str, enum.Enum):
+    """Why an instance stopped serving a request (its last word about it)."""
+
+    STOP = "stop"              # EOS or a stop token
+    LENGTH = "length"          # max_tokens or the model's context limit
+    ABORT = "abort"            # cancelled by the client or the controller
+    OFFLOAD = "offload"        # handed to an HP instance before its prefill started
+    DROP = "ttft_slo_missed"   # given up on: its TTFT SLO is lost (drop_expired)
+
+
+class Origin(str, enum.Enum):
+    """How a Submit came to be: what an instance may still do with the request."""
+
+    NEW = "new"                # a new request from a client (it uses an HP's open ticket)
+    OFFLOAD = "offload"        # moved from an LP instance before its prefill started
+    RESUBMIT = "resubmit"      # its instance died before its first token
+    RESUME = "resume"          # its instance died mid-decode: the prompt holds its output so far
+    REROUTE = "reroute"        # an offload no HP could take, back on an LP
+
+    @property
+    def pinned(self) -> bool:
+        """It stays where it is sent: never offloaded, dropped or demoted (a resumed request
+        met its TTFT long ago; a rerouted offload has nowhere better to go)."""
+        return self in (Origin.RESUME, Origin.REROUTE)
+
+
+class Role(str, enum.Enum):
+    """What the controller routes by: Ascendra's two kinds, or one of identical peers."""
+
+    LP = "lp"
+    HP = "hp"
+    PEER = "peer"              # a baseline layout's instance (3xsarathi, 3xvllm)
+
+
+#: The floor a log-probability is reported at: vLLM's stand-in for -inf (JSON has none).
+MIN_LOGPROB = -9999.0
+
+
+class TokenLogprobs(msgspec.Struct, array_like=True, frozen=True):
+    """A sampled token's log-probability under the model's raw distribution (before
+    penalties, bias and temperature, as vLLM reports it) and the `SamplingParams.logprobs`
+    most likely tokens with theirs, most likely first."""
+
+    logprob: float
+    top_token_ids: list[int] = []
+    top_logprobs: list[float] = []
+
+
 class TokenOutput(msgspec.Struct, array_like=True, frozen=True):
-    """One new token of one request from one engine step; `finish_reason` set on its last."""
+    """One new token of one request from one engine step; `finish_reason` set on its last.
+    `logprobs` only when the request asked for them (else one nil byte on the wire)."""
 
     request_id: str
     token_id: int
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
+    logprobs: TokenLogprobs | None = None
+
+
+class InstanceLoad(msgspec.Struct, array_like=True, frozen=True):
+    """How much prefill work an instance has queued, as of the end of a step: what the
+    controller binds waiting requests and gates offloads by."""
+
+    accepted: Count                 # Submits it has taken in so far (the rest are in flight)
+    queued_prefill_tokens: Count    # prompt tokens not yet computed (waiting or mid-prefill)
+    queued_prefill_seconds: Seconds  # its performance model's time for them (0 without one)
+    num_running: Count
+    #: Prompt tokens per second it has been computing while it had more waiting (a moving
+    #: average over such steps, decodes sharing them included); 0 until known.
+    prefill_rate: Annotated[float, Meta(ge=0.0)] = 0.0
 
 
 class _Message(msgspec.Struct, tag_field="type", frozen=True, forbid_unknown_fields=True,
@@ -61,11 +125,10 @@ class Submit(_Message, tag="submit"):
     ttft_slo: Seconds | None = None
     tbt_slo: Seconds | None = None
     priority: int = 0
-    offloaded: bool = False  # moved here from an LP instance (prompt tokens only)
-    #: Preempted elsewhere and recomputed here: the continuation of a request whose
-    #: instance died mid-decode (the prompt holds its output so far), or an offload no HP
-    #: could take. Treated as a request preempted by recompute: never offloaded or dropped.
-    preempted: bool = False
+    origin: Origin = Origin.NEW
+    #: RESUME: the last this-many prompt tokens are the output it generated before (what
+    #: presence and frequency penalties count).
+    generated_before: Count = 0
 
 
 class Abort(_Message, tag="abort"):
@@ -90,24 +153,30 @@ class Ready(_Message, tag="ready"):
     """First message of an instance: it has built its executor and serves from now on."""
 
     instance_id: InstanceId
-    role: str             # what the controller routes by: a mode name now, "lp"/"hp" later
+    role: Role            # what the controller routes by
     mode: str             # the scheduler mode
     executor: str         # "torch" | "sim"
     pid: int
     num_kv_blocks: int
     block_size: int
     max_model_len: int    # the longest context one request may reach here
+    #: (prompt tokens, predicted seconds to prefill them here) at a few lengths: its
+    #: performance model's curve, for the controller's own estimates (empty without one).
+    prefill_curve: list[tuple[int, float]] = []
+    token_budget: Count = 0  # tokens one of its steps may run (its chunk size)
 
 
 class StepOutputs(_Message, tag="step_outputs"):
-    """The new tokens of every request from one engine step (one message per step that
-    produced tokens). `time` is when the step ended; `step_time` how long it ran."""
+    """The new tokens of every request from one engine step (one message per step, tokens
+    or not), and the instance's load after it. `time` is when the step ended;
+    `step_seconds` how long it ran."""
 
     instance_id: InstanceId
     step: Count
     time: float
-    step_time: Seconds
+    step_seconds: Seconds
     outputs: list[TokenOutput]
+    load: InstanceLoad | None = None
 
 
 class Finished(_Message, tag="finished"):
@@ -115,7 +184,7 @@ class Finished(_Message, tag="finished"):
 
     instance_id: InstanceId
     request_id: RequestId
-    reason: str
+    reason: FinishReason
 
 
 class RequestError(_Message, tag="request_error"):

@@ -2,6 +2,9 @@
 
 A msgspec struct so the same object is validated at the HTTP edge, travels on the
 wire between controller and instances, and is read by the executor's sampler.
+Penalties and `logit_bias` change the logits a token is chosen from (as OpenAI and vLLM
+define them); `logprobs` asks for the sampled token's log-probability under the model's
+raw distribution and that many top alternatives (engines/executors/sampler.py).
 """
 from __future__ import annotations
 
@@ -9,6 +12,9 @@ from typing import Annotated
 
 import msgspec
 from msgspec import Meta
+
+#: The most top alternatives one token's log-probabilities may list (OpenAI's chat limit).
+MAX_LOGPROBS = 20
 
 
 class SamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -19,10 +25,23 @@ class SamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     seed: int | None = None
     ignore_eos: bool = False
     stop_token_ids: list[int] = []
+    #: Subtracted from a token's logit once if it was generated before (presence) and
+    #: once per time it was (frequency); the prompt does not count.
+    presence_penalty: Annotated[float, Meta(ge=-2.0, le=2.0)] = 0.0
+    frequency_penalty: Annotated[float, Meta(ge=-2.0, le=2.0)] = 0.0
+    #: Token id -> added to its logit before sampling (and before greedy's argmax).
+    logit_bias: dict[Annotated[int, Meta(ge=0)], Annotated[float, Meta(ge=-100.0, le=100.0)]] = {}
+    #: None: no log-probabilities; k: the sampled token's and the k most likely tokens'.
+    logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def changes_logits(self) -> bool:
+        """Penalties or a logit bias: the sampler must adjust the model's logits."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias)
 
     @classmethod
     def create(cls, **fields) -> "SamplingParams":

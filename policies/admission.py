@@ -15,9 +15,9 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Iterable
-from typing import Protocol
 
 from policies.predictor import Predictor, remaining_prefill_time
+from policies.request_view import RunningRequest, WaitingRequest
 
 #: The paper's LP batch is a fixed 128; on ShareGPT (long outputs) that cap filled up and
 #: left prompts waiting with budget to spare: at 10 QPS on 2L1H (issue #5 simulations)
@@ -31,7 +31,6 @@ TICKET_BATCH_LIMIT = 128
 TICKET_MAX_BATCH_SHARE = 0.5
 #: ... and with more than this share of its KV blocks free (the authors' settings).
 TICKET_MIN_FREE_KV = 0.10
-DROP_REASON = "ttft_slo_missed"
 
 
 # ---- tickets ---------------------------------------------------------------------------
@@ -119,29 +118,11 @@ class DecodeLengthHistory:
         return self._suffix_sums[i]
 
 
-class Sampling(Protocol):
-    @property
-    def max_tokens(self) -> int: ...
-
-
-class Decoding(Protocol):
-    """The part of a running request the elastic batch reads."""
-
-    @property
-    def num_tokens(self) -> int: ...
-    @property
-    def num_output_tokens(self) -> int: ...
-    @property
-    def block_table(self) -> list[int]: ...
-    @property
-    def sampling(self) -> Sampling: ...
-
-
 def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
-def decode_reserve(running_decodes: Iterable[Decoding], history: DecodeLengthHistory,
+def decode_reserve(running_decodes: Iterable[RunningRequest], history: DecodeLengthHistory,
                    block_size: int) -> int:
     """KV blocks the running requests are predicted to still need to finish their outputs."""
     reserve = 0
@@ -152,36 +133,8 @@ def decode_reserve(running_decodes: Iterable[Decoding], history: DecodeLengthHis
     return reserve
 
 
-def elastic_admit(candidate_prompt_tokens: int, free_blocks: int,
-                  running_decodes: Iterable[Decoding], history: DecodeLengthHistory,
-                  block_size: int, candidate_max_tokens: int | None = None) -> bool:
-    """Admit this prefill if, after it takes its blocks, the free KV still covers the decodes.
-
-    With `candidate_max_tokens`, the candidate's own predicted output is reserved too.
-    """
-    need = blocks_for(candidate_prompt_tokens, block_size)
-    reserve = decode_reserve(running_decodes, history, block_size)
-    if candidate_max_tokens is not None:
-        more = history.expected_remaining(0, candidate_max_tokens)
-        reserve += blocks_for(candidate_prompt_tokens + math.ceil(more), block_size) - need
-    return free_blocks - need >= reserve
-
-
 # ---- drops -----------------------------------------------------------------------------
-class Droppable(Protocol):
-    """The part of a waiting request the drop rule reads."""
-
-    @property
-    def deadline(self) -> float: ...
-    @property
-    def prefill_started(self) -> bool: ...
-    @property
-    def num_computed_tokens(self) -> int: ...
-    @property
-    def num_uncomputed_tokens(self) -> int: ...
-
-
-def ttft_lost(request: Droppable, now: float, predictor: Predictor, token_budget: int | None,
+def ttft_lost(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None,
               ) -> bool:
     """Its TTFT SLO is out of reach: even started now on an idle instance, its prefill ends
     after the deadline (or the deadline has passed). Never for a request whose prefill
@@ -191,15 +144,8 @@ def ttft_lost(request: Droppable, now: float, predictor: Predictor, token_budget
     return now + remaining_prefill_time(request, predictor, token_budget) > request.deadline
 
 
-def should_drop(request: Droppable, now: float, *, predictor: Predictor, token_budget: int,
-                drop_expired: bool) -> str | None:
-    """`DROP_REASON` if a waiting request's TTFT SLO is lost (`ttft_lost`), else None;
-    never when `drop_expired` is off."""
-    if drop_expired and ttft_lost(request, now, predictor, token_budget):
-        return DROP_REASON
-    return None
-    if now > request.deadline:
-        return DROP_REASON
-    if now + remaining_prefill_time(request, predictor, token_budget) > request.deadline:
-        return DROP_REASON
-    return None
+def should_drop(request: WaitingRequest, now: float, *, predictor: Predictor, token_budget: int,
+                drop_expired: bool) -> bool:
+    """Give up on a waiting request: `drop_expired` is on and its TTFT SLO is lost
+    (`ttft_lost`). The engine names the reason (`FinishReason.DROP`)."""
+    return drop_expired and ttft_lost(request, now, predictor, token_budget)

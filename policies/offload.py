@@ -26,8 +26,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from policies.admission import Droppable
 from policies.predictor import Predictor, remaining_prefill_time
+from policies.request_view import WaitingRequest
 
 #: From `ascendra reproduce threshold` (2L1H, ShareGPT, a100-llama3-8b): mean goodput over
 #: 9 and 10 QPS and two seeds was 84.5 / 86.0 / 85.9 / 86.6 / 87.1 % at 0.5 / 1 / 1.5 / 2 / 3,
@@ -42,11 +42,7 @@ class OffloadDecision(enum.Enum):
     HOPELESS = "hopeless"
 
 
-#: The offload rule reads what the drop rule reads: deadline, prefill progress.
-Movable = Droppable
-
-
-def decide_offload(request: Movable, now: float, *, lp_start_estimate: float,
+def decide_offload(request: WaitingRequest, now: float, *, lp_start_estimate: float,
                    predictor: Predictor, token_budget: int,
                    threshold: float = DEFAULT_OFFLOAD_THRESHOLD,
                    ipc_delay: float = 0.0) -> OffloadDecision:
@@ -69,7 +65,7 @@ def _decide(deadline: float, now: float, own: float, lp_start: float, full_batch
     return OffloadDecision.OFFLOAD if slack < threshold * worst_hp else OffloadDecision.KEEP
 
 
-def plan_offloads(waiting_ordered: Iterable[Movable], now: float, *, predictor: Predictor,
+def plan_offloads(waiting_ordered: Iterable[WaitingRequest], now: float, *, predictor: Predictor,
                   token_budget: int, next_batch_time: float,
                   threshold: float = DEFAULT_OFFLOAD_THRESHOLD,
                   ipc_delay: float = 0.0) -> tuple[list, list]:

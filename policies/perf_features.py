@@ -66,13 +66,29 @@ def _whole_model(tokens, seqs, attn_moved, attn_flops, model: ModelShape):
 
 
 def bytes_and_flops(shape: BatchShape, model: ModelShape) -> tuple[float, float]:
-    """(M, F) of running `shape` through the whole model."""
-    p_moved, p_flops = prefill_attention(shape.prefill_tokens, shape.prefill_cached, model)
-    d_moved, d_flops = decode_attention(shape.decode_context, model)
-    moved, flops = _whole_model(shape.num_tokens, shape.num_seqs,
-                                p_moved.sum() + d_moved.sum(), p_flops.sum() + d_flops.sum(),
-                                model)
-    return float(moved), float(flops)
+    """(M, F) of running `shape` through the whole model. The same sums as the array
+    functions above, in plain floats: a step asks this for one batch of a few chunks and
+    many decodes, where numpy's per-call cost is most of the time (decode attention is
+    linear in the context, so the decodes need only the sum of theirs)."""
+    q, kv, block = model.q_size, model.kv_size, model.attn_block
+    moved = flops = 0.0
+    for c, l in zip(shape.prefill_tokens.tolist(), shape.prefill_cached.tolist()):
+        tiles = -(-c // block)
+        moved += 2 * q * c + 2 * kv * (tiles * l + block * tiles * (tiles - 1) / 2 + c)
+        flops += 4 * q * (c * l + c * (c + 1) / 2)
+    decodes = shape.decode_context.size
+    if decodes:
+        context = float(shape.decode_context.sum())
+        moved += 2 * kv * context + 2 * q * decodes
+        flops += 4 * q * context
+    tokens, seqs = float(shape.num_tokens), float(shape.num_seqs)
+    h, m, w = model.hidden, model.intermediate, model.layer_weights
+    any_work = 1.0 if tokens > 0 else 0.0
+    gemm_moved = w * any_work + tokens * (5 * h + 2 * q + 2 * kv + 3 * m)
+    head_moved = model.vocab * h * any_work + tokens * h + seqs * (h + model.vocab)
+    total_moved = model.layers * (gemm_moved + moved) + head_moved
+    total_flops = model.layers * (2 * tokens * w + flops) + 2 * seqs * model.vocab * h
+    return total_moved * model.bytes_per_element, total_flops
 
 
 def prefill_bytes_and_flops(num_tokens, already, model: ModelShape):

@@ -75,7 +75,9 @@ class PerfModel:
         """Seconds to run `shape`; 0 for an empty batch."""
         if not shape.num_tokens:
             return 0.0
-        return float(feature_rows(*times(shape, self.model, self.hw)) @ self._coeffs)
+        t_m, t_f = times(shape, self.model, self.hw)
+        c1, c2, c3, c4, c5 = self._coeffs.tolist()
+        return c1 * (t_m + t_f) + c2 * max(t_m, t_f) + c3 * t_m + c4 * t_f + c5
 
     batch_time = predict
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from policies.batch_shape import BatchShape
+from policies.request_view import WaitingRequest
 
 
 class Predictor(Protocol):
@@ -45,16 +46,7 @@ class ZeroPredictor:
         return 0.0
 
 
-class PrefillState(Protocol):
-    """The part of a request a prefill-time question reads."""
-
-    @property
-    def num_computed_tokens(self) -> int: ...
-    @property
-    def num_uncomputed_tokens(self) -> int: ...
-
-
-def remaining_prefill_time(request: PrefillState, predictor: Predictor,
+def remaining_prefill_time(request: WaitingRequest, predictor: Predictor,
                            token_budget: int | None) -> float:
     """Predicted seconds to compute what is left of `request`'s prompt, chunked by the budget."""
     return predictor.prefill_time(request.num_uncomputed_tokens, request.num_computed_tokens,

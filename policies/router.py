@@ -1,44 +1,44 @@
-"""Where requests go: the routing state the controller and the simulator share.
+"""Where requests go: the routing state the controller core keeps.
 
 Pure bookkeeping around `policies.routing` (open tickets, the round-robin cursor);
 the caller says which instances are ready and how loaded they are.
 
-Ascendra layouts (`<n>L<m>H`): a new request takes an HP instance's open ticket,
-else goes round-robin over the LP instances; a request an LP offloads goes to the
-HP instance with the shortest queue. Other layouts: least-loaded over all instances.
+A new request takes an HP instance's open ticket (Ascendra layouts, paper §6.1), else
+goes to the pool -- the LP instances of an Ascendra layout, every instance of a
+baseline one -- by the configured `Routing` rule, the same for every layout. A request
+an LP offloads goes to the HP instance with the shortest queue.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from policies.admission import TicketBook
-from policies.routing import least_loaded, route_new, route_offload
+from policies.routing import Routing, least_loaded, round_robin, route_offload
 
 
 class Router:
-    def __init__(self, roles: Mapping[int, str]) -> None:
-        self.lp_ids = sorted(i for i, role in roles.items() if role == "lp")
-        self.hp_ids = sorted(i for i, role in roles.items() if role == "hp")
+    def __init__(self, pool: Sequence[int], hp_ids: Sequence[int] = (),
+                 routing: Routing = Routing.LEAST_LOADED) -> None:
+        self.pool = sorted(pool)
+        self.hp_ids = sorted(hp_ids)
+        self.routing = Routing(routing)
         self.tickets = TicketBook()
         self._last = -1
 
-    @property
-    def ascendra(self) -> bool:
-        return bool(self.lp_ids)
-
     def route_new(self, ready: list[int], in_flight: Mapping[int, int]) -> tuple[int | None, bool]:
-        """(instance for a new request, whether it used an HP ticket)."""
-        if not self.ascendra:
-            choice = least_loaded([(i, in_flight.get(i, 0)) for i in ready], self._last)
-            via_ticket = False
+        """(instance for a new request, whether it used an HP ticket). With no pool
+        instance ready, any ready instance rather than a refusal."""
+        hp = self.tickets.take()
+        if hp is not None:
+            return hp, True
+        candidates = [i for i in self.pool if i in ready] or list(ready)
+        if self.routing is Routing.ROUND_ROBIN:
+            choice = round_robin(candidates, self._last)
         else:
-            lp_ready = [i for i in self.lp_ids if i in ready]
-            choice, via_ticket = route_new(self.tickets, lp_ready, self._last)
-            if choice is None:  # no LP up: any HP rather than a refusal
-                choice = least_loaded([(i, in_flight.get(i, 0)) for i in ready], self._last)
-        if choice is not None and not via_ticket:
+            choice = least_loaded([(i, in_flight.get(i, 0)) for i in candidates], self._last)
+        if choice is not None:
             self._last = choice
-        return choice, via_ticket
+        return choice, False
 
     def route_offload(self, ready: list[int], queued: Mapping[int, int]) -> int | None:
         """The ready HP instance with the fewest requests waiting for a first token."""

@@ -1,13 +1,20 @@
-"""Where a request goes. Pure: the caller passes in what it knows of each instance.
+"""Where a request goes, pure: the rules `policies.router.Router` applies. The caller
+passes in what it knows of each instance.
 
-Ascendra (paper §4, §6.1): a new request goes to the HP whose ticket is open, else
-round-robin over the LP pool; an offloaded one goes to the HP with the shortest
-waiting queue. Baselines with identical instances use `least_loaded`.
+A new request goes to the pool by round-robin or to the least loaded (`Routing`); an
+offloaded one goes to the HP with the shortest waiting queue (paper §4).
 """
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
-from typing import Protocol
+
+
+class Routing(str, enum.Enum):
+    """How a new request picks among peer instances."""
+
+    ROUND_ROBIN = "round_robin"    # in turn, whatever their load
+    LEAST_LOADED = "least_loaded"  # the fewest requests in flight; ties in turn
 
 
 def least_loaded(loads: Sequence[tuple[int, int]], last: int = -1) -> int | None:
@@ -28,25 +35,6 @@ def round_robin(instance_ids: Sequence[int], last: int = -1) -> int | None:
     if not ids:
         return None
     return next((i for i in ids if i > last), ids[0])
-
-
-class Tickets(Protocol):
-    """The part of `admission.TicketBook` routing uses."""
-
-    def take(self) -> int | None: ...
-
-
-def route_new(ticket_book: Tickets, lp_ids: Sequence[int], last_lp: int = -1
-              ) -> tuple[int | None, bool]:
-    """Where a new request goes: (instance id, whether it used an HP ticket).
-
-    An open HP ticket wins (and closes); otherwise round-robin over the LP pool after
-    `last_lp`. (None, False) when there is neither.
-    """
-    hp = ticket_book.take()
-    if hp is not None:
-        return hp, True
-    return round_robin(lp_ids, last_lp), False
 
 
 def route_offload(hp_waiting: Sequence[tuple[int, int]]) -> int | None:

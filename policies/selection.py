@@ -17,32 +17,20 @@ left fits (the scheduler may fill its budget exactly).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
-
 from policies.predictor import Predictor
+from policies.request_view import WaitingRequest
 
 
-class Candidate(Protocol):
-    """The part of a waiting request selection reads."""
-
-    @property
-    def num_computed_tokens(self) -> int: ...
-    @property
-    def num_uncomputed_tokens(self) -> int: ...
-    @property
-    def block_table(self) -> list[int]: ...
-
-
-def blocks_needed(request: Candidate, num_new_tokens: int, block_size: int) -> int:
+def blocks_needed(request: WaitingRequest, num_new_tokens: int, block_size: int) -> int:
     """Blocks `request` must gain so `num_new_tokens` more tokens fit after its cached ones."""
     total = request.num_computed_tokens + num_new_tokens
     return max(0, -(-total // block_size) - len(request.block_table))
 
 
-def select_prefills(ordered: Iterable[Candidate], *, token_budget: int, free_blocks: int,
+def select_prefills(ordered: Iterable[WaitingRequest], *, token_budget: int, free_blocks: int,
                     block_size: int, seat_limit: int, compute_budget: float,
                     predictor: Predictor, chunked: bool = True,
-                    cut_to_compute: bool = False) -> list[tuple[Candidate, int]]:
+                    cut_to_compute: bool = False) -> list[tuple[WaitingRequest, int]]:
     """(request, tokens to prefill this step) for the prefix of `ordered` that fits.
 
     `token_budget`: tokens left in this step; `free_blocks`: free KV blocks;
@@ -53,7 +41,7 @@ def select_prefills(ordered: Iterable[Candidate], *, token_budget: int, free_blo
     worth of tokens) and is the last one taken, instead of stopping selection -- else a
     token budget larger than the compute budget allows would never admit a long prompt.
     """
-    selected: list[tuple[Candidate, int]] = []
+    selected: list[tuple[WaitingRequest, int]] = []
     tokens, blocks, seats, compute = token_budget, free_blocks, seat_limit, compute_budget
     for request in ordered:
         if tokens <= 0:
@@ -66,7 +54,7 @@ def select_prefills(ordered: Iterable[Candidate], *, token_budget: int, free_blo
         seconds = predictor.prefill_time(n, request.num_computed_tokens)
         last = False
         if seconds > compute and chunked and cut_to_compute:
-            n = _tokens_within(request, n, compute, predictor, min_chunk=block_size)
+            n = tokens_within(request, n, compute, predictor, min_chunk=block_size)
             if n == 0:
                 break
             seconds = predictor.prefill_time(n, request.num_computed_tokens)
@@ -85,7 +73,7 @@ def select_prefills(ordered: Iterable[Candidate], *, token_budget: int, free_blo
     return selected
 
 
-def _tokens_within(request: Candidate, n: int, seconds: float, predictor: Predictor,
+def tokens_within(request: WaitingRequest, n: int, seconds: float, predictor: Predictor,
                    min_chunk: int) -> int:
     """The most of `n` tokens (at least `min_chunk`) whose predicted prefill fits in
     `seconds`; 0 if not even `min_chunk` does. Bisection: prefill time grows with tokens."""

@@ -12,49 +12,32 @@ Cost: one predictor question per waiting request per call. Wrap a costly model i
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable
 
 from policies.admission import ttft_lost
 from policies.predictor import Predictor, remaining_prefill_time
+from policies.request_view import WaitingRequest
 
 
-class Waiting(Protocol):
-    """The part of a waiting request the value functions read."""
-
-    @property
-    def arrival_time(self) -> float: ...
-    @property
-    def deadline(self) -> float: ...
-    @property
-    def priority(self) -> int: ...
-    @property
-    def num_computed_tokens(self) -> int: ...
-    @property
-    def num_uncomputed_tokens(self) -> int: ...
-    @property
-    def prefill_started(self) -> bool: ...
+ValueFunction = Callable[[WaitingRequest, float, Predictor, "int | None"], float]
 
 
-ValueFunction = Callable[[Waiting, float, Predictor, "int | None"], float]
-
-
-def fcfs(request: Waiting, now: float, predictor: Predictor, token_budget: int | None) -> float:
+def fcfs(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
     """First come, first served."""
     return request.arrival_time
 
 
-def edf(request: Waiting, now: float, predictor: Predictor, token_budget: int | None) -> float:
+def edf(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
     """Earliest latest-start time: deadline − predicted prefill time of the rest of the prompt."""
     return request.deadline - remaining_prefill_time(request, predictor, token_budget)
 
 
-def sjf(request: Waiting, now: float, predictor: Predictor, token_budget: int | None) -> float:
+def sjf(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
     """Shortest predicted prefill first."""
     return remaining_prefill_time(request, predictor, token_budget)
 
 
-def ljf(request: Waiting, now: float, predictor: Predictor, token_budget: int | None) -> float:
+def ljf(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
     """Longest predicted prefill first."""
     return -remaining_prefill_time(request, predictor, token_budget)
 
@@ -71,7 +54,7 @@ def get_value_function(name: str) -> ValueFunction:
             f"unknown value function {name!r}; choose one of {sorted(VALUE_FUNCTIONS)}") from None
 
 
-def order_by_value(waiting: Iterable[Waiting], now: float, value_fn: ValueFunction,
+def order_by_value(waiting: Iterable[WaitingRequest], now: float, value_fn: ValueFunction,
                    predictor: Predictor, token_budget: int | None,
                    demote_lost: bool = False) -> list:
     """`waiting` most urgent first: higher priority class, then smaller value, then earlier arrival.
@@ -83,20 +66,9 @@ def order_by_value(waiting: Iterable[Waiting], now: float, value_fn: ValueFuncti
     "urgent", which turns a short overload into a cascade). Requests equal on every key
     keep their queue order (the sort is stable).
     """
-    def key(request: Waiting) -> tuple[bool, int, float, float]:
+    def key(request: WaitingRequest) -> tuple[bool, int, float, float]:
         lost = demote_lost and ttft_lost(request, now, predictor, token_budget)
         return (lost, -request.priority, value_fn(request, now, predictor, token_budget),
                 request.arrival_time)
 
     return sorted(waiting, key=key)
-
-
-def waiting_order(value_fn: ValueFunction | str, predictor: Predictor,
-                  token_budget: int | None) -> Callable[[Sequence[Waiting], float], list]:
-    """A `(waiting, now) -> ordered list` callable, the shape a scheduler mode plugs in."""
-    fn = get_value_function(value_fn) if isinstance(value_fn, str) else value_fn
-
-    def order(waiting: Sequence[Waiting], now: float) -> list:
-        return order_by_value(waiting, now, fn, predictor, token_budget)
-
-    return order

@@ -15,6 +15,28 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def tokenizer(tiny_models):
+    """The tiny llama model's tokenizer."""
+    from engines.models.tokenizer import Tokenizer
+    return Tokenizer(tiny_models["llama"])
+
+
+@pytest.fixture
+def controller(tokenizer):
+    """The API tests' fake controller (tests/api_fakes.py): no instance processes."""
+    from tests.api_fakes import MAX_MODEL_LEN, FakeController
+    return FakeController(tokenizer, max_model_len=MAX_MODEL_LEN)
+
+
+@pytest.fixture
+async def client(controller):
+    """The real HTTP app in-process over `controller`, with the API tests' limits."""
+    from tests.api_fakes import LIMITS, api_client
+    async with api_client(controller, **LIMITS) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
 def daemon_cache(tmp_path_factory) -> Path:
     """ASCENDRA_CACHE for daemon subprocesses, so no test writes to ~/.cache."""
     return tmp_path_factory.mktemp("ascendra-cache")

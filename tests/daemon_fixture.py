@@ -1,4 +1,4 @@
-"""Run the real daemon (`python -m daemon.cli serve`) as a subprocess for end-to-end tests.
+"""Run the real daemon (`python -m bench.cli serve`) as a subprocess for end-to-end tests.
 
 `start_daemon(...)` starts it on a free 127.0.0.1 port (`--port 0`; the port is read from
 its log) with a private runtime directory, waits (bounded) until /health says ok and
@@ -204,7 +204,7 @@ def daemon_env(cache_dir: str | os.PathLike, extra: dict[str, str] | None = None
 def start_daemon(log_dir: str | os.PathLike, *args: str, cache_dir: str | os.PathLike,
                  env: dict[str, str] | None = None, runtime_dir: str | os.PathLike | None = None,
                  wait: bool = True, timeout: float = START_TIMEOUT) -> Daemon:
-    """Start `python -m daemon.cli serve --port 0 --runtime-dir DIR ARGS...`.
+    """Start `python -m bench.cli serve --port 0 --runtime-dir DIR ARGS...`.
 
     `args` come last, so a test may override the port or add `--config`. With `wait`
     (default) this returns once /health is ok; on any failure the daemon is ended.
@@ -215,7 +215,7 @@ def start_daemon(log_dir: str | os.PathLike, *args: str, cache_dir: str | os.Pat
     # A short path of its own: the socket path must stay under 108 bytes.
     rt = Path(tempfile.mkdtemp(prefix="ascrt-")) if own else Path(runtime_dir)
     log_path = log_dir / f"daemon-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", "daemon.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+    cmd = [sys.executable, "-m", "bench.cli", "serve", "--host", "127.0.0.1", "--port", "0",
            "--runtime-dir", str(rt / "rt"), *args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=daemon_env(cache_dir, env),

@@ -5,33 +5,26 @@ import json
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
 from bench.records import RunResult
 from bench.simulate import simulate
 from bench.simulator import SimConfig
-from bench.traces import TRACE_FILES, traces_dir
+from daemon.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.scheduler_config import SchedulerConfig
 
 
-def length_trace(folder: Path) -> str:
-    """ShareGPT when the shared traces are beside this checkout, else a seeded stand-in file
-    with ShareGPT-like lengths (so the tests run, deterministically, without it)."""
-    if (traces_dir() / TRACE_FILES["sharegpt"]).exists():
-        return "sharegpt"
-    rng = np.random.default_rng(7)
-    prompts = np.clip(rng.lognormal(5.5, 1.0, 2000), 4, 6000).astype(int)
-    outputs = np.clip(rng.lognormal(5.0, 0.9, 2000), 2, 1500).astype(int)
-    path = folder / "sharegpt-like.csv"
-    path.write_text("prompt_tokens,output_tokens\n"
-                    + "".join(f"{p},{o}\n" for p, o in zip(prompts, outputs)))
-    return str(path)
+def length_trace() -> str:
+    """The trace the simulator tests run: ShareGPT, packaged with bench (bench/trace_data)."""
+    return "sharegpt"
 
 
 def sim_config(layout: str, **fields) -> SimConfig:
+    """`ttft_slo` / `tbt_slo` among `fields` set the run's default SLOs."""
     scheduler = fields.pop("scheduler", SchedulerConfig())
-    return SimConfig(layout_modes=tuple(layout_modes(layout)), scheduler=scheduler, **fields)
+    slos = {name: fields.pop(name) for name in ("ttft_slo", "tbt_slo") if name in fields}
+    return SimConfig(layout_modes=tuple(layout_modes(layout)), scheduler=scheduler,
+                     slo=SloConfig(**slos), **fields)
 
 
 def run(layout: str, trace: str, *, qps: float, num_requests: int, seed: int = 0,

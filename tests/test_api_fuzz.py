@@ -24,6 +24,8 @@ from schemathesis import GenerationMode  # noqa: E402
 
 from tests.daemon_fixture import sim_args, start_daemon, wait_for  # noqa: E402
 
+pytestmark = pytest.mark.slow  # fuzzes a daemon subprocess
+
 API_KEY = "fuzz-key-5d1e"  # given through the environment, not a flag
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MAX_TOKENS_LIMIT = 8
@@ -75,10 +77,12 @@ def check_answer(response, mode: GenerationMode | None = None) -> None:
         assert set(error) == {"message", "type", "param", "code"} and error["message"], error
     if mode is GenerationMode.POSITIVE and response.request.path_url in BODY_PATHS:
         # Only what the schema cannot say may refuse a body that fits it: a text prompt
-        # (or chat) longer than the context, and a JSON Schema "integer" written as a
-        # float (1.0), which the strict decoder refuses as a float.
+        # (or chat) longer than the context, or max_tokens that does not fit beside its
+        # prompt; more than MAX_CHOICES choices (n x prompts); and a JSON Schema
+        # "integer" written as a float (1.0), which the strict decoder refuses as a float.
         if status != 200:
             assert status == 400 and ("context length" in error["message"]
+                                      or "choices per request" in error["message"]
                                       or INT_AS_FLOAT.search(error["message"])), error
 
 
@@ -110,7 +114,10 @@ JSON_VALUES = st.recursive(
 FIELDS = st.sampled_from(["prompt", "messages", "max_tokens", "max_completion_tokens",
                           "temperature", "top_p", "top_k", "seed", "stop", "stream",
                           "stream_options", "n", "model", "priority", "ttft_slo", "tbt_slo",
-                          "ignore_eos", "echo", "logprobs", "role", "content"])
+                          "ignore_eos", "echo", "logprobs", "top_logprobs", "role", "content",
+                          "presence_penalty", "frequency_penalty", "logit_bias", "best_of",
+                          "suffix", "response_format", "tools", "tool_choice", "functions",
+                          "modalities", "audio", "min_p", "user"])
 BODIES = st.dictionaries(FIELDS, JSON_VALUES, max_size=6).map(json.dumps).map(str.encode) \
     | st.binary(max_size=256)
 
@@ -122,6 +129,17 @@ def test_arbitrary_bytes_and_json_get_no_5xx(daemon, session, path, body, conten
     headers = dict(AUTH, **({"Content-Type": content_type} if content_type else {}))
     response = session.post(daemon.base_url + path, data=body, headers=headers, timeout=15)
     check_answer(response)
+
+
+@pytest.mark.parametrize("path,head", [("/v1/completions", '{"prompt": "hi", '),
+                                       ("/v1/chat/completions",
+                                        '{"messages": [{"role": "user", "content": "hi"}], ')])
+def test_json_nested_deeper_than_the_decoder_goes_is_a_400(daemon, session, path, head):
+    for nested in ('{"a": ' * 1000 + "1" + "}" * 1000, "[" * 20000 + "]" * 20000):
+        response = session.post(daemon.base_url + path, data=head + '"x": ' + nested + "}",
+                                headers=AUTH, timeout=15)
+        check_answer(response)
+        assert response.status_code == 400 and "nested" in response.json()["error"]["message"]
 
 
 def test_the_daemon_is_still_up_with_nothing_in_flight(daemon):

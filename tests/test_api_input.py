@@ -9,67 +9,12 @@ import json
 
 import pytest
 
-from daemon.config import ServeConfig
-from tests.api_fakes import FakeController, api_client
-
-MAX_MODEL_LEN = 64
-MAX_TOKENS_LIMIT = 32
-MAX_BODY = 4096
-LIMITS = dict(max_tokens_limit=MAX_TOKENS_LIMIT, default_max_tokens=4, max_body_bytes=MAX_BODY)
-CHAT = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_models):
-    from engines.models.tokenizer import Tokenizer
-    return Tokenizer(tiny_models["llama"])
-
-
-@pytest.fixture
-def controller(tokenizer):
-    return FakeController(tokenizer, max_model_len=MAX_MODEL_LEN)
-
-
-@pytest.fixture
-async def client(controller):
-    async with api_client(controller, **LIMITS) as c:
-        yield c
-
-
-def assert_openai_error(body: dict, status: int, *words: str, param: str | None = None) -> dict:
-    """`{"error": {"message", "type", "param", "code"}}` with every word in the message."""
-    assert set(body) == {"error"}, body
-    error = body["error"]
-    assert set(error) == {"message", "type", "param", "code"}, error
-    assert isinstance(error["message"], str) and error["message"]
-    assert error["type"] == ("authentication_error" if status == 401 else
-                             "invalid_request_error" if status < 500 else "server_error")
-    for word in words:
-        assert word in error["message"], (word, error["message"])
-    if param is not None:
-        assert error["param"] == param, error
-    return error
-
-
-async def call(client, method: str, path: str, body=None, headers=None):
-    if isinstance(body, (dict, list)):
-        body = json.dumps(body)
-    headers = {"Content-Type": "application/json", **(headers or {})} if body is not None else {}
-    resp = await client.request(method, path, data=body, headers=headers)
-    raw = await resp.read()
-    return resp, raw
-
-
-async def expect_error(client, method, path, body, status, *words, param=None, headers=None):
-    resp, raw = await call(client, method, path, body, headers)
-    assert resp.status == status, raw
-    assert resp.content_type == "application/json", (resp.content_type, raw)
-    return assert_openai_error(json.loads(raw), status, *words, param=param)
-
+from tests.api_fakes import (
+    CHAT, HI, LIMITS, MAX_MODEL_LEN, MAX_TOKENS_LIMIT, api_client, call, expect_error,
+)
 
 # ---- invalid bodies: 400 naming the field ---------------------------------------------------
 
-HI = {"prompt": "Hi"}
 COMPLETION_BAD = [
     # (id, body, words in the message, param)
     ("invalid JSON", b"{prompt: 1", ["JSON"], None),
@@ -120,14 +65,40 @@ COMPLETION_BAD = [
     ("ttft_slo over a day", {**HI, "ttft_slo": 1e9}, ["ttft_slo"], "ttft_slo"),
     ("tbt_slo 0", {**HI, "tbt_slo": 0}, ["tbt_slo"], "tbt_slo"),
     ("ignore_eos a string", {**HI, "ignore_eos": "no"}, ["ignore_eos"], "ignore_eos"),
-    ("n 2", {**HI, "n": 2}, ["n", "n=1"], "n"),
-    ("n 0", {**HI, "n": 0}, ["n=1"], "n"),
-    ("presence_penalty", {**HI, "presence_penalty": 0.5}, ["presence_penalty"],
+    ("n 0", {**HI, "n": 0}, ["n"], "n"),
+    ("n 129", {**HI, "n": 129}, ["n"], "n"),
+    ("n x prompts over 128", {"prompt": ["a"] * 10, "n": 13}, ["130 choices", "128"], "n"),
+    ("presence_penalty 2.5", {**HI, "presence_penalty": 2.5}, ["presence_penalty"],
      "presence_penalty"),
-    ("frequency_penalty", {**HI, "frequency_penalty": -1}, ["frequency_penalty"],
+    ("frequency_penalty -3", {**HI, "frequency_penalty": -3}, ["frequency_penalty"],
      "frequency_penalty"),
-    ("echo", {**HI, "echo": True}, ["echo"], "echo"),
-    ("logprobs", {**HI, "logprobs": 5}, ["logprobs"], "logprobs"),
+    ("logit_bias key not a token id", {**HI, "logit_bias": {"a": 1}}, ["logit_bias", "token id"],
+     "logit_bias"),
+    ("logit_bias id outside vocab", {**HI, "logit_bias": {"99999": 1}}, ["logit_bias", "1023"],
+     "logit_bias"),
+    ("logit_bias over 100", {**HI, "logit_bias": {"5": 101}}, ["logit_bias"], "logit_bias"),
+    ("logit_bias a list", {**HI, "logit_bias": [5]}, ["logit_bias"], "logit_bias"),
+    ("logprobs 6", {**HI, "logprobs": 6}, ["logprobs"], "logprobs"),
+    ("logprobs true", {**HI, "logprobs": True}, ["logprobs"], "logprobs"),
+    ("echo with logprobs", {**HI, "echo": True, "logprobs": 1}, ["logprobs", "echo"], "logprobs"),
+    ("suffix", {**HI, "suffix": "end"}, ["suffix"], "suffix"),
+    ("best_of over n", {**HI, "best_of": 2}, ["best_of"], "best_of"),
+    ("response_format json_object", {**HI, "response_format": {"type": "json_object"}},
+     ["response_format"], "response_format"),
+    ("response_format unknown type", {**HI, "response_format": {"type": "xml"}},
+     ["response_format.type"], "response_format.type"),
+    ("vLLM's min_p", {**HI, "min_p": 0.1}, ["min_p"], "min_p"),
+    ("vLLM's guided_json", {**HI, "guided_json": {"type": "object"}}, ["guided_json"],
+     "guided_json"),
+    ("max_tokens past the context", {"prompt": [1] * 60, "max_tokens": 10},
+     ["maximum context length is 64 tokens", "70 tokens", "60 in the prompt"], "max_tokens"),
+    ("batch mixing strings and ids", {"prompt": ["a", [1]]}, ["prompt[1]"], "prompt[1]"),
+    ("token ids mixed with a list", {"prompt": [1, [2]]}, ["prompt[1]"], "prompt[1]"),
+    ("batch with an empty prompt", {"prompt": [[1], []]}, ["prompt[1]", "empty"], "prompt[1]"),
+    ("batch with a token outside vocab", {"prompt": [[1], [10**7]]}, ["prompt[1]", "vocabulary"],
+     "prompt[1]"),
+    ("batch prompt past the context", {"prompt": [[1], [1] * MAX_MODEL_LEN]},
+     ["prompt[1]", "context length"], "prompt[1]"),
     ("model a number", {**HI, "model": 5}, ["model"], "model"),
     ("user a number", {**HI, "user": 5}, ["user"], "user"),
 ]
@@ -160,7 +131,42 @@ CHAT_BAD = [
     ("max_completion_tokens 0", {"messages": MSG, "max_completion_tokens": 0},
      ["max_completion_tokens"], "max_completion_tokens"),
     ("max_completion_tokens over the limit", {"messages": MSG, "max_completion_tokens": 10**6},
-     ["max_tokens", "limit"], "max_tokens"),
+     ["max_completion_tokens", "limit"], "max_completion_tokens"),
+    ("max_completion_tokens past the context", {"max_completion_tokens": 32, "max_tokens": 1,
+                                                "messages": [{"role": "user",
+                                                              "content": "word " * 20}]},
+     ["maximum context length", "in the messages"], "max_completion_tokens"),
+    ("logprobs a number", {"messages": MSG, "logprobs": 3}, ["logprobs"], "logprobs"),
+    ("top_logprobs without logprobs", {"messages": MSG, "top_logprobs": 2},
+     ["top_logprobs", "logprobs: true"], "top_logprobs"),
+    ("top_logprobs 21", {"messages": MSG, "logprobs": True, "top_logprobs": 21},
+     ["top_logprobs"], "top_logprobs"),
+    ("tools", {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]},
+     ["tools", "tool"], "tools"),
+    ("tools with tool_choice auto", {"messages": MSG, "tool_choice": "auto", "tools": [
+        {"type": "function", "function": {"name": "f"}}]}, ["tools"], "tools"),
+    ("tool_choice required without tools", {"messages": MSG, "tool_choice": "required"},
+     ["tool_choice"], "tool_choice"),
+    ("functions", {"messages": MSG, "functions": [{"name": "f"}]}, ["functions"], "functions"),
+    ("function_call forced", {"messages": MSG, "function_call": {"name": "f"}},
+     ["function_call"], "function_call"),
+    ("response_format json_schema", {"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+     ["response_format", "text"], "response_format"),
+    ("audio", {"messages": MSG, "audio": {"voice": "alloy", "format": "wav"}}, ["audio"], "audio"),
+    ("modalities with audio", {"messages": MSG, "modalities": ["text", "audio"]},
+     ["modalities"], "modalities"),
+    ("reasoning_effort", {"messages": MSG, "reasoning_effort": "high"}, ["reasoning_effort"],
+     "reasoning_effort"),
+    ("verbosity", {"messages": MSG, "verbosity": "low"}, ["verbosity"], "verbosity"),
+    ("web_search_options", {"messages": MSG, "web_search_options": {}}, ["web_search_options"],
+     "web_search_options"),
+    ("vLLM's chat echo", {"messages": MSG, "echo": True}, ["echo"], "echo"),
+    ("a tool call in the history", {"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function"}]}]},
+     ["tool calling"], "messages[1].tool_calls"),
+    ("n 0", {"messages": MSG, "n": 0}, ["n"], "n"),
     ("temperature -1", {"messages": MSG, "temperature": -1}, ["temperature"], "temperature"),
     ("top_p 2", {"messages": MSG, "top_p": 2}, ["top_p"], "top_p"),
 ]
@@ -174,6 +180,21 @@ async def test_invalid_chat_bodies_get_400_naming_the_field(client, controller, 
     assert controller.submitted == []
 
 
+@pytest.mark.parametrize("path,head", [("/v1/completions", '{"prompt": "hi", '),
+                                       ("/v1/chat/completions", '{"messages": ' + json.dumps(CHAT) + ', ')])
+@pytest.mark.parametrize("depth", [1000, 100_000])
+@pytest.mark.parametrize("kind", ["objects", "arrays"])
+async def test_deeply_nested_json_in_an_unread_field_is_a_400(controller, path, head, depth,
+                                                             kind):
+    nested = '{"a": ' * depth + "1" + "}" * depth if kind == "objects" else "[" * depth + "]" * depth
+    async with api_client(controller, **{**LIMITS, "max_body_bytes": 1 << 20}) as client:
+        error = await expect_error(client, "POST", path, head + '"x": ' + nested + "}", 400,
+                                   "nested")
+        assert error["param"] is None
+        assert controller.submitted == []
+        assert (await call(client, "POST", "/v1/completions", HI))[0].status == 200  # serving
+
+
 async def test_unknown_model_is_404_naming_it(client):
     error = await expect_error(client, "POST", "/v1/completions", {**HI, "model": "gpt-9"}, 404,
                                "model", "gpt-9", "tiny")
@@ -182,12 +203,19 @@ async def test_unknown_model_is_404_naming_it(client):
 
 async def test_valid_requests_at_the_limits_are_served(client, controller):
     resp, raw = await call(client, "POST", "/v1/completions",
-                           {"prompt": [1] * (MAX_MODEL_LEN - 1), "max_tokens": MAX_TOKENS_LIMIT,
+                           {"prompt": [1] * (MAX_MODEL_LEN - MAX_TOKENS_LIMIT),
+                            "max_tokens": MAX_TOKENS_LIMIT,
                             "temperature": 2, "top_p": 1, "top_k": -1, "seed": -(2**63),
                             "stop": ["x", "y", "z", "w"], "model": "tiny", "priority": 100,
-                            "ttft_slo": 86400, "n": 1})
+                            "ttft_slo": 86400, "n": 1, "presence_penalty": -2,
+                            "frequency_penalty": 2, "logit_bias": {"0": -100, "1023": 100},
+                            "logprobs": 5, "best_of": 1, "suffix": "", "user": "u"})
     assert resp.status == 200, raw
     assert json.loads(raw)["usage"]["completion_tokens"] == MAX_TOKENS_LIMIT
+    # A prompt one short of the context, max_tokens unset: clipped to the one that fits.
+    resp, raw = await call(client, "POST", "/v1/completions", {"prompt": [1] * (MAX_MODEL_LEN - 1)})
+    assert resp.status == 200, raw
+    assert json.loads(raw)["usage"]["completion_tokens"] == 1
     resp, raw = await call(client, "POST", "/v1/chat/completions",
                            {"messages": CHAT, "max_completion_tokens": 3})
     assert resp.status == 200, raw
@@ -218,149 +246,3 @@ async def test_no_ready_instance_is_503_not_a_prompt_limit(client, controller):
     controller.max_model_len = 0  # e.g. the only instance is restarting
     error = await expect_error(client, "POST", "/v1/completions", HI, 503, "no instance")
     assert error["code"] == "unavailable"
-
-
-# ---- body size: 413 -------------------------------------------------------------------------
-
-async def test_body_over_the_limit_is_413_stating_it(client, controller):
-    body = json.dumps({"prompt": "x" * MAX_BODY})
-    error = await expect_error(client, "POST", "/v1/completions", body, 413, "limit",
-                               str(MAX_BODY))
-    assert error["code"] == "body_too_large"
-    assert controller.submitted == []
-
-
-async def test_chunked_body_over_the_limit_is_413(client):
-    async def chunks():  # no Content-Length: the limit holds while reading
-        for _ in range(8):
-            yield b"x" * 1024
-
-    resp = await client.post("/v1/chat/completions", data=chunks(),
-                             headers={"Content-Type": "application/json"})
-    assert resp.status == 413
-    assert_openai_error(await resp.json(), 413, "limit")
-
-
-async def test_body_just_under_the_limit_is_read(client):
-    body = json.dumps({"prompt": "Hi", "user": "u" * (MAX_BODY - 40)})
-    assert len(body) <= MAX_BODY
-    resp, raw = await call(client, "POST", "/v1/completions", body)
-    assert resp.status == 200, raw
-
-
-# ---- content types: JSON only ---------------------------------------------------------------
-
-@pytest.mark.parametrize("content_type", ["text/xml", "application/xml",
-                                          "multipart/form-data; boundary=x", "image/png",
-                                          "application/msgpack"])
-async def test_non_json_content_types_get_415(client, content_type):
-    error = await expect_error(client, "POST", "/v1/completions", json.dumps(HI), 415,
-                               "Content-Type", "application/json",
-                               headers={"Content-Type": content_type})
-    assert error["code"] == "unsupported_media_type"
-
-
-@pytest.mark.parametrize("content_type", [None, "application/json",
-                                          "application/json; charset=utf-8",
-                                          "application/x-www-form-urlencoded",  # curl -d
-                                          "text/plain;charset=UTF-8",  # fetch() with a string
-                                          "application/octet-stream",  # raw bytes
-                                          "application/merge-patch+json"])
-async def test_json_content_types_are_read(client, content_type):
-    headers = {"Content-Type": content_type} if content_type else {}
-    resp = await client.post("/v1/completions", data=json.dumps(HI).encode(), headers=headers,
-                             skip_auto_headers=["Content-Type"])
-    assert resp.status == 200, await resp.text()
-
-
-# ---- routes and methods ---------------------------------------------------------------------
-
-@pytest.mark.parametrize("method,path", [("GET", "/nothing"), ("GET", "/v1/nothing"),
-                                         ("POST", "/v1/completions/x"), ("GET", "/v2/models")])
-async def test_unknown_routes_are_json_404(client, method, path):
-    error = await expect_error(client, method, path, None, 404, path)
-    assert error["code"] == "not_found"
-
-
-@pytest.mark.parametrize("method,path,allowed", [("GET", "/v1/completions", "POST"),
-                                                 ("PUT", "/v1/chat/completions", "POST"),
-                                                 ("POST", "/v1/models", "GET"),
-                                                 ("DELETE", "/health", "GET")])
-async def test_wrong_methods_are_json_405_with_allow(client, method, path, allowed):
-    resp, raw = await call(client, method, path)
-    assert resp.status == 405
-    assert allowed in resp.headers["Allow"]
-    assert_openai_error(json.loads(raw), 405, method, allowed)
-
-
-# ---- failures inside ------------------------------------------------------------------------
-
-async def test_an_unexpected_error_is_a_json_500_without_details(client, controller):
-    controller.fail_with = RuntimeError("secret internals")
-    error = await expect_error(client, "POST", "/v1/completions", HI, 500, "internal")
-    assert "secret" not in error["message"]
-    controller.fail_with = None
-    assert (await call(client, "POST", "/v1/completions", HI))[0].status == 200  # still serving
-
-
-async def test_a_chat_template_that_refuses_the_messages_is_a_400(controller):
-    import jinja2
-
-    class Refusing:
-        vocab_size = controller.tokenizer.vocab_size
-
-        def apply_chat_template(self, messages):
-            raise jinja2.exceptions.TemplateError("Conversation roles must alternate")
-
-    controller.tokenizer = Refusing()
-    async with api_client(controller, **LIMITS) as client:
-        await expect_error(client, "POST", "/v1/chat/completions", {"messages": CHAT}, 400,
-                           "messages", "alternate", param="messages")
-
-
-async def test_a_model_without_a_chat_template_is_a_400(controller, tokenizer):
-    import copy
-    plain = copy.copy(tokenizer)
-    plain.chat_template = None
-    controller.tokenizer = plain
-    async with api_client(controller, **LIMITS) as client:
-        await expect_error(client, "POST", "/v1/chat/completions", {"messages": CHAT}, 400,
-                           "messages", "chat_template", param="messages")
-
-
-# ---- the OpenAPI description ----------------------------------------------------------------
-
-async def test_openapi_description_is_served_and_valid(client):
-    resp = await client.get("/openapi.json")
-    assert resp.status == 200
-    spec = await resp.json()
-    assert spec["openapi"].startswith("3.1")
-    assert {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-            "/openapi.json"} <= set(spec["paths"])
-    body = spec["components"]["schemas"]["CompletionRequest"]
-    assert "prompt" in body["required"]
-    # Narrowed to this server: its model and its max_tokens limit.
-    assert {"type": "string", "enum": ["tiny"]} in body["properties"]["model"]["anyOf"]
-    assert {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS_LIMIT} in \
-        body["properties"]["max_tokens"]["anyOf"]
-    schemathesis = pytest.importorskip("schemathesis")
-    schemathesis.openapi.from_dict(spec).validate()  # against the OpenAPI 3.1 meta-schema
-
-
-def test_openapi_request_schemas_come_from_the_msgspec_structs():
-    import msgspec
-
-    from daemon.openai_schema import ChatCompletionRequest, CompletionRequest
-    from daemon.openapi import build_openapi
-    spec = build_openapi()
-    for struct in (CompletionRequest, ChatCompletionRequest):
-        props = spec["components"]["schemas"][struct.__name__]["properties"]
-        assert set(props) == set(struct.__struct_fields__)
-        assert props["temperature"] == msgspec.json.schema(struct)["$defs"][struct.__name__][
-            "properties"]["temperature"]
-
-
-def test_limits_are_config_fields_with_safe_defaults():
-    config = ServeConfig()
-    assert config.max_body_bytes == 1 << 20
-    assert config.max_tokens_limit == 4096 and config.default_max_tokens <= config.max_tokens_limit

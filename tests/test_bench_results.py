@@ -7,7 +7,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from bench.results import (RequestRecord, RunResult, is_good, percentiles, print_summary,
+from bench.results import (RequestRecord, is_good, percentiles, print_summary,
                            read_result, summarize, write_result)
 from bench.summary_table import plain_summary
 

@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from bench.traces import TRACE_FILES, traces_dir
 from bench.workload import (HIGH_TOKEN_ID, LOW_TOKEN_ID, TraceRow, build_workload, clamp,
                             load_rows, prompt_token_ids)
 
@@ -69,8 +68,6 @@ def test_clamp_fits_the_context(lengths, limit, expected):
 
 
 def test_built_in_trace_clamped_to_a_small_context():
-    if not (traces_dir() / TRACE_FILES["sharegpt"]).exists():
-        pytest.skip("the shared traces are not beside this checkout")
     work = build_workload("sharegpt", rate=5.0, num_requests=200, seed=0, max_model_len=1024)
     assert all(w.prompt_len + w.output_len <= 1024 and w.prompt_len >= 1 for w in work)
 

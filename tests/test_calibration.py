@@ -58,6 +58,7 @@ def test_batch_shape_of_an_engine_batch():
     assert batch_shape(batch) == BatchShape.of(prefills=[(10, 0), (8, 16)], decodes=[8])
 
 
+@pytest.mark.slow
 def test_calibration_fits_and_predicts_fresh_batches(executor, hardware):
     perf = fresh_model(executor, hardware)
     shapes = default_shapes(executor, TOKEN_BUDGET, MAX_BATCH, MAX_CONTEXT)

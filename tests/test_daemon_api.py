@@ -10,6 +10,8 @@ import pytest
 
 from tests.daemon_fixture import start_daemon, torch_args, wait_for
 
+pytestmark = pytest.mark.slow  # against a daemon subprocess
+
 API_KEY = "test-key-3f9c"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MODEL = "tiny"
@@ -33,18 +35,12 @@ def client(daemon):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_models):
-    from engines.models.tokenizer import Tokenizer
-    return Tokenizer(tiny_models["llama"])
-
-
-@pytest.fixture(scope="module")
 def generated(tiny_models):
     """`ascendra generate --json` (run in-process) on PROMPTS: greedy, 24 tokens."""
     import contextlib
     import io
 
-    from daemon.cli import main
+    from bench.cli import main
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["generate", "--json", "--model", str(tiny_models["llama"]), "--device", "cpu",
@@ -183,13 +179,18 @@ def test_chat_streaming(client, chat_expected):
 
 # ---- refusals ---------------------------------------------------------------------------
 
-def test_n_above_one_is_refused(client):
+def test_fields_we_cannot_honour_are_refused_naming_them(client):
     with pytest.raises(openai.BadRequestError) as info:
-        client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, n=2)
-    assert info.value.status_code == 400
-    assert re.search(r"\bn\b", info.value.message) and "n=1" in info.value.message
-    with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4, n=2)
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4,
+                                       response_format={"type": "json_object"})
+    assert info.value.status_code == 400 and info.value.param == "response_format"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {}}}])
+    assert info.value.param == "tools" and re.search(r"\btool", info.value.message)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, suffix="end")
+    assert info.value.param == "suffix"
 
 
 def test_unknown_model_is_404(client):
@@ -223,8 +224,11 @@ COMPLETION_BAD_BODIES = [
     ("priority out of range", {"prompt": "Hi", "priority": 101}, 400, ["priority"]),
     ("ttft_slo not positive", {"prompt": "Hi", "ttft_slo": 0}, 400, ["ttft_slo"]),
     ("ignore_eos wrong type", {"prompt": "Hi", "ignore_eos": "no"}, 400, ["ignore_eos"]),
-    ("penalty", {"prompt": "Hi", "presence_penalty": 0.5}, 400, ["presence_penalty"]),
-    ("n", {"prompt": "Hi", "n": 3}, 400, ["n=1"]),
+    ("penalty out of range", {"prompt": "Hi", "presence_penalty": 2.5}, 400, ["presence_penalty"]),
+    ("n 0", {"prompt": "Hi", "n": 0}, 400, ["n"]),
+    ("best_of over n", {"prompt": "Hi", "best_of": 3}, 400, ["best_of"]),
+    ("logit_bias outside vocab", {"prompt": "Hi", "logit_bias": {"99999999": 1}}, 400,
+     ["logit_bias"]),
     ("unknown model", {"prompt": "Hi", "model": "gpt-9"}, 404, ["model", "gpt-9"]),
 ]
 
@@ -301,7 +305,7 @@ def test_health_lists_every_instance(daemon):
     assert health["status"] == "ok" and health["model"] == MODEL
     assert health["requests_in_flight"] == 0
     [instance] = health["instances"]
-    assert instance["id"] == 0 and instance["role"] == "sarathi" and instance["mode"] == "sarathi"
+    assert instance["id"] == 0 and instance["role"] == "peer" and instance["mode"] == "sarathi"
     assert instance["state"] == "ready" and instance["restarts"] == 0
     assert isinstance(instance["pid"], int) and instance["pid"] != daemon.pid
     assert instance["kv_blocks_total"] == 512

@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from tests.daemon_fixture import wait_for
+
+pytestmark = pytest.mark.slow  # against a daemon subprocess
 
 
 def metric(daemon, name: str) -> float:
@@ -22,11 +26,14 @@ def metric(daemon, name: str) -> float:
 
 def completion(daemon, **fields):
     body = {"prompt": list(range(3, 203)), "max_tokens": 10, "ignore_eos": True, **fields}
-    status, _, raw = daemon.request("POST", "/v1/completions", body)
-    return status, json.loads(raw)
+    status, headers, raw = daemon.request("POST", "/v1/completions", body)
+    return status, headers, json.loads(raw)
 
 
 def test_1l1h_offloads_to_hp_and_hands_out_tickets(daemon_factory):
+    """A burst of 30 with a 0.3 s TTFT SLO on 1L1H (defaults: global queue, HP gate,
+    shed = drop): the LP keeps what it can serve in time, the HP takes what it can rescue,
+    and the rest is shed at once -- every request gets exactly one terminal answer."""
     daemon = daemon_factory("--layout", "1L1H", "--executor", "sim",
                             "--sim-latency", "constant:0.05", "--heartbeat-interval", "0.1")
     roles = [i["role"] for i in daemon.health()["instances"]]
@@ -34,26 +41,48 @@ def test_1l1h_offloads_to_hp_and_hands_out_tickets(daemon_factory):
     wait_for(lambda: metric(daemon, "ascendra_tickets_total") >= 1, 10, what="a first HP ticket")
     with ThreadPoolExecutor(max_workers=30) as pool:
         answers = list(pool.map(lambda _: completion(daemon, ttft_slo=0.3), range(30)))
-    assert [status for status, _ in answers] == [200] * 30
-    assert all(body["usage"]["completion_tokens"] == 10 for _, body in answers)
+    served = [body for status, _, body in answers if status == 200]
+    shed = [(headers, body) for status, headers, body in answers if status == 503]
+    assert len(served) + len(shed) == 30, [status for status, _, _ in answers]
+    assert all(body["usage"]["completion_tokens"] == 10 for body in served)
+    assert all(b["error"]["code"] == "ttft_slo_missed" and "Retry-After" in h for h, b in shed)
+    assert metric(daemon, 'ascendra_dropped_total{reason="ttft_slo_missed"}') == len(shed)
+    lp = metric(daemon, 'ascendra_instance_served_total{instance="0",role="lp"}')
+    hp = metric(daemon, 'ascendra_instance_served_total{instance="1",role="hp"}')
+    assert lp >= 2 and hp >= 2, "both instances served part of the burst"
+    assert lp + hp == len(served)
+    health = wait_for(lambda: (h := daemon.health())["requests_in_flight"] == 0 and h, 5,
+                      what="every request ended")
+    assert health["instances"][0]["perf_model_mape"] is not None
+
+
+def test_1l1h_without_the_global_queue_offloads_late_requests_to_hp(daemon_factory):
+    """The paper's routing (--no-global-queue, nothing shed): requests go to the LP on
+    arrival, and the LP offloads those it predicts late to the HP; all are served."""
+    daemon = daemon_factory("--layout", "1L1H", "--executor", "sim", "--no-global-queue",
+                            "--sim-latency", "constant:0.05", "--heartbeat-interval", "0.1")
+    wait_for(lambda: metric(daemon, "ascendra_tickets_total") >= 1, 10, what="a first HP ticket")
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        answers = list(pool.map(lambda _: completion(daemon, ttft_slo=0.3), range(30)))
+    assert [status for status, _, _ in answers] == [200] * 30
+    assert all(body["usage"]["completion_tokens"] == 10 for _, _, body in answers)
     assert metric(daemon, "ascendra_offloads_total") >= 1, "LP gave its late requests to HP"
     served = metric(daemon, 'ascendra_instance_served_total{instance="1",role="hp"}')
     assert served >= 2, "HP served offloaded and ticketed requests"
     health = wait_for(lambda: (h := daemon.health())["instances"][0]["offloaded"] and h, 5,
                       what="heartbeats with the offload count")
     assert health["requests_in_flight"] == 0
-    assert health["instances"][0]["perf_model_mape"] is not None
 
 
 def test_dropped_request_gets_503_with_the_reason(daemon_factory):
     daemon = daemon_factory("--layout", "1xsarathi", "--executor", "sim",
-                            "--sim-latency", "constant:0.05", "--drop-expired", "true",
+                            "--sim-latency", "constant:0.05", "--drop-expired",
                             "--max-num-seqs", "1")
     with ThreadPoolExecutor(max_workers=6) as pool:
         answers = list(pool.map(lambda _: completion(daemon, ttft_slo=0.2), range(6)))
-    statuses = sorted(status for status, _ in answers)
+    statuses = sorted(status for status, _, _ in answers)
     assert statuses[0] == 200, "the first request is served"
-    dropped = [body for status, body in answers if status == 503]
+    dropped = [body for status, _, body in answers if status == 503]
     assert dropped, "requests queued behind one slot miss their 0.2 s TTFT SLO and are dropped"
     assert all(b["error"]["code"] == "ttft_slo_missed" for b in dropped)
     assert all("TTFT SLO" in b["error"]["message"] for b in dropped)

@@ -25,6 +25,8 @@ import pytest
 
 from tests.daemon_fixture import sim_args, torch_args, wait_for
 
+pytestmark = pytest.mark.slow  # faults injected into daemon subprocesses
+
 STEP = 0.02  # seconds per engine step of the sim executor
 
 
@@ -240,7 +242,7 @@ def test_ascendra_chaos_loses_nothing(layout, tmp_path, daemon_cache, tiny_model
     from tests.daemon_fixture import PROJECT_ROOT, daemon_env
     out = tmp_path / "tally.json"
     done = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "chaos", "--duration", "8", "--qps", "8",
+        [sys.executable, "-m", "bench.cli", "chaos", "--duration", "8", "--qps", "8",
          "--layout", layout, "--burst", "80", "--max-queued-requests", "32",
          "--drain-timeout", "3", "--model", str(tiny_models["llama"]), "--json", str(out),
          "--log", str(tmp_path / "daemon.log")],

@@ -44,6 +44,7 @@ def _instance(daemon, index: int = 0) -> dict:
 
 # ---- SIGTERM ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sigterm_lets_the_stream_in_flight_finish_refuses_new_requests_and_exits_0(daemon_factory):
     daemon = daemon_factory(*sim_args(f"constant:{STEP}"), "--drain-timeout", "30")
     client = _Client(daemon)
@@ -72,6 +73,7 @@ def test_sigterm_lets_the_stream_in_flight_finish_refuses_new_requests_and_exits
     assert "stopped" in daemon.log()
 
 
+@pytest.mark.slow
 def test_sigterm_with_a_short_drain_timeout_ends_requests_with_an_error_and_exits_0(daemon_factory):
     daemon = daemon_factory(*sim_args(f"constant:{STEP}"), "--drain-timeout", "0.5")
     client = _Client(daemon)
@@ -93,6 +95,7 @@ def test_sigterm_with_a_short_drain_timeout_ends_requests_with_an_error_and_exit
     assert time.monotonic() - sent < 10
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_terminal_drains_too(daemon_factory):
     """Ctrl-C sends SIGINT to the terminal's whole foreground process group: the instances
     must not die with it while the controller drains."""
@@ -109,6 +112,7 @@ def test_ctrl_c_in_a_terminal_drains_too(daemon_factory):
 
 # ---- supervision ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_killed_instance_fails_its_requests_clearly_and_is_restarted(daemon_factory):
     # No other instance, and no wait for the restarted one (tests/test_daemon_faults.py has
     # the takeovers): the requests it held end at once with a clear error.
@@ -153,9 +157,10 @@ def test_killed_instance_fails_its_requests_clearly_and_is_restarted(daemon_fact
     assert client.complete("Hi", 3).usage.completion_tokens == 3
     metrics = daemon.request("GET", "/metrics")[2].decode()
     assert re.search(r'^ascendra_instance_restarts_total\{instance="0"\} 1\.0$', metrics, re.M)
-    assert re.search(r'^ascendra_requests_total\{outcome="error"\} 2\.0$', metrics, re.M)
+    assert re.search(r'^ascendra_requests_total\{outcome="errored"\} 2\.0$', metrics, re.M)
 
 
+@pytest.mark.slow
 def test_an_instance_that_cannot_start_fails_the_start_with_exit_1(daemon_factory):
     from tests.daemon_fixture import DaemonExited
     # The torch executor on a CUDA device that this machine lacks: the instance exits at once.
@@ -166,11 +171,13 @@ def test_an_instance_that_cannot_start_fails_the_start_with_exit_1(daemon_factor
 
 # ---- config -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_toml_config_and_a_flag_that_overrides_it(daemon_factory, tmp_path):
     config = tmp_path / "ascendra.toml"
     config.write_text('\n'.join([
-        'executor = "sim"', 'layout = "2xvllm"', 'served_model_name = "from-toml"',
-        'num_kv_blocks = 300', 'heartbeat_interval = 0.2', 'max_tokens_limit = 50', '']))
+        '[model]', 'served_model_name = "from-toml"',
+        '[instances]', 'executor = "sim"', 'layout = "2xvllm"', 'num_kv_blocks = 300',
+        '[process]', 'heartbeat_interval = 0.2', '[http]', 'max_tokens_limit = 50', '']))
     daemon = daemon_factory("--config", str(config), "--served-model-name", "from-flag")
     models = daemon.get_json("/v1/models")[1]["data"]
     assert [m["id"] for m in models] == ["from-flag"]  # the flag wins over the file
@@ -184,33 +191,36 @@ def test_toml_config_and_a_flag_that_overrides_it(daemon_factory, tmp_path):
 def _serve(*args: str, tmp_path) -> subprocess.CompletedProcess:
     """`ascendra serve ARGS` that is expected to stop at once (bad config)."""
     return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "serve", "--runtime-dir", str(tmp_path / "rt"),
+        [sys.executable, "-m", "bench.cli", "serve", "--runtime-dir", str(tmp_path / "rt"),
          "--port", "0", *args],
         cwd=PROJECT_ROOT, env=daemon_env(tmp_path / "cache"), capture_output=True, text=True,
         timeout=60)
 
 
+@pytest.mark.slow
 def test_bad_toml_value_exits_2_naming_the_field(tmp_path):
     config = tmp_path / "bad.toml"
-    config.write_text('executor = "sim"\nchunk_size = "big"\n')
+    config.write_text('[instances]\nexecutor = "sim"\n[scheduler]\nchunk_size = "big"\n')
     done = _serve("--config", str(config), tmp_path=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "chunk_size" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("toml,flags,field", [
-    ('colour = "red"\n', [], "colour"),                              # unknown field
-    ('max_num_seqs = 0\n', [], "max_num_seqs"),                      # out of range
-    ('log_level = "loud"\n', [], "log_level"),                       # not one of the choices
-    ('gpus = ["a"]\n', [], "gpus"),                                  # wrong item type
-    ('executor = "sim"\n', ["--sim-latency", "bogus"], "sim_latency"),  # a flag's bad value
-    ('executor = "sim"\n', ["--drain-timeout", "-1"], "drain_timeout"),
-    ('executor = "sim"\n', ["--layout", "3xnothing"], "layout"),
-    ('port = \n', [], "bad.toml"),                                   # not TOML at all
+    ('[http]\ncolour = "red"\n', [], "colour"),                       # unknown field
+    ('[scheduler]\nmax_num_seqs = 0\n', [], "max_num_seqs"),           # out of range
+    ('[process]\nlog_level = "loud"\n', [], "log_level"),              # not one of the choices
+    ('[instances]\ngpus = ["a"]\n', [], "gpus"),                       # wrong item type
+    ('[instances]\nexecutor = "sim"\n', ["--sim-latency", "bogus"], "sim_latency"),  # a flag's
+    ('[instances]\nexecutor = "sim"\n', ["--drain-timeout", "-1"], "drain_timeout"),
+    ('[instances]\nexecutor = "sim"\n', ["--layout", "3xnothing"], "layout"),
+    ('executor = "sim"\n', [], "[instances]"),                         # outside its section
+    ('[colours]\nred = 1\n', [], "colours"),                          # no such section
+    ('port = \n', [], "bad.toml"),                                     # not TOML at all
 ])
 def test_bad_config_is_refused_with_exit_2(tmp_path, capsys, monkeypatch, toml, flags, field):
     from daemon import serve_cmd
-    from daemon.cli import main
+    from bench.cli import main
 
     def serve(config):
         raise AssertionError(f"the config was accepted: {config}")

@@ -9,7 +9,7 @@ from daemon.recovery import recover, recovery_target, reroute_offload, resume_su
 from engines.engine import Engine
 from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
-from ipc.messages import Submit
+from ipc.messages import Origin, Role, Submit
 from ipc.params import SamplingParams
 from policies.admission import should_drop, ttft_lost
 from policies.offload import plan_offloads
@@ -29,16 +29,18 @@ def submit(prompt=(5, 6, 7), max_tokens=10, **fields) -> Submit:
 
 def test_a_request_without_a_first_token_is_resubmitted_unchanged_as_an_offload():
     plan = recover(submit(), [], max_model_len=64)
-    assert plan.kind == "resubmit" and plan.error is None
-    assert plan.submit == submit(offloaded=True)  # same prompt, arrival, deadline, sampling
+    assert plan.kind is Origin.RESUBMIT and plan.error is None
+    assert plan.submit == submit(origin=Origin.RESUBMIT)  # same prompt, arrival, deadline, ...
+    assert not plan.submit.origin.pinned  # it may still be offloaded or dropped
 
 
 def test_a_request_mid_decode_resumes_with_its_output_in_the_prompt():
     plan = recover(submit(), [9, 8, 7, 6], max_model_len=64)
-    assert plan.kind == "resume" and plan.error is None
+    assert plan.kind is Origin.RESUME and plan.error is None
     new = plan.submit
     assert new.prompt_token_ids == [5, 6, 7, 9, 8, 7, 6]
-    assert new.sampling.max_tokens == 6 and new.preempted
+    assert new.sampling.max_tokens == 6 and new.origin.pinned
+    assert new.generated_before == 4  # penalties still count the output so far
     # Everything else travels unchanged: id, arrival and deadline, SLOs, priority, and the
     # sampling fields (the seed too: see the module docstring).
     old = submit()
@@ -62,21 +64,21 @@ def test_nothing_left_to_generate_means_nothing_to_resume():
 
 def test_an_offload_no_hp_can_take_stays_where_it_lands():
     moved = reroute_offload(submit())
-    assert moved.offloaded and moved.preempted and moved.prompt_token_ids == [5, 6, 7]
+    assert moved.origin is Origin.REROUTE and moved.origin.pinned
+    assert moved.prompt_token_ids == [5, 6, 7]
 
 
 def test_targets_go_where_offloads_go_then_to_the_least_loaded():
-    roles = {0: "lp", 1: "lp", 2: "hp", 3: "hp"}
+    roles = {0: Role.LP, 1: Role.LP, 2: Role.HP, 3: Role.HP}
     queued = {0: 5, 1: 0, 2: 4, 3: 2}
     in_flight = {0: 9, 1: 1, 2: 6, 3: 7}
     assert recovery_target([0, 1, 2, 3], roles, queued, in_flight) == 3  # the HP with least waiting
-    assert recovery_target([0, 1, 2, 3], roles, queued, in_flight, exclude=3) == 2
+    assert recovery_target([0, 1, 2], roles, queued, in_flight) == 2     # 3 is not ready
     assert recovery_target([0, 1], roles, queued, in_flight) == 1       # no HP up: least loaded
-    assert recovery_target([0, 1], roles, queued, in_flight, exclude=1) == 0
-    assert recovery_target([0], roles, queued, in_flight, exclude=0) is None
+    assert recovery_target([0], roles, queued, in_flight) == 0
     assert recovery_target([], roles, queued, in_flight) is None
-    sarathi = {0: "sarathi", 1: "sarathi", 2: "sarathi"}
-    assert recovery_target([0, 1, 2], sarathi, {}, {0: 3, 1: 2, 2: 2}) == 1
+    peers = {0: Role.PEER, 1: Role.PEER, 2: Role.PEER}
+    assert recovery_target([0, 1, 2], peers, {}, {0: 3, 1: 2, 2: 2}) == 1
 
 
 # ---- resumed requests in an engine -------------------------------------------------------
@@ -99,10 +101,10 @@ def test_a_resumed_request_is_never_dropped_offloaded_or_demoted():
     sampling = SamplingParams(max_tokens=4)
     fresh = Request("a", list(range(1, 50)), sampling, arrival_time=0.0, deadline=1.0)
     resumed = Request("b", list(range(1, 50)), sampling, arrival_time=0.0, deadline=1.0,
-                      preempted=True)
+                      pinned=True)
     now, predictor = 5.0, ZeroPredictor()  # long past both deadlines
     assert should_drop(fresh, now, predictor=predictor, token_budget=8, drop_expired=True)
-    assert should_drop(resumed, now, predictor=predictor, token_budget=8, drop_expired=True) is None
+    assert should_drop(resumed, now, predictor=predictor, token_budget=8, drop_expired=True) is False
     assert ttft_lost(fresh, now, predictor, 8) and not ttft_lost(resumed, now, predictor, 8)
     slow = LinearPredictor(seconds_per_token=0.01)  # a busy LP: it starts them in 10 s
     offload, _ = plan_offloads([fresh, resumed], 0.3, predictor=slow, token_budget=8,

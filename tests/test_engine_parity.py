@@ -13,6 +13,8 @@ from engines.models.tokenizer import Tokenizer
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
+pytestmark = pytest.mark.slow  # token-for-token against transformers
+
 TEXTS = [
     "Hi",
     "The scheduler reorders waiting prefills by deadline.",

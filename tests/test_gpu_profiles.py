@@ -1,7 +1,9 @@
-"""GPU latency profiles: interpolation, monotonicity, the README's reference values,
-the `profile:<name>` latency spec on real engine batches, KV capacity."""
+"""GPU latency profiles: interpolation, monotonicity, the published reference values,
+the `profile:<name>` latency spec on real engine batches, KV capacity after vLLM's reserve,
+the per-step CPU overhead."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,7 +12,7 @@ from engines.batch import Batch
 from engines.batch_shape import batch_shape
 from engines.engine import Engine
 from engines.executors.latency import make_latency
-from engines.executors.profiles import ENV_VAR, PROFILES, get_profile, profiles_dir
+from engines.executors.profiles import ENV_VAR, PROFILES, get_profile, raw_profiles_dir
 from engines.executors.profiles.attention import decode_seconds, prefill_seconds
 from engines.executors.sim_executor import SimExecutor
 from engines.request import Request
@@ -21,31 +23,19 @@ from policies.hardware_spec import HARDWARE
 from policies.perf_model import PerfModel
 
 
-def _data_missing() -> str | None:
-    try:
-        profiles_dir()
-    except FileNotFoundError as exc:
-        return str(exc)
-    return None
-
-
-_MISSING = _data_missing()
-needs_data = pytest.mark.skipif(
-    _MISSING is not None,
-    reason=f"third-party GPU profile data not available ({_MISSING}); set {ENV_VAR}")
-
-
 @pytest.fixture(scope="module")
-def readme():
-    from bench import profile_refs
-    return profile_refs.readme_text()
+def refs():
+    from bench.profile_refs import load_refs
+    return load_refs()
 
 
 def test_missing_data_names_the_path_and_the_variable(monkeypatch, tmp_path):
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match=ENV_VAR) as info:
-        profiles_dir()
+        raw_profiles_dir()
     assert "nowhere" in str(info.value)
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        make_latency("profile:a100-llama3-8b")
 
 
 def test_unknown_profile_lists_the_names():
@@ -77,7 +67,65 @@ def test_kv_capacity_follows_the_gqa_shape():
     assert llama3.num_kv_blocks(32) == llama3.kv_capacity_tokens // 32
 
 
-@needs_data
+def test_kv_capacity_is_vllms_budget_after_the_reserve():
+    from engines.executors.profiles.capacity import GPU_MEMORY_BYTES
+    from engines.executors.profiles.memory_reserve import CUDA_GRAPH_BYTES_PER_LAYER
+    llama3 = PROFILES["a100-llama3-8b"]
+    model = llama3.model
+    # the stated formula at vLLM's defaults (8192 tokens, 256 sequences)
+    layer = 2 * 8192 * 3 * (model.intermediate + model.hidden)
+    sampler = 3 * 4 * 256 * model.vocab
+    assert llama3.activation_bytes() == layer + sampler
+    assert 1.20 < llama3.activation_bytes() / 2**30 < 1.22
+    assert llama3.cuda_graph_bytes == 32 * CUDA_GRAPH_BYTES_PER_LAYER
+    assert 0.41 < llama3.cuda_graph_bytes / 2**30 < 0.43
+    assert llama3.total_memory_bytes == GPU_MEMORY_BYTES["a100"] == int(79.15 * 2**30)
+    assert PROFILES["h100-llama2-7b"].total_memory_bytes == int(79.22 * 2**30)
+    budget = 0.9 * llama3.total_memory_bytes - llama3.weight_bytes - layer - sampler \
+        - llama3.cuda_graph_bytes
+    assert llama3.kv_capacity_tokens == int(budget // (128 * 1024)) == llama3.kv_capacity()
+    assert llama3.num_kv_blocks(16) == llama3.kv_capacity_tokens // 16 == 27979
+    # a bigger step (tokens, sequences) reserves more, so fewer blocks fit
+    blocks = [llama3.num_kv_blocks(16, t, s) for t, s in
+              ((512, 64), (2048, 64), (2048, 256), (8192, 256), (16384, 1024))]
+    assert blocks == sorted(blocks, reverse=True) and blocks[0] > blocks[-1]
+    small = dataclasses.replace(llama3, memory_bytes=16 * 2**30)
+    with pytest.raises(ValueError, match="do not fit"):
+        small.kv_capacity_tokens  # noqa: B018
+
+
+def test_kv_capacity_matches_vllms_published_figures():
+    from bench.profile_check import PUBLISHED_ACTIVATION, PUBLISHED_KV_BLOCKS
+    for name, tokens, seqs, published, _ in PUBLISHED_KV_BLOCKS:
+        assert PROFILES[name].num_kv_blocks(16, tokens, seqs) == pytest.approx(published,
+                                                                               rel=0.02)
+    for name, tokens, seqs, gib, _ in PUBLISHED_ACTIVATION:
+        assert PROFILES[name].activation_bytes(tokens, seqs) / 2**30 == pytest.approx(gib,
+                                                                                      rel=0.05)
+
+
+def test_cpu_overhead_grows_with_the_batch_and_matches_vidur():
+    from engines.executors.profiles.cpu_overhead import VIDUR_POINTS
+    profile = PROFILES["a100-llama3-8b"]
+    cpu = profile.cpu_overhead
+    # the stated lines at the stated points
+    assert cpu.seconds(8, 8) == pytest.approx(0.259e-3 + 0.453e-3 + 8 * (5.85e-6 + 5.30e-6))
+    assert cpu.seconds(8, 8) * 1e3 == pytest.approx(0.801, abs=5e-4)
+    assert cpu.seconds(128, 128) * 1e3 == pytest.approx(2.139, abs=5e-4)
+    for batch, ms in VIDUR_POINTS:  # Vidur's A100 medians, prepare_inputs + sampler
+        assert cpu.seconds(batch, batch) * 1e3 == pytest.approx(ms, rel=0.06)
+    by_seqs = [cpu.seconds(n, n) for n in (1, 8, 32, 128, 512)]
+    assert by_seqs == sorted(by_seqs) and by_seqs[-1] > 2 * by_seqs[0]
+    assert cpu.seconds(4, 0) == pytest.approx(0.259e-3 + 4 * 5.85e-6)  # nothing samples
+    assert cpu.seconds(4, 0) < cpu.seconds(4, 1) < cpu.seconds(4, 4)
+    assert cpu.seconds(0, 0) == 0.0
+    # a decode step carries it, and more decodes cost more overhead
+    steps = [profile.breakdown(BatchShape.of(decodes=[1000] * b)) for b in (1, 32, 256)]
+    assert [s.overhead for s in steps] == [cpu.seconds(b, b) for b in (1, 32, 256)]
+    chunk = profile.breakdown(BatchShape.prefill_only(512, 512), num_sampling=0)
+    assert chunk.overhead == cpu.seconds(1, 0)
+
+
 def test_interpolation_hits_measured_points_and_scales_past_the_last():
     ops = PROFILES["a100-llama3-8b"].ops
     for i in range(0, len(ops.tokens), 37):
@@ -90,7 +138,6 @@ def test_interpolation_hits_measured_points_and_scales_past_the_last():
     assert ops.layer(0) == 0.0
 
 
-@needs_data
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_predictions_grow_with_tokens_and_context(name):
     profile = PROFILES[name]
@@ -106,10 +153,8 @@ def test_predictions_grow_with_tokens_and_context(name):
     assert profile.step_time(BatchShape()) == 0.0
 
 
-@needs_data
-def test_summed_ops_table_is_reproduced(readme):
-    from bench.profile_refs import summed_ops
-    table = summed_ops(readme)
+def test_summed_ops_table_is_reproduced(refs):
+    table = refs.summed_ops
     assert set(table) == {"a100-llama3-8b", "a100-llama2-7b", "h100-llama2-7b", "a100-qwen14b"}
     for name, rows in table.items():
         for tokens, ms in rows.items():
@@ -117,14 +162,12 @@ def test_summed_ops_table_is_reproduced(readme):
             assert linear * 1e3 == pytest.approx(ms, rel=0.02), (name, tokens)
 
 
-@needs_data
-def test_attention_spot_values_within_25_percent(readme):
-    from bench.profile_refs import decode_spots, prefill_chunk_range
+def test_attention_spot_values_within_25_percent(refs):
     profile = PROFILES["a100-llama3-8b"]
     args = (profile.model, profile.hardware, profile.attention)
-    for context, batch, ms in decode_spots(readme):
+    for context, batch, ms in refs.decode_spots:
         assert decode_seconds([context] * batch, *args) * 1e3 == pytest.approx(ms, rel=0.25)
-    chunk, kv_lo, kv_hi, ms_lo, ms_hi = prefill_chunk_range(readme)
+    chunk, kv_lo, kv_hi, ms_lo, ms_hi = refs.prefill_chunk_range
     for kv, ms in ((kv_lo, ms_lo), (kv_hi, ms_hi)):
         assert prefill_seconds([chunk], [kv], *args) * 1e3 == pytest.approx(ms, rel=0.25)
 
@@ -143,7 +186,6 @@ def _mixed_batch() -> Batch:
     return batch
 
 
-@needs_data
 def test_profile_latency_on_a_real_engine_batch():
     latency = make_latency("profile:a100-llama3-8b")
     batch = _mixed_batch()
@@ -155,7 +197,6 @@ def test_profile_latency_on_a_real_engine_batch():
     assert latency(Batch()) == 0.0
 
 
-@needs_data
 def test_sim_executor_runs_on_a_profile():
     slept = []
     executor = SimExecutor(make_latency("profile:h100-llama2-7b"), sleep=slept.append)

@@ -15,7 +15,7 @@ from ipc.channel import (
 )
 from ipc.codec import Encoder, controller_decoder, instance_decoder
 from ipc.messages import (
-    Abort, Finished, Heartbeat, InstanceFailed, Ping, Ready, RequestError, Shutdown,
+    Abort, Finished, Heartbeat, InstanceFailed, Origin, Ping, Ready, RequestError, Shutdown,
     StepOutputs, Submit, TokenOutput,
 )
 from ipc.params import SamplingParams
@@ -24,16 +24,16 @@ TO_INSTANCE = [
     Submit(request_id="r1", prompt_token_ids=[5, 6, 7],
            sampling=SamplingParams(max_tokens=9, temperature=0.7, seed=3, stop_token_ids=[2]),
            arrival_time=12.5, deadline=13.5, ttft_slo=1.0, tbt_slo=0.15, priority=2,
-           offloaded=True),
+           origin=Origin.OFFLOAD),
     Submit(request_id="r2", prompt_token_ids=[1], sampling=SamplingParams(), arrival_time=0.0),
     Abort(request_id="r1"),
     Ping(ping_id=7),
     Shutdown(),
 ]
 TO_CONTROLLER = [
-    Ready(instance_id=1, role="sarathi", mode="sarathi", executor="sim", pid=42,
+    Ready(instance_id=1, role="peer", mode="sarathi", executor="sim", pid=42,
           num_kv_blocks=64, block_size=16, max_model_len=256),
-    StepOutputs(instance_id=1, step=3, time=5.0, step_time=0.01,
+    StepOutputs(instance_id=1, step=3, time=5.0, step_seconds=0.01,
                 outputs=[TokenOutput("r1", 11), TokenOutput("r2", 12, "length")]),
     Finished(instance_id=1, request_id="r1", reason="abort"),
     RequestError(instance_id=1, request_id="r3", message="prompt too long"),

@@ -34,7 +34,7 @@ def raw(**fields) -> bytes:
     return msgspec.msgpack.encode(fields)
 
 
-STEP = StepOutputs(instance_id=0, step=1, time=1.0, step_time=0.01,
+STEP = StepOutputs(instance_id=0, step=1, time=1.0, step_seconds=0.01,
                    outputs=[TokenOutput("cmpl-x", 5, "length")])
 #: Frames the controller must drop as malformed (each logged "dropped a malformed").
 MALFORMED_TO_CONTROLLER = {
@@ -50,7 +50,7 @@ MALFORMED_TO_CONTROLLER = {
     "a ping sent the wrong way": ENCODE(Ping(ping_id=1)),
     "wrong field type": raw(type="heartbeat", instance_id="zero", time=1.0),
     "negative count": raw(type="heartbeat", instance_id=0, time=1.0, num_waiting=-1),
-    "bad outputs": raw(type="step_outputs", instance_id=0, step=1, time=1.0, step_time=0.0,
+    "bad outputs": raw(type="step_outputs", instance_id=0, step=1, time=1.0, step_seconds=0.0,
                        outputs="tokens"),
     "missing field": raw(type="finished", instance_id=0),
     "unknown field": raw(type="ticket", instance_id=0, extra=1),
@@ -59,14 +59,14 @@ MALFORMED_TO_CONTROLLER = {
 #: Well-formed messages from the rogue's own id that claim to be instance 0: impostors.
 IMPOSTORS = [STEP, Heartbeat(instance_id=0, time=1.0),
              Finished(instance_id=0, request_id="cmpl-x", reason="abort"),
-             Ready(instance_id=0, role="sarathi", mode="sarathi", executor="sim", pid=1,
+             Ready(instance_id=0, role="peer", mode="sarathi", executor="sim", pid=1,
                    num_kv_blocks=1, block_size=16, max_model_len=8)]
 #: Well-formed messages from "instance-77", which does not exist, about nothing that exists.
 GHOST_ID = 77
 GHOSTS = [Ready(instance_id=GHOST_ID, role="hp", mode="hp", executor="sim", pid=1,
                 num_kv_blocks=1, block_size=16, max_model_len=8),
           Heartbeat(instance_id=GHOST_ID, time=1.0, num_waiting=10**6),
-          StepOutputs(instance_id=GHOST_ID, step=1, time=1.0, step_time=0.0,
+          StepOutputs(instance_id=GHOST_ID, step=1, time=1.0, step_seconds=0.0,
                       outputs=[TokenOutput("no-such-request", 1, "stop")]),
           Finished(instance_id=GHOST_ID, request_id="no-such-request", reason="abort"),
           RequestError(instance_id=GHOST_ID, request_id="no-such-request", message="x"),
@@ -88,6 +88,7 @@ def socket_dir(daemon) -> str:
     return os.path.join(daemon.runtime_dir, "rt")  # start_daemon's --runtime-dir
 
 
+@pytest.mark.slow
 def test_the_daemons_runtime_dir_is_private(daemon):
     path = socket_dir(daemon)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
@@ -103,6 +104,7 @@ def _dealer(context: zmq.Context, daemon, identity: bytes) -> zmq.Socket:
     return sock
 
 
+@pytest.mark.slow
 def test_garbage_to_the_controller_is_logged_and_dropped_and_the_daemon_serves(daemon):
     status, before = daemon.post_json("/v1/completions", {"prompt": "Hi", "max_tokens": 3})
     assert status == 200

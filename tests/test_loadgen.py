@@ -8,16 +8,20 @@ errored (SSE error, HTTP 500, a stream without a finish reason) and lost (a hang
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import subprocess
 import sys
 import time
 
+import msgspec
 import pytest
 from aiohttp import web
 
-from bench.bench_cli import benchmark, build_parser
-from bench.loadgen import run_load
+from daemon.health import Health, InstanceHealth
+from bench.bench_cli import build_parser
+from bench.loadgen import CHAT_WORDS, run_load
+from bench.records import RequestRecord
 from bench.results import read_result, summarize
 from bench.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID, WorkloadRequest
 from tests.daemon_fixture import PROJECT_ROOT, sim_args
@@ -39,6 +43,7 @@ class FakeServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         return app
@@ -48,8 +53,15 @@ class FakeServer:
             {"id": "fake", "max_model_len": self.max_model_len}]})
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "instances": [
-            {"id": 0, "role": "lp", "mape": 3.0}, {"id": 1, "role": "hp", "mape": 5.0}]})
+        """What the daemon writes (daemon.health.Health), so the fake cannot drift from it."""
+        def instance(i: int, role: str, mape: float) -> InstanceHealth:
+            return InstanceHealth(
+                id=i, role=role, mode=role, pid=100 + i, state="ready", restarts=0, in_flight=0,
+                waiting=0, running=0, kv_blocks_used=0, kv_blocks_total=10, preemptions=0,
+                served=0, offloaded=0, dropped=0, ticket_open=False, perf_model_mape=mape)
+        return web.json_response(msgspec.to_builtins(Health(
+            status="ok", model="fake", requests_in_flight=0, queued_requests=0, queued_tokens=0,
+            instances=[instance(0, "lp", 0.03), instance(1, "hp", 0.05)])))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
@@ -63,6 +75,27 @@ class FakeServer:
             return await self._answer(request, body["max_tokens"])
         finally:
             self.in_flight -= 1
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        """Like the real daemon: a body without `messages` is a 400; a chat is streamed
+        in chat chunks, usage counting the message's words (plus 3 for the template)."""
+        body = await request.json()
+        self.bodies.append(body)
+        if "messages" not in body:
+            return _error(400, "messages: Object missing required field `messages`", None)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        n = body["max_tokens"]
+        for i in range(n):
+            delta = {"role": "assistant", "content": "x"} if i == 0 else {"content": "x"}
+            chunk = {"object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": delta, "finish_reason": "length" if i == n - 1 else None}]}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        words = len(body["messages"][0]["content"].split())
+        usage = {"prompt_tokens": words + 3, "completion_tokens": n, "total_tokens": words + 3 + n}
+        await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
 
     async def _answer(self, request: web.Request, n: int) -> web.StreamResponse:
         if n == HTTP_DROP:
@@ -201,14 +234,67 @@ async def test_bench_command_end_to_end(tmp_path, capsys):
                for b in server.bodies)
     assert result.config["max_model_len"] == 16 and "api_key" not in result.config
     assert [i["role"] for i in result.per_instance] == ["lp", "hp"]
-    assert result.perf_model_mape == pytest.approx(4.0)
+    assert result.perf_model_mape == pytest.approx(0.04)  # the instances' mean, a fraction
     assert len(result.records) == 12
     assert "goodput" in capsys.readouterr().out
 
 
+async def test_chat_endpoint_sends_a_chat_body(fake):
+    run = await run_load(fake.url, workload([3, 4]), endpoint="/v1/chat/completions", seed=3,
+                         progress=False)
+    assert [r.outcome for r in run.records] == ["completed", "completed"]
+    for body, record in zip(sorted(fake.bodies, key=lambda b: b["max_tokens"]), run.records):
+        assert "prompt" not in body and body["messages"][0]["role"] == "user"
+        words = body["messages"][0]["content"].split()
+        assert len(words) == 5 + record.index and set(words) <= set(CHAT_WORDS)
+        assert body["stream"] is True and body["max_tokens"] == record.output_len
+        assert record.prompt_len == len(words) + 3  # the server's count, from usage
+        assert record.output_tokens() == record.output_len
+
+
+def bench_args(url: str, *extra: str):
+    return build_parser().parse_args(["--url", url, "--qps", "500", "--num-requests", "6",
+                                      "--trace", "sharegpt", "--length-scale", "100",
+                                      "--disable-tqdm", *extra])
+
+
+async def test_a_run_that_only_errors_exits_1_and_says_why(fake, capsys):
+    from bench.bench_cli import run
+    code = await asyncio.to_thread(run, bench_args(fake.url, "--endpoint", "/v1/nothing"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "6 of 6 requests FAILED (100.0 %): 6 errored, 0 lost" in err
+    assert "HTTP 404" in err and "--max-error-rate" in err
+    # even when any error rate is allowed, 100 % is a failed run
+    code = await asyncio.to_thread(run, bench_args(fake.url, "--endpoint", "/v1/nothing",
+                                                   "--max-error-rate", "1"))
+    assert code == 1
+
+
+async def test_a_chat_run_against_the_chat_endpoint_succeeds(fake, capsys):
+    from bench.bench_cli import run
+    code = await asyncio.to_thread(run, bench_args(fake.url, "--endpoint", "/v1/chat/completions"))
+    assert code == 0 and "FAILED" not in capsys.readouterr().err
+    assert all("messages" in b for b in fake.bodies) and len(fake.bodies) == 6
+
+
+def test_partial_failures_exit_1_only_past_the_max_error_rate():
+    from bench.bench_cli import report_failures
+    records = [RequestRecord(index=i, arrival=0.0, prompt_len=1, output_len=1,
+                             outcome="completed" if i >= 2 else "errored",
+                             error="HTTP 503: queue full" if i < 2 else None) for i in range(10)]
+    records[9].outcome = "lost"
+    out = io.StringIO()
+    assert report_failures(records, 0.3, file=out) == 0  # 3 of 10 failed
+    assert "3 of 10 requests FAILED (30.0 %): 2 errored, 1 lost" in out.getvalue()
+    assert "2 x HTTP 503: queue full" in out.getvalue()
+    assert report_failures(records, 0.2, file=io.StringIO()) == 1
+    assert report_failures(records[2:9], 0.0, file=io.StringIO()) == 0  # none failed
+
+
 def test_bench_subcommand_registers_the_same_flags():
     import argparse
-    from daemon import bench_cmd
+    from bench import bench_cmd
     parser = argparse.ArgumentParser()
     bench_cmd.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "--url", "http://127.0.0.1:1", "--qps", "3",
@@ -219,6 +305,7 @@ def test_bench_subcommand_registers_the_same_flags():
         parser.parse_args(["bench", "--num-requests", "3", "--duration", "5"])
 
 
+@pytest.mark.slow
 def test_against_the_real_daemon(daemon_factory, tmp_path):
     daemon = daemon_factory(*sim_args("constant:0.005"))
     out = tmp_path / "real.json"
@@ -232,3 +319,19 @@ def test_against_the_real_daemon(daemon_factory, tmp_path):
     assert result.completed == 20 and result.goodput_pct == 100.0
     assert result.per_instance and result.per_instance[0]["state"] == "ready"
     assert "goodput" in proc.stdout
+
+
+@pytest.mark.slow
+def test_chat_endpoint_against_the_real_daemon(daemon_factory, tmp_path):
+    daemon = daemon_factory(*sim_args("constant:0.005"))
+    out = tmp_path / "chat.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.loadgen", "--url", daemon.base_url, "--qps", "40",
+         "--num-requests", "12", "--length-scale", "32", "--endpoint", "/v1/chat/completions",
+         "--ttft-slo", "2", "--tbt-slo", "0.5", "--json", str(out), "--disable-tqdm",
+         "--timeout", "60"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "FAILED" not in proc.stderr
+    result = read_result(out)
+    assert result.completed == 12 and result.errored == 0

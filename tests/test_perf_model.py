@@ -326,3 +326,32 @@ def test_random_shapes_fit_their_limits():
     assert shapes == random_shapes(50, 256, 1024, 32, max_kv_tokens=4000, seed=4)
     for s in shapes:
         assert 0 < s.num_tokens <= 256 and s.num_decodes <= 32 and kv_tokens(s) <= 4000
+
+
+def test_the_per_step_float_paths_equal_the_array_formulas():
+    """bytes_and_flops and the profile's attention_seconds sum in plain floats for speed;
+    they must give what the array functions (the documented formulas) give."""
+    import random
+
+    from engines.executors.profiles.attention import (
+        attention_seconds, decode_seconds, prefill_seconds,
+    )
+    from engines.executors.profiles.registry import get_profile
+    from policies.perf_features import (
+        _whole_model, bytes_and_flops, decode_attention, prefill_attention,
+    )
+    profile, rng = get_profile("a100-llama3-8b"), random.Random(0)
+    for _ in range(100):
+        prefills = [(rng.randint(1, 3000), rng.randint(0, 6000)) for _ in range(rng.randint(0, 3))]
+        decodes = [rng.randint(1, 8000) for _ in range(rng.randint(0 if prefills else 1, 300))]
+        shape = BatchShape.of(prefills=prefills, decodes=decodes)
+        p_moved, p_flops = prefill_attention(shape.prefill_tokens, shape.prefill_cached, LLAMA3_8B)
+        d_moved, d_flops = decode_attention(shape.decode_context, LLAMA3_8B)
+        expected = _whole_model(shape.num_tokens, shape.num_seqs, p_moved.sum() + d_moved.sum(),
+                                p_flops.sum() + d_flops.sum(), LLAMA3_8B)
+        assert bytes_and_flops(shape, LLAMA3_8B) == pytest.approx(expected, rel=1e-12)
+        seconds = (prefill_seconds(shape.prefill_tokens, shape.prefill_cached, profile.model,
+                                   profile.hardware)
+                   + decode_seconds(shape.decode_context, profile.model, profile.hardware))
+        assert attention_seconds(shape, profile.model, profile.hardware) == pytest.approx(
+            seconds, rel=1e-12)

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from policies.admission import (
-    DROP_REASON, DecodeLengthHistory, TicketBook, decode_reserve, elastic_admit,
+    DecodeLengthHistory, TicketBook, decode_reserve,
     should_drop, ticket_wanted,
 )
 from policies.predictor import LinearPredictor
@@ -104,45 +104,6 @@ def test_decode_reserve_uses_the_history():
     assert decode_reserve(running, history, 16) == -(-(104 + 32) // 16) - 7
 
 
-def test_elastic_admit_refuses_when_decodes_need_the_kv():
-    history = DecodeLengthHistory()
-    for _ in range(10):
-        history.observe(200)
-    running = [decoding(f"d{i}", 100, 10, max_tokens=1000) for i in range(4)]
-    reserve = decode_reserve(running, history, 16)  # 4 × (ceil(300/16) − 7) = 48
-    assert reserve == 48
-    prompt_blocks = 10  # a 160-token prompt
-    assert elastic_admit(160, reserve + prompt_blocks, running, history, 16)
-    assert not elastic_admit(160, reserve + prompt_blocks - 1, running, history, 16)
-
-
-def test_elastic_admit_never_admits_beyond_free_kv():
-    history = DecodeLengthHistory()
-    assert elastic_admit(160, 10, [], history, 16)
-    assert not elastic_admit(161, 10, [], history, 16)
-    assert not elastic_admit(160, 10, [], history, 16, candidate_max_tokens=1)
-
-
-def test_elastic_batch_stays_within_kv_as_prefills_are_admitted():
-    rng = random.Random(3)
-    history = DecodeLengthHistory()
-    for _ in range(100):
-        history.observe(rng.randrange(1, 300))
-    free = 400
-    running = [decoding(f"d{i}", rng.randrange(20, 200), rng.randrange(1, 50), 400)
-               for i in range(8)]
-    admitted = 0
-    while True:
-        prompt = rng.randrange(20, 300)
-        if not elastic_admit(prompt, free, running, history, 16, candidate_max_tokens=400):
-            break
-        free -= -(-prompt // 16)
-        running.append(decoding(f"p{admitted}", prompt, 0, 400))
-        admitted += 1
-    assert admitted > 0
-    assert free >= decode_reserve(running, history, 16) >= 0
-
-
 # ---- drops -----------------------------------------------------------------------------
 def drop(request, now, drop_expired=True):
     return should_drop(request, now, predictor=PREDICTOR, token_budget=BUDGET,
@@ -152,20 +113,20 @@ def drop(request, now, drop_expired=True):
 def test_a_request_is_dropped_only_after_its_slo_is_lost():
     own = PREDICTOR.prefill_time(200, 0, BUDGET)
     request = FakeRequest("r", 200, deadline=1.0)
-    assert drop(request, now=0.0) is None
-    assert drop(request, now=1.0 - own) is None            # still just reachable
-    assert drop(request, now=1.0 - own + 1e-6) == DROP_REASON  # predicted to miss everywhere
-    assert drop(request, now=1.5) == DROP_REASON              # missed
+    assert drop(request, now=0.0) is False
+    assert drop(request, now=1.0 - own) is False            # still just reachable
+    assert drop(request, now=1.0 - own + 1e-6) is True  # predicted to miss everywhere
+    assert drop(request, now=1.5) is True              # missed
 
 
 def test_no_drops_when_drop_expired_is_off():
-    assert drop(FakeRequest("r", 200, deadline=1.0), now=5.0, drop_expired=False) is None
+    assert drop(FakeRequest("r", 200, deadline=1.0), now=5.0, drop_expired=False) is False
 
 
 @pytest.mark.parametrize("started", [dict(num_computed_tokens=16), dict(num_preemptions=1)])
 def test_a_started_prefill_is_never_dropped(started):
-    assert drop(FakeRequest("r", 200, deadline=1.0, **started), now=5.0) is None
+    assert drop(FakeRequest("r", 200, deadline=1.0, **started), now=5.0) is False
 
 
 def test_no_deadline_never_drops():
-    assert drop(FakeRequest("r", 200), now=1e9) is None
+    assert drop(FakeRequest("r", 200), now=1e9) is False

@@ -1,13 +1,12 @@
 """Value functions and value ordering (paper §5.2)."""
 from __future__ import annotations
 
-from collections import deque
 
 import pytest
 
 from policies.predictor import LinearPredictor, MemoPredictor
 from policies.value import (
-    VALUE_FUNCTIONS, edf, fcfs, get_value_function, ljf, order_by_value, sjf, waiting_order,
+    VALUE_FUNCTIONS, edf, fcfs, get_value_function, ljf, order_by_value, sjf,
 )
 from tests.policy_fakes import FakeRequest, names
 
@@ -80,13 +79,6 @@ def test_value_functions_are_selectable_by_name():
     assert set(VALUE_FUNCTIONS) == {"edf", "sjf", "ljf", "fcfs"}
     with pytest.raises(ValueError, match="edf.*fcfs|fcfs.*edf"):
         get_value_function("lifo")
-
-
-def test_waiting_order_plugs_into_a_scheduler_mode_and_takes_a_deque():
-    queue = deque([FakeRequest("short", 10, deadline=5.0), FakeRequest("long", 2000, deadline=5.0)])
-    ordered = waiting_order("edf", PREDICTOR, BUDGET)(queue, 0.0)
-    assert names(ordered) == ["long", "short"]
-    assert len(queue) == 2  # the queue itself is left alone
 
 
 class CountingPredictor(LinearPredictor):

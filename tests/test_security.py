@@ -23,7 +23,7 @@ import pytest
 
 from daemon import api
 from daemon.api import PUBLIC_PATHS, resolve_api_key
-from daemon.config import ServeConfig, config_from_args, load_config
+from daemon.config import HttpConfig, ServeConfig, config_from_args, load_config
 from ipc.channel import make_runtime_dir
 from tests.api_fakes import FakeController, api_client
 from tests.daemon_fixture import PROJECT_ROOT
@@ -48,12 +48,6 @@ EXAMPLE_CONFIG = PROJECT_ROOT / "systemd" / "ascendra.toml"
 SOURCE_ROOTS = ["daemon", "engines", "ipc", "policies", "bench"]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_models):
-    from engines.models.tokenizer import Tokenizer
-    return Tokenizer(tiny_models["llama"])
-
-
 @pytest.fixture
 async def client(tokenizer):
     async with api_client(FakeController(tokenizer), api_key=KEY) as c:
@@ -63,16 +57,16 @@ async def client(tokenizer):
 # ---- listen on loopback unless told otherwise ---------------------------------------------
 
 def test_default_host_is_loopback_everywhere():
-    assert ServeConfig().host == "127.0.0.1"
-    assert load_config().host == "127.0.0.1"
-    assert load_config(str(EXAMPLE_CONFIG)).host == "127.0.0.1"
+    assert ServeConfig().http.host == "127.0.0.1"
+    assert load_config().http.host == "127.0.0.1"
+    assert load_config(str(EXAMPLE_CONFIG)).http.host == "127.0.0.1"
     parser = _serve_parser()
-    assert config_from_args(parser.parse_args(["serve"])).host == "127.0.0.1"
-    assert config_from_args(parser.parse_args(["serve", "--host", "0.0.0.0"])).host == "0.0.0.0"
+    assert config_from_args(parser.parse_args(["serve"])).http.host == "127.0.0.1"
+    assert config_from_args(parser.parse_args(["serve", "--host", "0.0.0.0"])).http.host == "0.0.0.0"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    """`ascendra serve`'s flags, as daemon.cli registers them."""
+    """`ascendra serve`'s flags, as bench.cli registers them."""
     from daemon import serve_cmd
     parser = argparse.ArgumentParser()
     serve_cmd.register(parser.add_subparsers(dest="command"))
@@ -90,9 +84,9 @@ def test_a_non_loopback_host_without_a_key_is_warned_about(host, loopback):
 # ---- the API key ----------------------------------------------------------------------------
 
 def test_the_key_comes_from_the_config_or_the_environment():
-    assert resolve_api_key(ServeConfig(), {}) == ""
-    assert resolve_api_key(ServeConfig(), {"ASCENDRA_API_KEY": "from-env"}) == "from-env"
-    assert resolve_api_key(ServeConfig(api_key="from-flag"),
+    assert resolve_api_key(HttpConfig(), {}) == ""
+    assert resolve_api_key(HttpConfig(), {"ASCENDRA_API_KEY": "from-env"}) == "from-env"
+    assert resolve_api_key(HttpConfig(api_key="from-flag"),
                            {"ASCENDRA_API_KEY": "from-env"}) == "from-flag"
 
 
@@ -103,7 +97,8 @@ async def test_every_route_but_the_public_ones_needs_the_key(client):
     assert {("GET", "/v1/models"), ("POST", "/v1/completions"),
             ("POST", "/v1/chat/completions")} <= guarded
     assert {p for _, p in routes} - {p for _, p in guarded} == PUBLIC_PATHS
-    for method, path in sorted(guarded):
+    for method, route in sorted(guarded):
+        path = route.replace("{model}", "tiny")  # GET /v1/models/{model}: the served one
         for headers in BAD_AUTH:
             resp = await client.request(method, path, headers=headers, json={"prompt": "Hi"})
             assert resp.status == 401, (method, path, headers)
@@ -291,7 +286,7 @@ def test_instances_get_their_config_as_json_not_pickle():
 # ---- limits ---------------------------------------------------------------------------------
 
 def test_limits_have_bounded_defaults():
-    config = ServeConfig()
+    config = ServeConfig().http
     assert config.max_body_bytes <= 1 << 20
     assert config.max_tokens_limit <= 4096 and config.default_max_tokens <= config.max_tokens_limit
     from daemon.openai_schema import ChatCompletionRequest, CompletionRequest
@@ -359,6 +354,6 @@ def test_systemd_analyze_security_exposure_is_low(tmp_path):
 def test_unit_listens_where_the_config_does():
     # IPAddressAllow=localhost matches the loopback default; both must be changed together.
     assert _unit()["IPAddressAllow"] == ["localhost"]
-    assert load_config(str(EXAMPLE_CONFIG)).host == "127.0.0.1"
+    assert load_config(str(EXAMPLE_CONFIG)).http.host == "127.0.0.1"
     text = UNIT.read_text()
     assert "set host in /etc/ascendra/ascendra.toml AND allow their networks here" in text

@@ -6,12 +6,10 @@ import sys
 
 import pytest
 
-from engines.batch import Batch
 from engines.engine import Engine
-from engines.executors import latency
 from engines.executors.config import ExecutorConfig, build_executor
 from engines.executors.latency import (
-    constant_latency, make_latency, register_latency, zero_latency,
+    constant_latency, make_latency, zero_latency,
 )
 from engines.executors.sim_executor import SimExecutor
 from engines.instance_launch import PROJECT_ROOT
@@ -25,14 +23,6 @@ def test_latency_specs():
     for bad in ("constant", "constant:-1", "constant:x", "zero:1", "gpu-profile"):
         with pytest.raises(ValueError):
             make_latency(bad)
-
-
-def test_latency_registry_is_pluggable(monkeypatch):
-    monkeypatch.setattr(latency, "LATENCY_FACTORIES", dict(latency.LATENCY_FACTORIES))
-    register_latency("per-token", lambda arg: lambda batch: float(arg) * batch.num_tokens)
-    batch = Batch()
-    batch.num_tokens = 4
-    assert make_latency("per-token:0.5")(batch) == 2.0
 
 
 def test_every_request_ends_exactly_at_max_tokens_and_time_is_charged():

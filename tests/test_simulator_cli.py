@@ -13,9 +13,9 @@ import pytest
 from bench.bench_cli import build_parser as bench_parser
 from bench.bench_cli import run as run_bench
 from bench.capacity import find_capacity
-from bench.records import Percentiles, RequestRecord, RunResult
+from bench.records import RequestRecord, RunResult
 from bench.results import is_good, summarize
-from daemon.cli import main as ascendra
+from bench.cli import main as ascendra
 from tests.simulator_helpers import length_trace, run, write_jsonl
 from tests.test_loadgen import FakeServer, _serve
 
@@ -28,8 +28,8 @@ PERCENTILE_FIELDS = ("ttft_s", "tbt_s", "mean_tbt_s", "sched_delay_s")
 
 
 @pytest.fixture(scope="module")
-def trace(tmp_path_factory) -> str:
-    return length_trace(tmp_path_factory.mktemp("trace"))
+def trace() -> str:
+    return length_trace()
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +136,8 @@ BAD_TRACES = [  # (file, its text, what the error says)
     ("words.csv", "prompt_tokens,output_tokens\n10,5\n10,abc\n",
      "line 3: output_tokens is 'abc', not a number"),
     ("columns.csv", "tokens_in,tokens_out\n1,2\n",
-     "line 2: needs a column named one of ('num_prefill_tokens', 'prompt_tokens') "
-     "(it has: tokens_in, tokens_out)"),
+     ("line 2: needs a column named one of ('num_prefill_tokens', 'prompt_tokens', "
+      "'input_length', 'ContextTokens', 'Request tokens') (it has: tokens_in, tokens_out)")),
     ("negative.csv", "prompt_tokens,output_tokens\n-4,5\n",
      "line 2: prompt_tokens is '-4'; it must be a finite number >= 0"),
     ("empty.csv", "prompt_tokens,output_tokens\n", "no rows"),
@@ -177,65 +177,62 @@ def test_a_missing_trace_or_a_folder_is_a_clear_error(tmp_path, capsys):
 
 
 # ---- capacity ------------------------------------------------------------------------------
-def fake_result(goodput: float) -> RunResult:
-    p = Percentiles(0.1, 0.1, 0.1, 0.1)
-    return RunResult(config={}, num_requests=100, duration_s=10.0, ttft_slo_s=1.0,
-                     tbt_slo_s=0.1, goodput_pct=goodput, goodput_rps=goodput / 10,
-                     throughput_rps=10.0, output_tok_s=100.0, ttft_s=p, tbt_s=p, mean_tbt_s=p,
-                     sched_delay_s=p, p99_tbt_s=0.1, good=round(goodput), completed=100,
-                     dropped=0, errored=0, lost=0, offloaded=0)
-
-
-def falling_goodput(knee: float, capacity: float):
-    """100 % up to `knee`, then falling linearly: exactly 90 % at `capacity`."""
-    slope = 10.0 / (capacity - knee)
+def edge_at(capacity: float):
+    """A judge that holds exactly up to `capacity`, and the rates it was asked about."""
     tried = []
 
-    def run_at(qps: float) -> RunResult:
+    def holds(qps: float) -> bool:
         tried.append(qps)
-        return fake_result(100.0 if qps <= knee else max(0.0, 100.0 - slope * (qps - knee)))
+        return qps <= capacity
 
-    return run_at, tried
+    return holds, tried
 
 
 @pytest.mark.parametrize("start_qps, capacity",
-                         [(1.0, 3.55), (10.0, 3.55), (1.0, 0.3), (0.5, 37.0)])
+                         [(1.0, 3.55), (10.0, 3.55), (1.0, 0.3), (0.5, 37.0), (9.0, 9.2)])
 def test_capacity_search_brackets_the_boundary(start_qps, capacity):
-    run_at, tried = falling_goodput(knee=capacity * 0.9, capacity=capacity)
-    found, points = find_capacity(run_at, target=90.0, start_qps=start_qps, tolerance=0.03)
+    holds, tried = edge_at(capacity)
+    found = find_capacity(holds, start_qps=start_qps, tolerance=0.03)
     assert found <= capacity < found / (1 - 0.03) + 1e-12   # within 3 % below the boundary
-    assert [p["qps"] for p in points] == sorted(tried) and len(points) <= 16
-    assert all({"qps", "goodput_pct", "goodput_rps", "p99_ttft_s"} <= set(p) for p in points)
-    passing = [p["qps"] for p in points if p["goodput_pct"] >= 90.0]
-    failing = [p["qps"] for p in points if p["goodput_pct"] < 90.0]
-    assert max(passing) == found and min(failing) > found
-    assert min(failing) - found <= 0.03 * min(failing)
+    passing = [q for q in tried if q <= capacity]
+    failing = [q for q in tried if q > capacity]
+    assert max(passing) == found and min(failing) - found <= 0.03 * min(failing)
+    assert len(tried) <= 16
 
 
 def test_capacity_search_stops_after_max_runs():
-    run_at, tried = falling_goodput(knee=1e9, capacity=2e9)  # never falls within reach
-    found, points = find_capacity(run_at, start_qps=1.0, max_runs=5)
+    holds, tried = edge_at(1e9)  # never fails within reach
+    found = find_capacity(holds, start_qps=1.0, max_runs=5, growth=2.0)
     assert tried == [1.0, 2.0, 4.0, 8.0, 16.0] and found == 16.0
-    assert [p["qps"] for p in points] == tried
     with pytest.raises(ValueError, match="start_qps"):
-        find_capacity(run_at, start_qps=0.0)
+        find_capacity(holds, start_qps=0.0)
 
 
+@pytest.mark.slow
 def test_capacity_command_on_a_small_simulated_setup(tmp_path, trace, capsys):
     out = tmp_path / "capacity.json"
-    assert ascendra(["capacity", "--layout", "1xsarathi", "--trace", trace, "--num-requests",
-                     "30", "--ttft-slo", "1", "--tbt-slo", "0.15", "--start-qps", "4",
-                     "--tolerance", "0.1", "--json", str(out)]) == 0
+    assert ascendra(["capacity", "--layout", "1xsarathi", "--trace", trace, "--measured",
+                     "40", "--seeds", "0,1", "--ttft-slo", "1", "--tbt-slo", "0.15",
+                     "--start-qps", "4", "--tolerance", "0.1", "--workers", "1",
+                     "--json", str(out)]) == 0
+    captured = capsys.readouterr()
     answer = json.loads(out.read_text())
-    assert json.loads(capsys.readouterr().out) == answer
-    capacity, points = answer["capacity_qps"], answer["points"]
-    assert capacity > 0 and answer["layout"] == "1xsarathi" and answer["target_pct"] == 90.0
-    at = [p for p in points if p["qps"] == capacity]
-    assert at and at[0]["goodput_pct"] >= 90.0
-    above = [p["qps"] for p in points if p["qps"] > capacity]
-    assert above and all(p["goodput_pct"] < 90.0 for p in points if p["qps"] == min(above))
-    assert min(above) - capacity <= 0.1 * min(above)
-    assert len(points) <= 16
+    assert json.loads(captured.out) == answer
+    # the configuration it used is printed with the answer
+    assert '"measured":40' in captured.err and '"layout":"1xsarathi"' in captured.err
+    assert answer["config"]["measured"] == 40 and answer["config"]["target"] == 90.0
+    assert [s["seed"] for s in answer["seeds"]] == [0, 1]
+    caps = [s["capacity_qps"] for s in answer["seeds"]]
+    assert answer["mean_qps"] == pytest.approx(sum(caps) / 2, abs=1e-3)
+    assert answer["min_qps"] == min(caps) and answer["max_qps"] == max(caps)
+    assert 0 < answer["mean_qps"] <= answer["ceiling_qps"] * 1.5
+    for seed in answer["seeds"]:
+        capacity, points = seed["capacity_qps"], seed["points"]
+        at = [p for p in points if p["qps"] == capacity]
+        assert at and at[0]["holds"] and at[0]["goodput_pct"] >= 90.0
+        above = [p["qps"] for p in points if p["qps"] > capacity]
+        assert above and not any(p["holds"] for p in points if p["qps"] == min(above))
+        assert min(above) - capacity <= 0.1 * min(above) + 1e-9
 
 
 # ---- goodput accounting --------------------------------------------------------------------

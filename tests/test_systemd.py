@@ -15,10 +15,9 @@ import time
 import tomllib
 from pathlib import Path
 
-import msgspec
 import pytest
 
-from daemon.config import ServeConfig, load_config
+from daemon.config import SECTIONS, ServeConfig, field_docs, load_config
 from daemon.systemd import Notifier
 from tests.daemon_fixture import PROJECT_ROOT, sim_args
 
@@ -81,6 +80,7 @@ def notify_socket():
 
 # ---- the daemon's messages --------------------------------------------------------------
 
+@pytest.mark.slow
 def test_daemon_sends_ready_watchdog_and_stopping(daemon_factory, notify_socket):
     daemon = daemon_factory(*sim_args(), wait=False,
                             env={"NOTIFY_SOCKET": notify_socket.address, "WATCHDOG_USEC": "200000"})
@@ -106,6 +106,7 @@ def test_daemon_sends_ready_watchdog_and_stopping(daemon_factory, notify_socket)
     assert notify_socket.recv(0.3) is None  # nothing after STOPPING=1
 
 
+@pytest.mark.slow
 def test_daemon_survives_a_notify_socket_that_is_gone(daemon_factory, tmp_path):
     daemon = daemon_factory(*sim_args(), env={"NOTIFY_SOCKET": str(tmp_path / "absent"),
                                               "WATCHDOG_USEC": "200000"})
@@ -178,7 +179,7 @@ def test_unit_is_a_notify_service_that_restarts_on_failure():
     assert re.fullmatch(r"\S+/ascendra serve --config /etc/ascendra/ascendra\.toml",
                         unit["ExecStart"][0])
     # The unit's stop timeout leaves room for the example config's drain.
-    drain = load_config(str(EXAMPLE_CONFIG)).drain_timeout
+    drain = load_config(str(EXAMPLE_CONFIG)).process.drain_timeout
     assert int(unit["TimeoutStopSec"][0]) >= drain + 30
     assert int(unit["WatchdogSec"][0]) > 0
 
@@ -211,7 +212,8 @@ def test_example_config_loads_and_names_every_field():
     config = load_config(str(EXAMPLE_CONFIG))
     assert config == ServeConfig()  # the example shows the defaults
     text = EXAMPLE_CONFIG.read_text()
-    set_here = set(tomllib.loads(text))
+    set_here = {name for section in tomllib.loads(text).values() for name in section}
     commented = set(re.findall(r"^# (\w+) = ", text, re.M))
-    fields = {f.name for f in msgspec.structs.fields(ServeConfig)}
+    fields = {d.name for d in field_docs()}
     assert fields == set_here | commented, (fields ^ (set_here | commented))
+    assert set(tomllib.loads(text)) == set(SECTIONS)

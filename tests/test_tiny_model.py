@@ -9,6 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from engines.models.attention import SdpaAttention
 from engines.models.loader import load_model
+from engines.models.rotary import interleave_order
 from engines.models.tiny import ARCHS, make_tiny_model
 from engines.models.tokenizer import Tokenizer
 
@@ -123,8 +124,27 @@ def test_loader_fuses_projections(tiny_models):
     model = load_model(tiny_models["qwen2"], SdpaAttention(16, torch.device("cpu")))
     weights = load_file(str(tiny_models["qwen2"] / "model.safetensors"))
     attn = model.model.layers[2].self_attn
+    head_dim = model.config.head_dim
+    order = interleave_order(head_dim)
+
+    def rope_rows(t):  # q and k rows: each head's dims pair-interleaved for the rotary
+        return t.unflatten(0, (-1, head_dim))[:, order].flatten(0, 1)
+
     biases = [weights[f"model.layers.2.self_attn.{p}_proj.bias"] for p in "qkv"]
-    assert torch.equal(attn.qkv_proj.bias, torch.cat(biases))
+    assert torch.equal(attn.qkv_proj.bias,
+                       torch.cat([rope_rows(biases[0]), rope_rows(biases[1]), biases[2]]))
+    k_weight = weights["model.layers.2.self_attn.k_proj.weight"]
+    q_size = model.config.q_size
+    assert torch.equal(attn.qkv_proj.weight[q_size:q_size + k_weight.shape[0]],
+                       rope_rows(k_weight))
     gate = weights["model.layers.2.mlp.gate_proj.weight"]
     assert torch.equal(model.model.layers[2].mlp.gate_up_proj.weight[: gate.shape[0]], gate)
     assert model.lm_head is None  # tied to the embeddings
+
+
+def test_loader_stores_linear_weights_column_major_on_cpu(tiny_models):
+    model = load_model(tiny_models["llama"], SdpaAttention(16, torch.device("cpu")))
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            assert module.weight.t().is_contiguous()
+    assert model.model.embed_tokens.weight.is_contiguous()  # rows looked up by token id

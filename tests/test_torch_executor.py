@@ -91,6 +91,7 @@ def hf_greedy(model, prompt: list[int], max_new: int) -> list[int]:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow
 def test_greedy_matches_hugging_face(arch, executors, hf_models, tiny_models):
     prompts = make_prompts(tiny_models)
     ours = run(executors[arch], prompts, GREEDY)
@@ -100,6 +101,7 @@ def test_greedy_matches_hugging_face(arch, executors, hf_models, tiny_models):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.slow
 def test_logits_match_hugging_face_at_every_sampling_step(arch, executors, hf_models,
                                                           tiny_models):
     executor, model = executors[arch], hf_models[arch]
@@ -166,3 +168,69 @@ def test_cpu_kv_cache_is_sized_from_the_budget(tiny_models):
     executor = TorchExecutor(tiny_models["llama"], block_size=16, cpu_kv_cache_bytes=2**20)
     assert executor.num_kv_blocks == 2**20 // executor.kv_block_bytes
     assert executor.kv_caches[0][0].shape == (executor.num_kv_blocks, 16, 2, 32)
+
+
+# ---- log-probabilities, penalties and logit bias against transformers -------------------
+
+def hf_next_logits(model, token_ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([token_ids])).logits[0, -1].float()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.slow
+def test_logprobs_are_the_model_log_softmax(arch, executors, hf_models, tiny_models):
+    """Every reported logprob (the sampled token's and the top k) is log_softmax of the
+    reference model's logits at that position, whatever the temperature."""
+    executor, model = executors[arch], hf_models[arch]
+    params = [SamplingParams(max_tokens=6, logprobs=5), SamplingParams(max_tokens=6),
+              SamplingParams(max_tokens=6, temperature=0.8, seed=5, logprobs=3),
+              SamplingParams(max_tokens=6, logprobs=0)]
+    checked = []
+
+    def step(batch):
+        tokens = executor.execute(batch)
+        for chunk, token in zip([c for c in batch.chunks if c.samples], tokens):
+            request, got = chunk.request, chunk.request.sampled_logprobs
+            if request.sampling.logprobs is None:
+                assert got is None
+                continue
+            reference = hf_next_logits(model, request.token_ids).log_softmax(-1)
+            top = reference.topk(request.sampling.logprobs)
+            assert got.logprob == pytest.approx(reference[token].item(), abs=1e-4)
+            assert got.top_token_ids == top.indices.tolist()
+            assert got.top_logprobs == pytest.approx(top.values.tolist(), abs=1e-4)
+            checked.append(request.request_id)
+        return tokens
+
+    run(executor, make_prompts(tiny_models, seed=5)[:4], params, chunk=5, step=step)
+    assert len(checked) == 3 * 6
+
+
+def hf_adjusted_greedy(model, prompt: list[int], max_new: int, sampling: SamplingParams) -> list[int]:
+    """Greedy under OpenAI's penalties and logit bias, computed on the reference model."""
+    tokens = list(prompt)
+    for _ in range(max_new):
+        logits = hf_next_logits(model, tokens)
+        counts = torch.bincount(torch.tensor(tokens[len(prompt):], dtype=torch.long),
+                                minlength=logits.shape[-1]).float()
+        logits -= sampling.frequency_penalty * counts + sampling.presence_penalty * (counts > 0)
+        for token, bias in sampling.logit_bias.items():
+            logits[token] += bias
+        tokens.append(int(logits.argmax()))
+    return tokens[len(prompt):]
+
+
+@pytest.mark.slow
+def test_penalties_and_logit_bias_match_a_reference(executors, hf_models, tiny_models):
+    executor, model = executors["llama"], hf_models["llama"]
+    prompts = [make_prompts(tiny_models, seed=6)[i] for i in (1, 5)]  # greedy repeats itself
+    plain = run(executor, prompts, SamplingParams(max_tokens=16))
+    for sampling in (SamplingParams(max_tokens=16, frequency_penalty=2.0),
+                     SamplingParams(max_tokens=16, presence_penalty=-2.0),
+                     SamplingParams(max_tokens=16, presence_penalty=1.5, frequency_penalty=-0.5),
+                     SamplingParams(max_tokens=16, logit_bias={plain[0][0]: -100.0, 7: 3.0})):
+        ours = run(executor, prompts, sampling)
+        for prompt, tokens in zip(prompts, ours):
+            assert tokens == hf_adjusted_greedy(model, prompt, len(tokens), sampling)
+        assert ours != plain

@@ -16,6 +16,8 @@ class Executor(Protocol):
 
         Writes each chunk's keys/values into the request's KV blocks (`request.block_table`,
         already allocated by the scheduler) and returns one sampled token id per chunk whose
-        `samples` is true, in the order of `batch.chunks`.
+        `samples` is true, in the order of `batch.chunks`. A request whose
+        `sampling.logprobs` is set gets that token's `ipc.messages.TokenLogprobs` in
+        `request.sampled_logprobs` (the scheduler puts them in its TokenOutput).
         """
         ...

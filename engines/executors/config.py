@@ -5,6 +5,8 @@ sim path -- tests, overhead benchmarks, the simulator -- never loads torch.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
@@ -14,6 +16,8 @@ PositiveInt = Annotated[int, Meta(ge=1)]
 
 #: KV capacity of a sim executor when the config does not say.
 SIM_DEFAULT_KV_BLOCKS = 4096
+#: Context limit of a sim executor that has no model folder to read it from.
+SIM_DEFAULT_MAX_MODEL_LEN = 4096
 
 
 class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -21,14 +25,17 @@ class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     block_size: PositiveInt = 16
     #: KV cache size in blocks. torch: None sizes it from free memory; sim: None = 4096.
     num_kv_blocks: PositiveInt | None = None
-    #: torch: Hugging Face model folder; "" = the built-in tiny model.
+    #: Hugging Face model folder. torch: the model, "" = the built-in tiny model; sim: its
+    #: tokenizer's text tokens are what it emits, "" = no tokenizer, it emits token 0.
     model_dir: str = ""
     #: torch: "cpu" | "cuda" | "cuda:N"; "" = cuda when available.
     device: str = ""
     #: sim: latency function spec, see engines.executors.latency ("zero", "constant:0.01").
     latency: str = "zero"
-    #: sim: the context limit (torch takes it from the model's config).
-    max_model_len: PositiveInt = 4096
+    #: The context limit of one request, for both kinds; None = the model's (its
+    #: config.json: max_position_embeddings, capped at a sliding window); a sim without
+    #: a model folder: SIM_DEFAULT_MAX_MODEL_LEN. torch refuses more than the model's.
+    max_model_len: PositiveInt | None = None
 
 
 def build_executor(config: ExecutorConfig):
@@ -36,14 +43,32 @@ def build_executor(config: ExecutorConfig):
     if config.kind == "sim":
         from engines.executors.latency import make_latency
         from engines.executors.sim_executor import SimExecutor
+        from engines.executors.sim_vocabulary import model_text_token_ids
+        vocabulary = model_text_token_ids(config.model_dir) if config.model_dir else (0,)
         return SimExecutor(make_latency(config.latency),
                            num_kv_blocks=config.num_kv_blocks or _sim_kv_blocks(config),
-                           block_size=config.block_size, max_model_len=config.max_model_len)
+                           block_size=config.block_size, max_model_len=_sim_max_model_len(config),
+                           vocabulary=vocabulary)
     from engines.executors.torch_executor import TorchExecutor
     from engines.models.builtin import builtin_tiny_model_dir
     model_dir = config.model_dir or builtin_tiny_model_dir()
     return TorchExecutor(model_dir, block_size=config.block_size,
-                         num_kv_blocks=config.num_kv_blocks, device=config.device or None)
+                         num_kv_blocks=config.num_kv_blocks, device=config.device or None,
+                         max_model_len=config.max_model_len)
+
+
+def _sim_max_model_len(config: ExecutorConfig) -> int:
+    """The configured limit, else the model's (as torch would serve it), else the default."""
+    if config.max_model_len is not None:
+        return config.max_model_len
+    if config.model_dir and (Path(config.model_dir) / "config.json").is_file():
+        from engines.models.config import ModelConfig
+        try:
+            return ModelConfig.from_pretrained(config.model_dir).max_model_len
+        except ValueError:  # an architecture torch cannot run: the sim only needs the length
+            raw = json.loads((Path(config.model_dir) / "config.json").read_text())
+            return int(raw.get("max_position_embeddings") or SIM_DEFAULT_MAX_MODEL_LEN)
+    return SIM_DEFAULT_MAX_MODEL_LEN
 
 
 def _sim_kv_blocks(config: ExecutorConfig) -> int:

@@ -2,8 +2,7 @@
 
 A latency function is `fn(batch) -> seconds`. Config names one by a spec string,
 `name` or `name:argument` ("zero", "constant:0.01", "profile:a100-llama3-8b");
-`make_latency` turns the spec into a function through a registry of factories, and
-further models plug in with `register_latency`. "profile:<name>" is a GPU latency
+`make_latency` turns the spec into a function through a table of factories. "profile:<name>" is a GPU latency
 profile (engines.executors.profiles), imported only when asked for.
 """
 from __future__ import annotations
@@ -61,10 +60,6 @@ LATENCY_FACTORIES: dict[str, LatencyFactory] = {
     "constant": _constant_factory,
     "profile": _profile_factory,
 }
-
-
-def register_latency(name: str, factory: LatencyFactory) -> None:
-    LATENCY_FACTORIES[name] = factory
 
 
 def make_latency(spec: str) -> LatencyFn:

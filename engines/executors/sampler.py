@@ -6,12 +6,19 @@ E ~ Exp(1) per token picks token i with probability p_i, so the whole batch samp
 one noise tensor and one argmax. A seeded request draws its noise from its own
 `torch.Generator` (kept in `request.rng`), so its tokens depend only on its seed and its
 own logits, never on what else is in the batch.
+
+Before either, a request's penalties and logit bias adjust its row
+(engines/executors/logit_adjust.py). A request that asks for log-probabilities gets
+them from the model's raw logits (vLLM's default: before penalties, bias, temperature
+and cuts) in `request.sampled_logprobs`: the chosen token's and the top k.
 """
 from __future__ import annotations
 
 import torch
 
+from engines.executors.logit_adjust import adjust_logits
 from engines.request import Request
+from ipc.messages import TokenLogprobs
 
 
 def _generator(request: Request, device: torch.device) -> torch.Generator:
@@ -34,13 +41,37 @@ def _cut(logits: torch.Tensor, top_k: torch.Tensor | None,
     return torch.full_like(logits, float("-inf")).scatter_(1, order, ordered)
 
 
+def record_logprobs(logits: torch.Tensor, tokens: torch.Tensor, requests: list[Request]) -> None:
+    """Set `sampled_logprobs` of every request that asks: log-softmax of its raw row."""
+    rows = [i for i, r in enumerate(requests) if r.sampling.logprobs is not None]
+    if not rows:
+        return
+    at = torch.tensor(rows, device=logits.device)
+    logprobs = logits[at].float().log_softmax(dim=-1)
+    chosen = logprobs.gather(1, tokens[at].unsqueeze(1)).squeeze(1).tolist()
+    k = min(max(requests[i].sampling.logprobs for i in rows), logprobs.shape[-1])
+    top_values, top_ids = logprobs.topk(k, dim=-1) if k else (logprobs[:, :0], logprobs[:, :0])
+    top_values, top_ids = top_values.tolist(), top_ids.long().tolist()
+    for n, i in enumerate(rows):
+        want = requests[i].sampling.logprobs
+        requests[i].sampled_logprobs = TokenLogprobs(chosen[n], top_ids[n][:want],
+                                                     top_values[n][:want])
+
+
 class Sampler:
     def __call__(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
         """logits: [len(requests), vocab] -> one token id per request."""
         params = [r.sampling for r in requests]
+        adjusted = logits
+        if any(p.changes_logits for p in params):
+            adjusted = adjust_logits(logits.float(), requests)
         if all(p.temperature == 0.0 for p in params):
-            return logits.argmax(dim=-1).tolist()
-        return self._sample(logits.float(), requests, params).tolist()
+            tokens = adjusted.argmax(dim=-1)
+        else:
+            tokens = self._sample(adjusted.float(), requests, params)
+        if any(p.logprobs is not None for p in params):
+            record_logprobs(logits, tokens, requests)
+        return tokens.tolist()
 
     def _sample(self, logits, requests, params) -> torch.Tensor:
         device, vocab = logits.device, logits.shape[-1]

@@ -1,28 +1,40 @@
 """The sim executor: no model. Each batch costs what a latency function says; every
 request ends exactly at its max_tokens (or the context limit), never earlier.
 
-The daemon uses it to run without a GPU (overhead benchmarks, tests); a simulator can
-pass a `sleep` that advances a virtual clock instead of waiting.
+The daemon uses it to run without a GPU (overhead benchmarks, tests, third-party load
+testers); a simulator can pass a `sleep` that advances a virtual clock instead of waiting.
+Its tokens come from `vocabulary`: the daemon gives it the model's text tokens
+(engines.executors.sim_vocabulary), so streams carry real text; without one it emits
+token 0, which is all a simulator needs.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import zlib
+from array import array
+from collections.abc import Callable, Sequence
 
 from engines.batch import Batch
 from engines.executors.latency import LatencyFn
+from engines.request import Request
+from ipc.messages import MIN_LOGPROB, TokenLogprobs
+
+_MASK64 = (1 << 64) - 1
 
 
 class SimExecutor:
     def __init__(self, latency_fn: LatencyFn, num_kv_blocks: int = 4096, block_size: int = 16,
                  max_model_len: int = 4096, sleep: Callable[[float], object] = time.sleep,
-                 token_id: int = 0) -> None:
+                 vocabulary: Sequence[int] = (0,)) -> None:
+        if not vocabulary:
+            raise ValueError("the sim executor needs at least one token id to emit")
         self.latency_fn = latency_fn
         self.num_kv_blocks = num_kv_blocks
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.sleep = sleep
-        self.token_id = token_id
+        #: The token ids it emits, each request drawing its own sequence of them.
+        self.vocabulary: tuple[int, ...] = tuple(vocabulary)
         #: No EOS: only max_tokens (or max_model_len) ends a request.
         self.eos_token_ids: frozenset[int] = frozenset()
         self.busy_time = 0.0  # total latency charged so far, seconds
@@ -40,12 +52,52 @@ class SimExecutor:
         return seconds
 
     def tokens(self, batch: Batch) -> list[int]:
-        """The sampled tokens of `batch`, without running anything."""
-        return [self._token_for(c.request.sampling.stop_token_ids) for c in batch.sampling_chunks]
+        """The sampled tokens of `batch`, without running anything. Sampling parameters
+        (temperature, penalties, bias) change nothing; a request asking for logprobs
+        gets those of a certain choice (see `_certain`)."""
+        tokens = [self._token_for(c.request) for c in batch.sampling_chunks]
+        for chunk, token in zip(batch.sampling_chunks, tokens):
+            if chunk.request.sampling.logprobs is not None:
+                chunk.request.sampled_logprobs = self._certain(token, chunk.request.sampling.logprobs)
+        return tokens
 
-    def _token_for(self, stop_token_ids: list[int]) -> int:
-        """The fixed token, or the next id that is not one of this request's stop tokens."""
-        token = self.token_id
-        while stop_token_ids and token in stop_token_ids:
+    def _certain(self, token: int, k: int) -> TokenLogprobs:
+        """Its token had probability 1 (logprob 0); the k - 1 alternatives listed after it
+        had none (MIN_LOGPROB): the next vocabulary tokens."""
+        others = [t for t in self.vocabulary[:k + 1] if t != token][:max(k - 1, 0)]
+        top = [token, *others][:k]
+        return TokenLogprobs(0.0, top, [0.0] + [MIN_LOGPROB] * (len(top) - 1) if top else [])
+
+    def _token_for(self, request: Request) -> int:
+        """A vocabulary token picked by the request's seed (else its prompt) and position,
+        so a request gets the same text every run; never one of its stop tokens."""
+        vocabulary, stops = self.vocabulary, request.sampling.stop_token_ids
+        if len(vocabulary) == 1 and not stops:  # a simulator's: no text needed
+            return vocabulary[0]
+        at = _mix(_request_key(request), request.num_tokens) % len(vocabulary)
+        for step in range(len(vocabulary)):
+            token = vocabulary[(at + step) % len(vocabulary)]
+            if token not in stops:
+                return token
+        token = vocabulary[at]  # every vocabulary token is a stop token: step past them
+        while token in stops:
             token += 1
         return token
+
+
+def _request_key(request: Request) -> int:
+    """The request's seed, else a stable hash of its prompt (kept on the request): the same
+    prompt gets the same text, as greedy decoding gives."""
+    if request.sampling.seed is not None:
+        return request.sampling.seed & _MASK64
+    if request.rng is None:
+        request.rng = zlib.crc32(array("q", request.prompt_token_ids).tobytes())
+    return request.rng
+
+
+def _mix(key: int, position: int) -> int:
+    """splitmix64 of (key, position): well spread, the same in every process."""
+    x = (key * 0x9E3779B97F4A7C15 + position) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)

@@ -1,9 +1,9 @@
 """The real executor: a Llama-family torch model over a paged KV cache.
 
 Each step flattens the batch's chunks into one token sequence (one-token chunks first,
-which is the layout the attention backend wants), runs one forward pass that writes every
-chunk's K/V into its request's blocks, and samples one token for each chunk that reaches
-its request's newest token, returned in `batch.chunks` order.
+then longest context first: the layout the attention backend wants), runs one forward
+pass that writes every chunk's K/V into its request's blocks, and samples one token for
+each chunk that reaches its request's newest token, returned in `batch.chunks` order.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class TorchExecutor:
                  num_kv_blocks: int | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | None = None, kv_cache_memory_fraction: float = 0.9,
                  cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, max_model_len: int | None = None) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -48,7 +48,11 @@ class TorchExecutor:
         self.attention = select_attention(self.device, self.dtype, block_size)
         self.model = load_model(model_dir, self.attention, config=config, device=self.device,
                                 dtype=self.dtype)
-        self.max_model_len = config.max_model_len
+        #: The context limit: the model's (config.json), or less when asked.
+        self.max_model_len = config.max_model_len if max_model_len is None else max_model_len
+        if not 0 < self.max_model_len <= config.max_model_len:
+            raise ValueError(f"max_model_len {self.max_model_len} must be 1..{config.max_model_len}"
+                             f" (the model's context length)")
         self.eos_token_ids = frozenset(config.eos_token_ids) | frozenset(
             generation_eos_ids(model_dir))
         self.num_kv_blocks = num_kv_blocks or self._auto_num_blocks(kv_cache_memory_fraction,
@@ -99,8 +103,9 @@ class TorchExecutor:
                              f"{self.max_model_len}")
 
     def prepare(self, batch: Batch) -> StepInput:
-        # one-token chunks first: the attention backend batches them into one call
-        ordered = sorted(batch.chunks, key=lambda c: c.num_tokens != 1)
+        # one-token chunks first, then longest context first: the attention backend
+        # batches chunks of similar (decodes) or equal (fresh prefills) length in one call
+        ordered = sorted(batch.chunks, key=lambda c: (c.num_tokens != 1, -c.context_len))
         ids: list[int] = []
         positions: list[int] = []
         row_end: dict[int, int] = {}

@@ -3,8 +3,10 @@
 Differences from the Hugging Face modules, all for speed: q/k/v are one Linear and
 gate/up are one Linear (fused by the loader); the forward pass runs over a flattened
 mixed batch of prefill chunks and decodes with per-token positions, writing K/V into a
-paged cache; and the LM head runs only on the rows that sample. Parameter names mirror
-Hugging Face's (`model.layers.0.self_attn...`) apart from the two fused projections.
+paged cache; the LM head runs only on the rows that sample; and each head's q/k rows are
+stored pair-interleaved (the loader reorders them) so RoPE is one complex multiplication
+(engines/models/rotary.py). Parameter names mirror Hugging Face's
+(`model.layers.0.self_attn...`) apart from the two fused projections.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.models.config import ModelConfig
-from engines.models.rotary import apply_rotary, cos_sin_table
+from engines.models.rotary import apply_rotary, rotation_table
 
 
 class RMSNorm(nn.Module):
@@ -23,6 +25,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # no casts to make: one call, the weight applied inside
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # normalise in float32 like transformers, then scale in the model dtype
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * normed.to(x.dtype)
@@ -40,12 +44,12 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
         self.backend = backend
 
-    def forward(self, x, cos, sin, kv_cache, meta) -> torch.Tensor:
+    def forward(self, x, rotation, kv_cache, meta) -> torch.Tensor:
         tokens = x.shape[0]
         qkv = self.qkv_proj(x)
         # rotate q and k in one go: they are adjacent columns of qkv
         qk = qkv[:, : self.q_size + self.kv_size].view(tokens, -1, self.head_dim)
-        qk = apply_rotary(qk, cos, sin)
+        qk = apply_rotary(qk, rotation)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
         v = qkv[:, self.q_size + self.kv_size:].view(tokens, self.num_kv_heads, self.head_dim)
         out = self.backend(q, k, v, kv_cache[0], kv_cache[1], meta)
@@ -61,7 +65,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        # in place: gate_up is ours alone, and two fewer [tokens, intermediate] temporaries
+        return self.down_proj(F.silu(gate, inplace=True).mul_(up))
 
 
 class DecoderLayer(nn.Module):
@@ -72,8 +77,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, kv_cache, meta) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
+    def forward(self, x, rotation, kv_cache, meta) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rotation, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -99,20 +104,17 @@ class LlamaForCausalLM(nn.Module):
         self.model = LlamaModel(config, backend)
         self.lm_head = (None if config.tie_word_embeddings else
                         nn.Linear(config.hidden_size, config.vocab_size, bias=False))
-        self.rope_cos: torch.Tensor | None = None
-        self.rope_sin: torch.Tensor | None = None
+        self.rope: torch.Tensor | None = None
 
-    def init_rope(self, device: torch.device, dtype: torch.dtype) -> None:
-        """Tabulate cos/sin for every usable position (after the weights are on `device`)."""
-        self.rope_cos, self.rope_sin = cos_sin_table(self.config, self.config.max_model_len,
-                                                     dtype, device)
+    def init_rope(self, device: torch.device) -> None:
+        """Tabulate the rotation of every usable position (after the weights are on `device`)."""
+        self.rope = rotation_table(self.config, self.config.max_model_len, device)
 
     def forward(self, input_ids, positions, kv_caches, meta, logits_indices) -> torch.Tensor:
-        cos = self.rope_cos.index_select(0, positions).unsqueeze(1)
-        sin = self.rope_sin.index_select(0, positions).unsqueeze(1)
+        rotation = self.rope.index_select(0, positions).unsqueeze(1)
         x = self.model.embed_tokens(input_ids)
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            x = layer(x, cos, sin, kv_cache, meta)
+            x = layer(x, rotation, kv_cache, meta)
         x = self.model.norm(x.index_select(0, logits_indices))
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, weight)

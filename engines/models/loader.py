@@ -2,9 +2,11 @@
 
 The model is built on the meta device (no memory, no random init), materialised once on
 the target device in the target dtype, and filled tensor by tensor from the safetensors
-shards; q/k/v and gate/up are copied into their rows of the fused projections. Every
-parameter must be filled exactly once and every tensor in the files must be used, or the
-load fails naming the tensor.
+shards; q/k/v and gate/up are copied into their rows of the fused projections, the q and
+k rows of each head reordered for the model's rotary layout (`rotary.interleave_order`).
+Every parameter must be filled exactly once and every tensor in the files must be used,
+or the load fails naming the tensor. On CPU the projection weights are then stored
+column-major (see `_column_major`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from safetensors import safe_open
 
 from engines.models.config import ModelConfig
 from engines.models.llama import LlamaForCausalLM
+from engines.models.rotary import interleave_order
 
 # HF projection -> (our fused parameter, index of its row block)
 _FUSED = {
@@ -25,6 +28,8 @@ _FUSED = {
 }
 # tensors some checkpoints carry that the model does not need
 _IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
+# tensors whose rows are per-head dims that RoPE rotates
+_ROTATED = re.compile(r"\.self_attn\.[qk]_proj\.(weight|bias)$")
 
 
 def default_dtype(config: ModelConfig, device: torch.device) -> torch.dtype:
@@ -84,8 +89,28 @@ def load_model(model_dir: str | Path, backend, *, config: ModelConfig | None = N
         model = LlamaForCausalLM(config, backend)
     model = model.to(dtype=dtype).to_empty(device=device)
     _fill(model, config, shard_files(model_dir))
-    model.init_rope(device, dtype)
+    if device.type == "cpu":
+        _column_major(model)
+    model.init_rope(device)
     return model.eval().requires_grad_(False)
+
+
+def _column_major(model: LlamaForCausalLM) -> None:
+    """Store every Linear weight [out, in] column-major (its transpose is contiguous).
+
+    `F.linear` then hands MKL's sgemm an untransposed [in, out] B, which runs ~1.6x faster
+    for the few rows of a decode step (16 rows: 66 vs 110 us for a 256 x 1376 weight) and
+    gives bit-identical results from 16 rows up. Shapes, names and values are unchanged."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = module.weight.data.t().contiguous().t()
+
+
+def _rope_rows(tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """A q/k projection's rows (weight or bias) with each head's dims pair-interleaved."""
+    heads = tensor.shape[0] // head_dim
+    order = interleave_order(head_dim)
+    return tensor.unflatten(0, (heads, head_dim))[:, order].flatten(0, 1)
 
 
 @torch.no_grad()
@@ -107,6 +132,8 @@ def _fill(model: LlamaForCausalLM, config: ModelConfig, files: list[Path]) -> No
                 if tuple(tensor.shape) != tuple(target.shape):
                     raise ValueError(f"{path.name}: tensor {name!r} has shape "
                                      f"{tuple(tensor.shape)}, expected {tuple(target.shape)}")
+                if _ROTATED.search(name):
+                    tensor = _rope_rows(tensor, config.head_dim)
                 target.copy_(tensor)
                 remaining.discard(name)
     if remaining:

@@ -1,8 +1,9 @@
 """Rotary position embeddings (RoPE), including Llama-3 and linear frequency scaling.
 
 The frequencies are computed exactly as Hugging Face transformers computes them (float32,
-same operation order) so that our logits match theirs; cos/sin for every position are
-tabulated once and each step just indexes the table with its positions.
+same operation order) so that our logits match theirs; cos + i*sin for every position is
+tabulated once and each step just indexes the table with its positions. The rotation itself
+is a complex multiplication over adjacent dim pairs (see `interleave_order`).
 """
 from __future__ import annotations
 
@@ -40,18 +41,40 @@ def _llama3_scale(inv_freq: torch.Tensor, scaling) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-def cos_sin_table(config: ModelConfig, max_positions: int, dtype: torch.dtype,
-                  device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin for positions 0..max_positions-1, each [max_positions, head_dim]."""
+def rotation_table(config: ModelConfig, max_positions: int,
+                   device: torch.device | str | None = None) -> torch.Tensor:
+    """cos + i*sin of every (position, frequency): complex64 [max_positions, head_dim // 2].
+
+    Kept in float32 whatever the model dtype: the complex path (float32) uses it as is,
+    the real path casts cos/sin to the model dtype as transformers does."""
     inv_freq = inverse_frequencies(config)
     positions = torch.arange(max_positions, dtype=torch.float)
     freqs = positions[:, None] * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype)
+    return torch.complex(freqs.cos(), freqs.sin()).to(device)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [tokens, heads, head_dim]; cos/sin: [tokens, 1, head_dim] (the half-split layout)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def interleave_order(head_dim: int) -> torch.Tensor:
+    """Row order that turns one head's half-split dims (x_i pairs with x_{i+half}, the Hugging
+    Face layout) into adjacent pairs (x_i, x_{i+half}) -- the layout `apply_rotary` wants.
+
+    The loader reorders the q and k projection rows of every head this way. Attention only
+    sees dot products q.k, which do not change when both are permuted alike; v is untouched."""
+    half = head_dim // 2
+    return torch.stack((torch.arange(half), torch.arange(half, head_dim)), dim=1).flatten()
+
+
+def apply_rotary(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """x: [tokens, heads, head_dim] in the interleaved layout; rotation: complex [tokens, 1,
+    head_dim // 2] (rows of `rotation_table`). Returns the rotated x, same shape and dtype.
+
+    Each pair (a, b) is the complex number a + ib, and rotating it by the position's angle is
+    one complex multiplication: (a cos - b sin) + i(a sin + b cos), the same two sums Hugging
+    Face's `x * cos + rotate_half(x) * sin` forms, in one op instead of seven. torch has no
+    bfloat16 complex type, so other dtypes take the real form of the same product."""
+    pairs = x.unflatten(-1, (-1, 2))
+    if x.dtype == torch.float32:
+        return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2)
+    cos = rotation.real.to(x.dtype).unsqueeze(-1)
+    sin = rotation.imag.to(x.dtype).unsqueeze(-1)
+    swapped = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1)  # (a, b) -> (-b, a)
+    return (pairs * cos + swapped * sin).flatten(-2)

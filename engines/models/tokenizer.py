@@ -23,6 +23,24 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.load(f)
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte: printable bytes stand for
+    themselves, the others for chr(256 + k) in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                 *range(ord("\xae"), ord("\xff") + 1)]
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[chr(byte)] = byte
+        else:
+            chars[chr(256 + extra)] = byte
+            extra += 1
+    return chars
+
+
+_BYTE_OF = _byte_level_alphabet()
+
+
 def _token_name(value: Any) -> str | None:
     """A special token entry is either its text or {"content": text, ...}."""
     if isinstance(value, dict):
@@ -63,6 +81,23 @@ class Tokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for (OpenAI's logprobs `bytes`), exact even for a
+        token that is part of a UTF-8 character: a byte-level BPE token spells each byte
+        with one printable character, a byte-fallback token is `<0xNN>`; any other token
+        is its text."""
+        piece = self._tok.id_to_token(token_id)
+        if piece is None:
+            return b""
+        if type(self._tok.decoder).__name__ == "ByteLevel" and all(c in _BYTE_OF for c in piece):
+            return bytes(_BYTE_OF[c] for c in piece)
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return self.decode([token_id], skip_special_tokens=False).encode("utf-8")
 
     def apply_chat_template(self, messages: list[dict[str, str]],
                             add_generation_prompt: bool = True) -> str:

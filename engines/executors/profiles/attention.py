@@ -89,6 +89,28 @@ def prefill_seconds(tokens, cached, model: ModelShape, hw: HardwareSpec,
 
 def attention_seconds(shape: BatchShape, model: ModelShape, hw: HardwareSpec,
                       cal: AttentionCalibration = FLASHINFER_A100) -> float:
-    """One layer's attention for the whole batch: the prefill kernel plus the decode kernel."""
-    return (prefill_seconds(shape.prefill_tokens, shape.prefill_cached, model, hw, cal)
-            + decode_seconds(shape.decode_context, model, hw, cal))
+    """One layer's attention for the whole batch: the prefill kernel plus the decode kernel
+    (the functions above in plain floats: one batch per step, where numpy's per-call cost
+    would be most of the time; decode costs are linear in the summed context)."""
+    seconds = 0.0
+    bandwidth = hw.bandwidth * cal.decode_bw_fraction
+    e, q, kv, block = model.bytes_per_element, model.q_size, model.kv_size, model.attn_block
+    chunks = list(zip(shape.prefill_tokens.tolist(), shape.prefill_cached.tolist()))
+    if chunks:
+        seconds += cal.prefill_launch_s
+        for c, l in chunks:
+            tiles = -(-c // block)
+            moved = 2 * q * c + 2 * kv * (tiles * l + block * tiles * (tiles - 1) / 2 + c)
+            flops = 4 * q * (c * l + c * (c + 1) / 2)
+            cross = 4.0 * q * c * l
+            weighted = cross + cal.causal_weight * (flops - cross)
+            rows = c * model.heads
+            efficiency = cal.prefill_peak_fraction * rows / (rows + cal.half_rows)
+            seconds += max(weighted / (hw.peak_flops * efficiency), moved * e / bandwidth)
+    decodes = shape.decode_context.size
+    if decodes:
+        context = float(shape.decode_context.sum())
+        moved = 2 * kv * context + 2 * q * decodes
+        seconds += cal.decode_launch_s + max(moved * e / bandwidth,
+                                             4 * q * context / hw.peak_flops)
+    return seconds

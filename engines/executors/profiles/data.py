@@ -1,8 +1,10 @@
-"""Finding and reading the third-party GPU profiling data (../shared/profiles).
+"""Where the GPU operator tables are read from: the packaged derived tables, or raw files.
 
-The data is not ours and never enters the repository: it is read at run time from
-`<repo>/../shared/profiles`, or from the folder the ASCENDRA_PROFILES environment
-variable names. Its README says where every file comes from.
+By default each Vidur operator file is read from `tables/<file>.gz` beside this module:
+a table derived from the third-party file (TP-1 rows, the columns op_table reads; see
+tables/README.md and derive_tables.py), shipped with the package. The ASCENDRA_PROFILES
+environment variable overrides that with a folder of the raw files in the layout of the
+shared `profiles` folder (`<folder>/vidur/<file>`, `<folder>/README.md`).
 """
 from __future__ import annotations
 
@@ -10,26 +12,33 @@ import os
 from pathlib import Path
 
 ENV_VAR = "ASCENDRA_PROFILES"
-_REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_DIR = _REPO_ROOT.parent / "shared" / "profiles"
+TABLES_DIR = Path(__file__).resolve().with_name("tables")
+#: Where the raw third-party files lie beside a checkout (the derivation's default input).
+RAW_DEFAULT_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "profiles"
 
 
-def profiles_dir() -> Path:
-    """The profile data folder; FileNotFoundError naming the path and the variable if absent."""
+def raw_profiles_dir() -> Path | None:
+    """The raw data folder ASCENDRA_PROFILES names, or None when it is unset (packaged
+    tables); FileNotFoundError naming the path and the variable if it has no `vidur/`."""
     env = os.environ.get(ENV_VAR)
-    path = Path(env).expanduser() if env else DEFAULT_DIR
+    if not env:
+        return None
+    path = Path(env).expanduser()
     if not (path / "vidur").is_dir():
         raise FileNotFoundError(
             f"GPU profile data not found: {path / 'vidur'} does not exist. Point the "
-            f"{ENV_VAR} environment variable at the shared 'profiles' folder "
-            f"(default {DEFAULT_DIR}).")
+            f"{ENV_VAR} environment variable at a folder of the raw profiles (as "
+            f"{RAW_DEFAULT_DIR}), or unset it to use the packaged tables in {TABLES_DIR}.")
     return path
 
 
-def profile_file(relative: str) -> Path:
-    """A file under the profile data folder, e.g. 'vidur/a100_Llama-2-7b-hf_mlp.csv'."""
-    path = profiles_dir() / relative
+def op_file(filename: str) -> Path:
+    """The operator table for Vidur's `filename` (e.g. 'a100_Llama-2-7b-hf_mlp.csv'): the
+    raw file under $ASCENDRA_PROFILES/vidur, else the packaged `tables/<filename>.gz`."""
+    raw = raw_profiles_dir()
+    path = raw / "vidur" / filename if raw else TABLES_DIR / f"{filename}.gz"
     if not path.is_file():
-        raise FileNotFoundError(f"GPU profile data file missing: {path} (folder set by "
-                                f"{ENV_VAR}, default {DEFAULT_DIR})")
+        where = (f"the folder {ENV_VAR} names" if raw else
+                 f"the packaged tables (reinstall, or set {ENV_VAR} to a raw profiles folder)")
+        raise FileNotFoundError(f"GPU profile data file missing: {path} ({where})")
     return path

@@ -1,5 +1,6 @@
 """Vidur's per-layer operator times (linear, norm, activation ops) as a function of the
-number of tokens in the batch, read from one `vidur/*_mlp.csv` file.
+number of tokens in the batch, read from one `vidur/*_mlp.csv` file or the packaged table
+derived from it (data.py says which; both are read by the same code).
 
 Times are medians at tensor-parallel degree 1, in seconds per transformer layer
 (the `emb` column: per model). Between measured token counts the time is interpolated
@@ -11,19 +12,27 @@ GEMM time scales once the GPU is saturated.
 from __future__ import annotations
 
 import csv
+import gzip
 from dataclasses import dataclass
+import os
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from engines.executors.profiles.data import profile_file
+from engines.executors.profiles.data import ENV_VAR, op_file
 
 #: The 9 per-layer ops the README's "sum of the 9 per-layer ops" table adds up.
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
              "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
 #: The four of them that are GEMMs (fused QKV, O, fused gate+up, down).
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+#: The layer shape columns _gemm_weights reads.
+SHAPE_COLUMNS = ("n_embd", "n_head", "n_kv_head", "n_expanded_embd", "use_gated_mlp")
+#: Every column this module reads (a derived table holds these, in this order).
+COLUMNS = ("num_tokens", *(f"time_stats.{op}.median" for op in ("emb", *LAYER_OPS)),
+           *SHAPE_COLUMNS)
+TP_COLUMN = "num_tensor_parallel_workers"
 
 
 @dataclass(frozen=True)
@@ -71,17 +80,24 @@ def _gemm_weights(row: dict[str, str]) -> int:
     return hidden * (2 * hidden + 2 * kv) + (3 if gated else 2) * hidden * mlp
 
 
-@lru_cache(maxsize=None)
-def _load(path: Path) -> OpTable:
-    with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["num_tensor_parallel_workers"]) == 1]
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows op tables are built from, one per token count in ascending order: those at
+    tensor-parallel degree 1 (a derived table holds only those, so has no TP column).
+    A few token counts appear twice in the raw files (rows within 3% of each other); the
+    later row wins, as in the README's summary table."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r.get(TP_COLUMN, "1")) == 1]
     if not rows:
         raise ValueError(f"{path}: no rows at tensor-parallel degree 1")
-    # A few token counts appear twice (rows within 3% of each other); the later row
-    # wins, as in the README's summary table.
     by_tokens = {int(r["num_tokens"]): r for r in rows}
-    grid = sorted(by_tokens)
-    picked = [by_tokens[t] for t in grid]
+    return [by_tokens[t] for t in sorted(by_tokens)]
+
+
+@lru_cache(maxsize=None)
+def _load(path: Path) -> OpTable:
+    picked = read_rows(path)
+    grid = [int(r["num_tokens"]) for r in picked]
 
     def column(ops) -> np.ndarray:
         arr = np.array([sum(_median(r, op) for op in ops) for r in picked])
@@ -96,5 +112,16 @@ def _load(path: Path) -> OpTable:
 
 
 def load_op_table(filename: str) -> OpTable:
-    """The table of `vidur/<filename>`, parsed once per process (per resolved path)."""
-    return _load(profile_file(f"vidur/{filename}").resolve())
+    """The table of Vidur's `filename`, parsed once per process (per data folder): a
+    profile asks on every step, so the file is not looked up again each time."""
+    return _table_for(filename, os.environ.get(ENV_VAR))
+
+
+@lru_cache(maxsize=None)
+def _table_for(filename: str, data_folder: str | None) -> OpTable:
+    return load_op_table_at(op_file(filename))
+
+
+def load_op_table_at(path: Path) -> OpTable:
+    """The table in the file at `path`: a raw Vidur file or a derived `.csv.gz` table."""
+    return _load(Path(path).resolve())

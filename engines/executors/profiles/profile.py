@@ -4,20 +4,22 @@
                      + attention of its prefill chunks and decodes)   [roofline, calibrated]
            + embedding                                                [Vidur `emb` column]
            + LM head over the sequences that sample                   [GEMM scaled from Vidur]
-           + a per-iteration overhead                                 [constant, below]
+           + the executor's CPU work per step                         [Vidur, cpu_overhead.py]
 
 LM head: a [n, hidden] x [hidden, vocab] GEMM has the same inner dimension as the layer's
 GEMMs, so it takes the four layer GEMMs' measured time at n tokens scaled by the ratio of
 weight elements (vocab x hidden / layer GEMM weights): the same bandwidth while n is small
 (weights dominate) and the same FLOP efficiency once n is large.
 
-Overhead, FRAMEWORK_OVERHEAD_S = 1.2 ms: the per-step work a real executor does that the
-operator profile does not hold and the sim executor does not do -- preparing the input
-tensors and sampling. The value is an assumption of the order Vidur's published A100
-CPU-overhead profile (not in shared/) shows for a 7B model at batch 8. The scheduler's own
-time is left out: the daemon runs the real scheduler, so it is spent for real.
-The shared sarathi/splitwise files cannot pin this down: their models run at TP >= 2, where
-the residual also holds all-reduces.
+Overhead: preparing the input tensors and sampling, a line in the step's sequences and
+sampling sequences fitted on Vidur's A100 CPU-overhead profile (cpu_overhead.py states the
+numbers and the source). The scheduler's own time is left out: the daemon runs the real
+scheduler, so it is spent for real (and the discrete-event simulator charges none).
+
+Memory: the KV capacity is vLLM's budget after weights, the activation peak of a profiling
+pass at the step's token budget and sequence limit, and CUDA graphs (capacity.py,
+memory_reserve.py); `kv_capacity(max_num_batched_tokens, max_num_seqs)` takes the
+scheduler's values, the property `kv_capacity_tokens` vLLM's defaults (8192, 256).
 """
 from __future__ import annotations
 
@@ -29,12 +31,14 @@ from engines.executors.profiles.attention import (
 from engines.executors.profiles.capacity import (
     GPU_MEMORY_BYTES, MEMORY_UTILIZATION, kv_bytes_per_token, kv_capacity_tokens, weight_bytes,
 )
+from engines.executors.profiles.cpu_overhead import VIDUR_SARATHI_A100, CpuOverhead
+from engines.executors.profiles.memory_reserve import (
+    PROFILE_NUM_SEQS, PROFILE_NUM_TOKENS, activation_peak_bytes, cuda_graph_bytes,
+)
 from engines.executors.profiles.op_table import OpTable, load_op_table
 from policies.batch_shape import BatchShape
 from policies.hardware_spec import HardwareSpec
 from policies.model_shape import ModelShape
-
-FRAMEWORK_OVERHEAD_S = 1.2e-3
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,9 @@ class GpuProfile:
     hardware: HardwareSpec
     description: str = ""
     attention: AttentionCalibration = FLASHINFER_A100
-    overhead_s: float = FRAMEWORK_OVERHEAD_S
-    memory_bytes: int = GPU_MEMORY_BYTES
+    cpu_overhead: CpuOverhead = VIDUR_SARATHI_A100
+    #: total device memory; None = capacity.GPU_MEMORY_BYTES of the hardware
+    memory_bytes: int | None = None
     memory_utilization: float = MEMORY_UTILIZATION
 
     @property
@@ -84,7 +89,7 @@ class GpuProfile:
                                                        self.attention),
             embedding=ops.emb(tokens),
             lm_head=head_scale * ops.gemm(rows),
-            overhead=self.overhead_s,
+            overhead=self.cpu_overhead.seconds(shape.num_seqs, rows),
         )
 
     def step_time(self, shape: BatchShape, num_sampling: int | None = None) -> float:
@@ -93,6 +98,12 @@ class GpuProfile:
 
     # -- memory -------------------------------------------------------------------------
     @property
+    def total_memory_bytes(self) -> int:
+        if self.memory_bytes is not None:
+            return self.memory_bytes
+        return GPU_MEMORY_BYTES[self.hardware.name]
+
+    @property
     def weight_bytes(self) -> int:
         return weight_bytes(self.model)
 
@@ -100,12 +111,30 @@ class GpuProfile:
     def kv_bytes_per_token(self) -> int:
         return kv_bytes_per_token(self.model)
 
+    def activation_bytes(self, max_num_batched_tokens: int = PROFILE_NUM_TOKENS,
+                         max_num_seqs: int = PROFILE_NUM_SEQS) -> int:
+        return activation_peak_bytes(self.model, max_num_batched_tokens, max_num_seqs)
+
+    @property
+    def cuda_graph_bytes(self) -> int:
+        return cuda_graph_bytes(self.model)
+
+    def kv_capacity(self, max_num_batched_tokens: int = PROFILE_NUM_TOKENS,
+                    max_num_seqs: int = PROFILE_NUM_SEQS) -> int:
+        """Tokens of KV cache that fit beside the weights and the reserve of a step of
+        `max_num_batched_tokens` tokens in `max_num_seqs` sequences."""
+        return kv_capacity_tokens(self.model, self.total_memory_bytes, self.memory_utilization,
+                                  max_num_batched_tokens, max_num_seqs)
+
     @property
     def kv_capacity_tokens(self) -> int:
-        return kv_capacity_tokens(self.model, self.memory_bytes, self.memory_utilization)
+        """`kv_capacity()` at vLLM's defaults (8192 batched tokens, 256 sequences)."""
+        return self.kv_capacity()
 
-    def num_kv_blocks(self, block_size: int) -> int:
-        """KV cache blocks of `block_size` tokens that fit on the GPU."""
+    def num_kv_blocks(self, block_size: int, max_num_batched_tokens: int = PROFILE_NUM_TOKENS,
+                      max_num_seqs: int = PROFILE_NUM_SEQS) -> int:
+        """KV cache blocks of `block_size` tokens that fit on the GPU (the step's token
+        budget and sequence limit size the activation reserve; vLLM's defaults if unset)."""
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
-        return self.kv_capacity_tokens // block_size
+        return self.kv_capacity(max_num_batched_tokens, max_num_seqs) // block_size

@@ -1,7 +1,7 @@
 """The named GPU profiles: `profile:<name>` in a latency spec, `--profile <name>` on a CLI.
 
 Model shapes are the Hugging Face configs' sizes. Each profile takes its per-layer op
-times from the Vidur file of the same per-layer shape (see ../shared/profiles/README.md):
+times from the Vidur file of the same per-layer shape (see tables/README.md):
 Mistral-7B shares Llama-3-8B's layers (only the vocabulary differs); Qwen-14B (hidden 5120,
 40 MHA heads, FFN 13696, 40 layers, vocab 152064; not verified from a stored config) is
 approximated by internlm-20b's layers (5120, 40/40 heads, FFN 13824) times 40.

@@ -1,0 +1,58 @@
+"""What each part of Ascendra's policy earns: capacity of 2L1H with one part taken away at
+a time, on the ruler (bench/ruler.py; one seed), beside all-LP with the global queue.
+
+Variants (ControllerConfig switches; everything else at its default):
+* `2L1H`                -- everything on;
+* `3L0H`                -- no HP: three LPs behind the global queue;
+* `no global queue`     -- each request to an LP on arrival, LPs offload to the HP (the
+                           paper's routing);
+* `no shedding`         -- `shed = keep`: requests predicted to miss stay in deadline order;
+* `no HP gate`          -- offloads go to the HP with the shortest queue whatever its
+                           backlog, and the controller rescues nothing itself.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import msgspec
+
+from bench.capacity_table import ceilings
+from bench.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
+from bench.workloads import workload
+from daemon.controller_config import ControllerConfig
+
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "2L1H": ("2L1H", {}),
+    "3L0H": ("3L0H", {}),
+    "no global queue": ("2L1H", {"global_queue": False}),
+    "no shedding": ("2L1H", {"shed": "keep"}),
+    "no HP gate": ("2L1H", {"hp_gate": False}),
+}
+
+
+def _job(job) -> SeedCapacity:
+    subject, config, start = job
+    return seed_capacity(subject, config, config.seeds[0], start)
+
+
+def ablation(workloads: Sequence[str], measured: int, workers: int | None = None,
+             progress: Callable[[str], None] | None = None) -> list[dict]:
+    jobs, labels = [], []
+    for name in workloads:
+        base = RulerConfig(workload=workload(name), measured=measured, seeds=(0,))
+        start = 0.8 * ceilings(base)[0]
+        for label, (layout, switches) in VARIANTS.items():
+            config = msgspec.structs.replace(base, controller=msgspec.convert(
+                switches, ControllerConfig))
+            jobs.append((Subject(label=label, layout=layout), config, start))
+            labels.append((name, label))
+    rows = []
+    with ProcessPoolExecutor(max_workers=workers or 2) as pool:
+        for (name, label), result in zip(labels, pool.map(_job, jobs)):
+            rows.append({"workload": name, "variant": label,
+                         "capacity_qps": result.capacity_qps,
+                         "points": msgspec.to_builtins(result.points)})
+            if progress:
+                progress(f"{name:>11} {label:>16}: {result.capacity_qps:.2f} QPS")
+    return rows

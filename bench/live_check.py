@@ -1,0 +1,99 @@
+"""The live check: the real daemon (sim executor on a GPU profile, real time, real sockets)
+under the real load generator, against the simulator on the same requests -- one point
+per workload. The two run the same controller and instance cores; what differs is time
+(real clocks, an event loop, the client's own delays) and the scheduler's own CPU time,
+which the simulator does not charge.
+
+    python -m bench.live_check [--layout 2L1H] [--points poisson:8,bursty-cv4:4,mixed-slo:8]
+                               [--num-requests 2000] [--out DIR]
+
+For each point it starts `ascendra serve --executor sim --profile PROFILE --layout L
+--max-model-len 8192`, runs `ascendra bench --workload W --qps Q --num-requests N` against
+it (same seed, so the same requests), stops it, and runs `ascendra simulate` with the same
+flags; it prints goodput, throughput and TTFT side by side and writes both result JSONs.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.processes import kill_quietly
+from bench.results import read_result
+
+PROFILE = "a100-llama3-8b"
+
+
+def _serve(layout: str, port: int, log: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "bench.cli", "serve", "--executor", "sim", "--profile",
+               PROFILE, "--layout", layout, "--max-model-len", "8192", "--port", str(port),
+               "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
+    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _wait_ready(url: str, timeout: float = 120.0) -> None:
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the daemon at {url} was not ready within {timeout:.0f} s")
+
+
+def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int) -> tuple:
+    flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", "0"]
+    live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
+    daemon = _serve(layout, port, out / f"daemon_{layout}_{workload}.log")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_ready(url)
+        subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", url, *flags,
+                        "--max-model-len", "8192", "--json", str(live_json), "--disable-tqdm",
+                        "--max-error-rate", "1"], check=True, stdout=subprocess.DEVNULL)
+    finally:
+        kill_quietly(daemon.pid, signal.SIGTERM)
+        daemon.wait(timeout=30)
+    subprocess.run([sys.executable, "-m", "bench.cli", "simulate", "--layout", layout,
+                    "--profile", PROFILE, *flags, "--json", str(sim_json)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return read_result(live_json), read_result(sim_json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.live_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layout", default="2L1H")
+    parser.add_argument("--points", default="poisson:8,bursty-cv4:4,mixed-slo:8",
+                        help="workload:qps,... (default %(default)s)")
+    parser.add_argument("--num-requests", type=int, default=2000)
+    parser.add_argument("--out", default="live_check")
+    parser.add_argument("--port", type=int, default=18400)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"{'workload':>11} {'qps':>5} {'goodput live':>13} {'simulated':>10} {'diff':>6} "
+          f"{'req/s live':>11} {'sim':>6} {'TTFT p50 live':>14} {'sim':>6}")
+    worst = 0.0
+    for point in args.points.split(","):
+        workload, qps = point.split(":")
+        live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port)
+        diff = live.goodput_pct - sim.goodput_pct
+        worst = max(worst, abs(diff))
+        print(f"{workload:>11} {float(qps):>5g} {live.goodput_pct:>12.1f}% {sim.goodput_pct:>9.1f}% "
+              f"{diff:>+6.1f} {live.throughput_rps:>11.2f} {sim.throughput_rps:>6.2f} "
+              f"{1000 * live.ttft_s.p50:>11.0f} ms {1000 * sim.ttft_s.p50:>4.0f} ms", flush=True)
+    print(f"largest goodput difference: {worst:.1f} points")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""`ascendra plan`: the recommended split of N GPUs for a workload, by simulation."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from bench.sim_flags import add_sim_flags, sim_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="simulate every split of --gpus GPUs (all-LP, kLmH, "
+                                    "baselines) on a workload and recommend one")
+    add_sim_flags(p, layout=False)
+    p.add_argument("--gpus", type=int, default=3, help="GPUs, one instance each (default 3)")
+    p.add_argument("--measured", type=int, default=2000,
+                   help="measured requests per simulated point (default %(default)s; the "
+                        "capacity table's ruler uses 4500)")
+    p.add_argument("--json", metavar="OUT", help="write the answer here")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.plan import plan
+    _, config = sim_settings(args)
+    config = msgspec.structs.replace(config, measured=args.measured, seeds=(args.seed,))
+    answer = plan(config, args.gpus, progress=lambda line: print(line, file=sys.stderr))
+    width = max(len(c.layout) for c in answer.candidates)
+    print(f"{args.gpus} GPUs, workload {config.workload.name} on {config.profile}: hardware "
+          f"ceiling {answer.ceiling_qps:.2f} QPS (all served), {answer.ceiling_target_qps:.2f} "
+          f"QPS (the cheapest {config.target:g} %)")
+    for c in sorted(answer.candidates, key=lambda c: -c.capacity_qps):
+        mark = "  <- recommended" if c.layout == answer.recommended else ""
+        print(f"  {c.layout:>{width}}  {c.capacity_qps:6.2f} QPS  "
+              f"({100 * c.fraction_of_ceiling:.0f} % of the ceiling){mark}")
+    if args.json:
+        with open(args.json, "wb") as f:
+            f.write(msgspec.json.format(msgspec.json.encode(answer), indent=2) + b"\n")
+    return 0

@@ -1,0 +1,66 @@
+"""Per-request records from the controller core's actions: the simulator's observer.
+
+The daemon's Prometheus metrics (`daemon/metrics.py`) observe the same actions, so a
+simulated run measures what the daemon would report: a token counts when it reaches
+the controller, a request ends with its `Settle` (or `Refuse`).
+"""
+from __future__ import annotations
+
+from bench.records import RequestRecord
+from bench.results import is_good
+from daemon.controller_config import SloConfig
+from daemon.controller_events import Moved, Refuse, Send, Settle, Token
+from daemon.request_state import Outcome
+from ipc.messages import Origin, Submit
+
+#: How the core's outcomes read in a run's records.
+RECORD_OUTCOMES = {Outcome.COMPLETED: "completed", Outcome.DROPPED: "dropped",
+                   Outcome.REJECTED: "errored", Outcome.ERRORED: "errored",
+                   Outcome.CANCELLED: "errored"}
+
+
+class RecordKeeper:
+    def __init__(self, records: dict[str, RequestRecord], slo: SloConfig = SloConfig(),
+                 watched: range = range(0)) -> None:
+        self.records = records
+        self.slo = slo
+        #: Record indices whose misses are counted (a steady-state run's measured ones).
+        self.watched = watched
+        self.misses = 0
+
+    def observe(self, action, now: float) -> None:
+        self._record(action, now)
+        if isinstance(action, (Settle, Refuse)):
+            record = self.records[action.request_id]
+            if record.index in self.watched and not is_good(record, self.slo.ttft_slo,
+                                                             self.slo.tbt_slo):
+                self.misses += 1
+
+    def _record(self, action, now: float) -> None:
+        match action:
+            case Token(request_id=request_id, output=output):
+                record = self.records[request_id]
+                if record.first_token_time is None:
+                    record.first_token_time = now
+                record.token_times.append(now)
+                if output.finish_reason is not None:
+                    record.finish_reason = output.finish_reason.value
+            case Settle(request_id=request_id, outcome=outcome, code=code, message=message,
+                        instance=instance):
+                record = self.records[request_id]
+                record.outcome = RECORD_OUTCOMES[outcome]
+                record.end_time, record.instance = now, instance
+                if code is not None:
+                    record.error_code, record.error = code.value, message
+            case Refuse(request_id=request_id, refusal=refusal, message=message):
+                record = self.records[request_id]
+                record.outcome, record.end_time = "dropped", now
+                record.error_code, record.error = refusal.value, message
+            case Send(instance_id=instance_id, message=Submit(request_id=request_id,
+                                                              origin=Origin.NEW)):
+                self.records[request_id].instances = [instance_id]
+            case Moved(request_id=request_id, kind=kind, target=target):
+                record = self.records[request_id]
+                record.instances = [*record.instances, target]
+                if kind in (Origin.OFFLOAD, Origin.REROUTE):
+                    record.offloaded = True

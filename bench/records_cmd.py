@@ -1,0 +1,90 @@
+"""`ascendra records FILE`: a records file's report (bench/records_report.py), as tables.
+
+FILE is what `simulate --records`, `capacity` or `bench --records` wrote. The report
+prints as rich tables; `--json OUT` writes it (a `RecordsReport`) too.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import msgspec
+
+from bench.records_file import read_records
+from bench.records_report import GroupRow, RecordsReport, cause_text, report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("records", help="goodput by class, prompt length, instance and offload "
+                                       "of a records file, and why requests missed")
+    p.add_argument("file", metavar="FILE", help="a records file (.jsonl or .parquet)")
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON here")
+    p.add_argument("--all", dest="measured_only", action="store_false",
+                   help="count every row, the warm-up and cool-down ones too (default: the "
+                        "measured rows only)")
+    p.add_argument("--examples", type=int, default=3,
+                   help="worst examples shown per cause of misses (default %(default)s)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.examples < 0:
+        raise ValueError(f"--examples must be >= 0, got {args.examples}")
+    path = Path(args.file)
+    if not path.is_file():
+        raise FileNotFoundError(f"records {path}: not a file")
+    result = report(read_records(path), str(path), measured_only=args.measured_only,
+                    examples=args.examples)
+    print_report(result)
+    if args.json:
+        Path(args.json).write_bytes(msgspec.json.format(msgspec.json.encode(result)) + b"\n")
+    return 0
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3f}"
+
+
+def print_report(result: RecordsReport, file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=file or sys.stdout, width=110)
+    left = (f", {result.left_out} outside the steady-state window left out"
+            if result.left_out else "")
+    console.print(f"{result.file}: {result.requests} requests{left}", soft_wrap=True)
+    console.print(f"goodput {result.goodput_pct:.1f} % ({result.good} met their targets)")
+    for title, groups in (("by SLO class", result.by_class),
+                          ("by prompt length (tokens)", result.by_prompt_len),
+                          ("by instance (the last that held it)", result.by_instance),
+                          ("offloaded or not", result.by_offload)):
+        console.print(_group_table(Table, title, groups))
+    misses = Table(title="misses by cause")
+    for name in ("cause", "requests", "% of misses"):
+        misses.add_column(name, justify="left" if name == "cause" else "right")
+    for m in result.misses:
+        misses.add_row(cause_text(m.cause), str(m.count), f"{m.share_pct:.1f}")
+    console.print(misses)
+    if result.worst:
+        worst = Table(title="worst examples (seconds)")
+        for name in ("cause", "index", "prompt", "ttft", "queue", "mean tbt", "targets",
+                     "instances", "code"):
+            worst.add_column(name)
+        for w in result.worst:
+            worst.add_row(cause_text(w.cause), str(w.index), str(w.prompt_tokens), _s(w.ttft),
+                          _s(w.queue_delay), _s(w.mean_tbt), f"{w.ttft_slo:g} / {w.tbt_slo:g}",
+                          " ".join(map(str, w.instances)) or "-", w.error_code or "-")
+        console.print(worst)
+
+
+def _group_table(table_type, title: str, groups: list[GroupRow]):
+    table = table_type(title=f"goodput {title}")
+    for name in ("group", "requests", "good", "goodput %", "completed", "dropped", "errored",
+                 "lost", "p99 TTFT s"):
+        table.add_column(name, justify="left" if name == "group" else "right")
+    for g in groups:
+        table.add_row(g.group, str(g.requests), str(g.good), f"{g.goodput_pct:.1f}",
+                      str(g.completed), str(g.dropped), str(g.errored), str(g.lost),
+                      _s(g.p99_ttft_s))
+    return table

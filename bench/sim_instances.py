@@ -1,0 +1,91 @@
+"""The simulated box: its settings (`SimConfig`) and one instance core per GPU instance.
+
+Each instance is the real `Engine` (scheduler, policies, performance model) inside the
+real `InstanceCore`, over a `SimExecutor` whose latency function is a GPU profile (or
+`SimConfig.latency`, the daemon's `--sim-latency`). LP/HP performance models are
+calibrated as a daemon's instance calibrates its own at start.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daemon.controller_config import ControllerConfig, SloConfig
+from engines.engine import Engine
+from engines.executors.latency import make_latency
+from engines.executors.profiles.registry import get_profile
+from engines.executors.sim_executor import SimExecutor
+from engines.instance_core import InstanceCore
+from engines.modes import get_mode, role_of_mode
+from engines.perf_setup import profile_perf_model
+from engines.scheduler_config import SchedulerConfig
+from ipc.messages import ToInstance
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    layout_modes: tuple[str, ...]     # mode per instance, e.g. ("lp", "lp", "hp")
+    profile: str = "a100-llama3-8b"
+    scheduler: SchedulerConfig = SchedulerConfig()
+    slo: SloConfig = SloConfig()
+    controller: ControllerConfig = ControllerConfig()
+    block_size: int = 16
+    max_model_len: int = 8192
+    ipc_delay: float = 0.0005         # one controller <-> instance message, seconds
+    #: The sim executor's latency spec, as the daemon's `--sim-latency` ("constant:0.05");
+    #: "" = the profile's step times. LP/HP performance models are then calibrated on
+    #: what it states, as a daemon's sim instance does.
+    latency: str = ""
+    #: KV capacity per instance in blocks; None = the profile's (its GPU's memory).
+    num_kv_blocks: int | None = None
+
+
+@dataclass
+class SimInstance:
+    """One instance's core and executor, and where its loop stands."""
+
+    core: InstanceCore
+    executor: SimExecutor
+    busy: bool = False               # a step is under way (its end is on the heap)
+    #: Commands that reached it and wait for its loop to drain them.
+    inbox: list[ToInstance] = field(default_factory=list)
+
+    @property
+    def instance_id(self) -> int:
+        return self.core.instance_id
+
+    @property
+    def engine(self) -> Engine:
+        return self.core.engine
+
+
+def build_instance(config: SimConfig, instance_id: int, mode: str, clock) -> SimInstance:
+    profile = get_profile(config.profile)
+    num_kv_blocks = config.num_kv_blocks or profile.num_kv_blocks(config.block_size)
+    executor = SimExecutor(make_latency(config.latency or f"profile:{config.profile}"),
+                           num_kv_blocks=num_kv_blocks, block_size=config.block_size,
+                           max_model_len=config.max_model_len)
+    scheduler = SchedulerConfig(**{**_fields(config.scheduler), "mode": mode})
+    perf = None
+    if get_mode(mode).uses_perf_model:
+        if config.latency:
+            perf = _stated_perf_model(profile, executor, scheduler)
+        else:
+            perf = profile_perf_model(profile, scheduler, config.max_model_len,
+                                      executor.num_kv_blocks * config.block_size)
+    engine = Engine(executor, scheduler, clock=clock, perf_model=perf)
+    return SimInstance(InstanceCore(instance_id, role_of_mode(mode), engine), executor)
+
+
+def _stated_perf_model(profile, executor: SimExecutor, scheduler: SchedulerConfig):
+    """A performance model on the profile's model and GPU, calibrated on the synthetic
+    batches a daemon's sim instance times at start, at the latency the executor states."""
+    from engines.calibration import calibrate, default_shapes, stated_latency
+    from policies.perf_model import PerfModel
+    perf = PerfModel(profile.model, profile.hardware)
+    shapes = default_shapes(executor, scheduler.chunk_size, scheduler.resolved_max_num_seqs())
+    calibrate(executor, perf, shapes, repeats=1, timer=stated_latency)
+    return perf
+
+
+def _fields(struct) -> dict:
+    return {name: getattr(struct, name) for name in struct.__struct_fields__}

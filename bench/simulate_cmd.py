@@ -1,0 +1,147 @@
+"""`ascendra simulate` and `ascendra capacity`: the simulator from the command line.
+
+Both take the scheduler, SLO and controller settings as `serve` does -- the same flags
+from the same structs (daemon/config.py `add_config_flags`), so a simulated run has the
+daemon's defaults unless told otherwise -- plus the workload flags (bench/workload_flags.py).
+`capacity` measures by the ruler's protocol (bench/ruler.py) and prints the configuration
+it used with its answer.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import msgspec
+
+from bench.capacity import CAPACITY_TARGET
+from bench.capacity_table import ceilings
+from bench.records_file import record_rows, write_records
+from bench.results import print_summary, write_result
+from bench.ruler import RulerConfig, SeedCapacity, Subject, run_point, seed_capacity, sim_config
+from bench.simulate import simulate
+from bench.sim_flags import add_sim_flags, sim_settings
+from bench.workloads import build_requests, num_requests_or
+from daemon.layout import layout_modes
+
+DEFAULT_NUM_REQUESTS = 2000
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="simulate a layout on a GPU profile (virtual clock)")
+    add_sim_flags(p)
+    p.add_argument("--num-requests", type=int, default=None,
+                   help=f"requests to simulate (default {DEFAULT_NUM_REQUESTS}, or every row of a "
+                        "trace file with arrival times)")
+    p.add_argument("--qps", type=float, default=None,
+                   help="arrival rate, requests/s (needed but for a replayed trace: there it "
+                        "rescales the trace's times to this mean rate)")
+    p.add_argument("--json", metavar="OUT", help="write the result JSON here")
+    p.add_argument("--records", metavar="FILE",
+                   help="write one line per request to FILE (JSONL, or .parquet); read it with "
+                        "`ascendra records FILE`")
+    p.set_defaults(run=run_simulate)
+    p = sub.add_parser("capacity", help="highest QPS holding a goodput target in steady state, "
+                                        "by simulation (several seeds)")
+    add_sim_flags(p)
+    p.add_argument("--target", type=float, default=CAPACITY_TARGET,
+                   help="goodput %% to hold (default %(default)s)")
+    p.add_argument("--measured", type=int, default=RulerConfig().measured,
+                   help="measured requests per point, warm-up and cool-down excluded "
+                        "(default %(default)s)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--start-qps", type=float, default=None,
+                   help="where the search starts (default: 0.8 x the hardware ceiling)")
+    p.add_argument("--tolerance", type=float, default=RulerConfig().tolerance,
+                   help="stop once the bracket is this narrow, relative (default %(default)s)")
+    p.add_argument("--workers", type=int, default=None, help="parallel seeds (default: cores)")
+    p.add_argument("--json", metavar="OUT", help="write the answer (config, seeds, points) here")
+    p.add_argument("--records", metavar="FILE",
+                   help="per-request records of the first seed's run at its capacity")
+    p.set_defaults(run=run_capacity)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    subject, config = sim_settings(args)
+    n = args.num_requests if args.num_requests is not None else num_requests_or(
+        config.workload, DEFAULT_NUM_REQUESTS)
+    if n < 1:
+        raise ValueError(f"--num-requests must be >= 1, got {n}")
+    requests = build_requests(config.workload, rate=args.qps, num_requests=n, seed=args.seed,
+                              max_model_len=config.max_model_len)
+    run_config = {"layout": args.layout, "qps": args.qps, **_printable(subject, config)}
+    result = simulate(sim_config(subject, config), requests, seed=args.seed, config=run_config,
+                      keep_records=bool(args.records))
+    if args.records:
+        write_records(args.records, record_rows(result.records, config.slo.ttft_slo,
+                                                config.slo.tbt_slo))
+        result = msgspec.structs.replace(result, records=msgspec.UNSET)
+    print_summary(result)
+    if args.json:
+        write_result(result, args.json)
+    return 0
+
+
+class CapacityAnswer(msgspec.Struct, kw_only=True):
+    subject: Subject
+    config: RulerConfig
+    ceiling_qps: float
+    ceiling_target_qps: float      # serving only the cheapest `target` % of the requests
+    mean_qps: float
+    min_qps: float
+    max_qps: float
+    seeds: list[SeedCapacity]
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    subject, config = sim_settings(args)
+    seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    config = msgspec.structs.replace(config, seeds=seeds, target=args.target,
+                                     measured=args.measured, tolerance=args.tolerance)
+    ceiling, ceiling_target = ceilings(config, len(layout_modes(subject.layout)))
+    start = args.start_qps or 0.8 * ceiling
+    print("capacity of", msgspec.json.encode(_printable(subject, config)).decode(),
+          file=sys.stderr)
+    jobs = [(subject, config, seed, start) for seed in seeds]
+    with ProcessPoolExecutor(max_workers=min(args.workers or 2, len(jobs))) as pool:
+        results = list(pool.map(_seed_job, jobs))
+    caps = [r.capacity_qps for r in results]
+    answer = CapacityAnswer(subject=subject, config=config, ceiling_qps=round(ceiling, 3),
+                            ceiling_target_qps=round(ceiling_target, 3),
+                            mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps),
+                            max_qps=max(caps), seeds=results)
+    text = msgspec.json.format(msgspec.json.encode(answer), indent=2).decode()
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    if args.records and caps[0] > 0:
+        _write_capacity_records(args.records, subject, config, caps[0], seeds[0])
+    return 0
+
+
+def _seed_job(job) -> SeedCapacity:
+    subject, config, seed, start = job
+    result = seed_capacity(subject, config, seed, start)
+    for point in result.points:
+        print(f"  seed {seed} qps {point.qps:7.3f}: goodput {point.goodput_pct:5.1f}% "
+              f"{'holds' if point.holds else 'fails'}"
+              f"{' (stopped early)' if point.stopped_early else ''}", file=sys.stderr)
+    return result
+
+
+def _write_capacity_records(path: str, subject: Subject, config: RulerConfig, qps: float,
+                            seed: int) -> None:
+    from bench.ruler import workload_requests
+    from bench.simulator import Simulation
+    requests = workload_requests(config, qps, seed)
+    records = Simulation(sim_config(subject, config), requests).run()
+    write_records(path, record_rows(records, config.slo.ttft_slo, config.slo.tbt_slo,
+                                    config.rule.measured(records)))
+
+
+def _printable(subject: Subject, config: RulerConfig) -> dict:
+    return {"subject": msgspec.to_builtins(subject), "config": msgspec.to_builtins(config)}
+
+
+__all__ = ["register", "run_point"]

@@ -1,0 +1,219 @@
+"""How many tokens/s the daemon streams over SSE, and the CPU it takes per token.
+
+Starts `ascendra serve` (sim executor, zero step latency, one instance, room for every
+stream at once), sends N concurrent streaming completions of M tokens
+(bench/stream_client.py), R times, and prints min/median/max tokens/s with the CPU
+seconds the daemon's controller process, its instance and this client used, and when
+the tokens reached the client (first token, mean token arrival, longest gap between
+reads). With `--compare DIR` (repeatable) a daemon from another checkout (e.g. a `git
+worktree` of the commit before) runs too, the runs interleaved so all see the same
+background load, and the table ends with our/their ratios. The streams' text must be
+the same for all (the sim executor's tokens depend only on the prompt). Prints
+figures; it does not pass or fail (but says when a stream was short or texts differ).
+
+    python -m bench.stream_throughput [--requests 256] [--tokens 512] [--repeats 5]
+                                      [--compare /tmp/sse-before]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from bench.processes import cpu_seconds, instance_pids, kill_quietly
+from bench.stream_client import StreamRun, run_streams
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_SERVING = re.compile(r"serving .* on http://([0-9.]+):(\d+) ")
+START_TIMEOUT = 60.0
+
+
+@dataclass
+class Measured:
+    """One run against one daemon, and the CPU seconds its processes used meanwhile."""
+    run: StreamRun
+    daemon_cpu: float
+    instance_cpu: float
+
+
+@dataclass
+class Daemon:
+    """`ascendra serve` run from checkout `root` (its code on PYTHONPATH, same python)."""
+    name: str
+    root: Path
+    args: list[str]
+    proc: subprocess.Popen | None = None
+    url: str = ""
+    tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ascsse-")))
+    runs: list[Measured] = field(default_factory=list)
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in (
+            "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "ASCENDRA_API_KEY")}
+        env["PYTHONPATH"] = str(self.root)
+        env["PYTHONUNBUFFERED"] = "1"
+        command = [sys.executable, "-m", "bench.cli", "serve", "--host", "127.0.0.1",
+                   "--port", "0", "--runtime-dir", str(self.tmp / "rt"), *self.args]
+        with open(self.tmp / "daemon.log", "wb") as log:
+            self.proc = subprocess.Popen(command, cwd=self.root, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def log(self) -> str:
+        return (self.tmp / "daemon.log").read_text(errors="replace")
+
+    async def wait_serving(self, session: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name}: the daemon exited with {self.proc.returncode}; "
+                                   f"log:\n{self.log()[-3000:]}")
+            match = _SERVING.search(self.log())
+            if match:
+                self.url = f"http://{match.group(1)}:{match.group(2)}"
+                try:
+                    async with session.get(self.url + "/health") as resp:
+                        if resp.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.name}: not serving within {START_TIMEOUT:.0f} s")
+
+    def cpu(self) -> tuple[float, float]:
+        """(the daemon's own CPU seconds, its instances')."""
+        return (cpu_seconds(self.proc.pid),
+                sum(cpu_seconds(pid) for pid in instance_pids(self.proc.pid)))
+
+    async def measure(self, requests: int, tokens: int) -> StreamRun:
+        daemon_cpu, instance_cpu = self.cpu()
+        run = await run_streams(self.url, requests, tokens)
+        after = self.cpu()
+        self.runs.append(Measured(run, after[0] - daemon_cpu, after[1] - instance_cpu))
+        return run
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        children = instance_pids(self.proc.pid)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            kill_quietly(self.proc.pid)
+            self.proc.wait(10)
+        for pid in children:
+            kill_quietly(pid)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def daemon_args(requests: int, tokens: int) -> list[str]:
+    """One sarathi instance, zero step latency, every stream admitted and in the batch at
+    once with KV room for all of them (so nothing is preempted)."""
+    blocks = requests * (tokens // 16 + 4) + 64
+    return ["--executor", "sim", "--sim-latency", "zero", "--layout", "1xsarathi",
+            "--max-num-seqs", str(requests), "--chunk-size", str(max(512, requests)),
+            "--num-kv-blocks", str(blocks), "--max-tokens-limit", str(max(tokens, 16)),
+            "--no-drop-expired"]
+
+
+async def bench(daemons: list[Daemon], requests: int, tokens: int, repeats: int) -> None:
+    async with aiohttp.ClientSession() as session:
+        for daemon in daemons:
+            daemon.start()
+        try:
+            for daemon in daemons:
+                await daemon.wait_serving(session)
+            for daemon in daemons:  # warm up: imports, caches, the first connections
+                await run_streams(daemon.url, min(requests, 32), min(tokens, 64), keep=0)
+            for repeat in range(repeats):  # interleaved, the order turning each time
+                turn = repeat % len(daemons)
+                for daemon in daemons[turn:] + daemons[:turn]:
+                    run = await daemon.measure(requests, tokens)
+                    print(f"  {daemon.name} run {repeat + 1}: "
+                          f"{run.token_events / run.seconds:,.0f} tokens/s", flush=True)
+        finally:
+            for daemon in daemons:
+                daemon.stop()
+
+
+def _spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+
+
+def _row(label: str, text: str) -> None:
+    print(f"  {label:<24}{text}")
+
+
+def report(daemons: list[Daemon], requests: int, tokens: int) -> None:
+    print(f"\n{requests} streams x {tokens} tokens, {len(daemons[0].runs)} runs each; "
+          "min / median / max over the runs")
+    for daemon in daemons:
+        runs = [m.run for m in daemon.runs]
+        print(f"{daemon.name} ({daemon.root}):")
+        _row("tokens/s", _spread([r.token_events / r.seconds for r in runs]))
+        _row("seconds", _spread([r.seconds for r in runs], "{:.2f}"))
+        _row("tokens per read", _spread([r.token_events / r.reads for r in runs], "{:.1f}"))
+        for label, values in (("first token", lambda r: r.first_token_seconds),
+                              ("mean token arrival", lambda r: r.mean_token_seconds),
+                              ("longest gap", lambda r: r.longest_gap_seconds)):
+            medians = [1e3 * statistics.median(values(r)) for r in runs]
+            worst = [1e3 * max(values(r)) for r in runs]
+            _row(label + ", ms", f"{_spread(medians)} (median stream), {_spread(worst)} (worst)")
+        for label, cpu in (("CPU daemon (controller)", [m.daemon_cpu for m in daemon.runs]),
+                           ("CPU instance", [m.instance_cpu for m in daemon.runs]),
+                           ("CPU client", [r.client_cpu_seconds for r in runs])):
+            per_token = [1e6 * c / r.token_events for c, r in zip(cpu, runs)]
+            _row(label, f"{_spread(cpu, '{:.2f}')} s, {_spread(per_token, '{:.1f}')} us/token")
+        digest = hashlib.sha256("\x00".join(runs[-1].texts).encode()).hexdigest()[:16]
+        _row("text of first streams", f"sha256 {digest}")
+        for run in runs:
+            for problem in run.problems[:5]:
+                _row("PROBLEM", problem)
+    ours = [m.run.token_events / m.run.seconds for m in daemons[0].runs]
+    for other in daemons[1:]:
+        theirs = [m.run.token_events / m.run.seconds for m in other.runs]
+        ratios = [a / b for a, b in zip(ours, theirs)]
+        same = daemons[0].runs[-1].run.texts == other.runs[-1].run.texts
+        print(f"tokens/s {daemons[0].name}/{other.name}: {_spread(ratios, '{:.2f}')} per pair "
+              f"of runs, {statistics.median(ours) / statistics.median(theirs):.2f} of the "
+              f"medians; texts {'identical' if same else 'DIFFERENT'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=256, help="concurrent streams")
+    parser.add_argument("--tokens", type=int, default=512, help="tokens per stream")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compare", metavar="DIR", action="append", default=[],
+                        help="another checkout to run side by side (repeat for more)")
+    args = parser.parse_args(argv)
+    extra = daemon_args(args.requests, args.tokens)
+    daemons = [Daemon("this", PROJECT_ROOT, extra)]
+    daemons += [Daemon(f"compare{i + 1}" if len(args.compare) > 1 else "compare",
+                       Path(root).resolve(), extra) for i, root in enumerate(args.compare)]
+    try:
+        import uvloop
+        uvloop.run(bench(daemons, args.requests, args.tokens, args.repeats))
+    except RuntimeError as exc:
+        print(f"stream_throughput: {exc}", file=sys.stderr)
+        return 1
+    report(daemons, args.requests, args.tokens)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Serving one API request's choices -- each its own engine request -- as one response.
+
+`submit` hands every choice to the controller (`{id}-{index}` when there are several);
+if one is refused, those already accepted are cancelled and the refusal is the answer.
+`complete` waits for every choice and builds one body; `stream` sends each choice's
+tokens as they come, one SSE chunk per token carrying its choice's index, after every
+choice has its first token (so an error before that is still a JSON status). Each time
+it wakes it takes every token already queued for any choice and writes all their
+events at once (daemon/stream_events.py) -- one write, not one per token, and no token
+waits for another. Whatever ends the request -- the last token, a stop string, an
+error, the client leaving -- every choice's handle is closed, which aborts what is
+still running.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from daemon.detokenizer import IncrementalDetokenizer
+from daemon.errors import ApiError
+from daemon.logprobs import ChatLogprobs, CompletionLogprobs, TokenText
+from daemon.request_plan import Choice
+from daemon.request_state import Outcome
+from daemon.responses import ResponseBuilder
+from daemon.stream_events import DONE, StreamEvents
+
+
+class RunningChoice:
+    """One choice in flight: its stream from the controller, text and log-probabilities."""
+
+    def __init__(self, choice: Choice, handle, tokenizer, stops: list[str],
+                 token_text: TokenText | None, chat: bool) -> None:
+        self.index = choice.index
+        self.handle = handle
+        self.echo = choice.prompt.text
+        self.detok = IncrementalDetokenizer(tokenizer, stops)
+        self.count = 0
+        self.text = ""              # all of it, for a full response
+        self.finish: str | None = None
+        self.started = False
+        self.logprobs = None
+        if token_text is not None:
+            self.logprobs = ChatLogprobs(token_text) if chat else \
+                CompletionLogprobs(token_text, offset=len(self.echo))
+
+    def add(self, output) -> str:
+        """Take one token; the text that became final (the echo before the first)."""
+        self.count += 1
+        text = self.detok.add(output.token_id)
+        if self.logprobs is not None and output.logprobs is not None:
+            self.logprobs.add(output.token_id, output.logprobs)
+        self.finish = "stop" if self.detok.stopped else output.finish_reason
+        if self.finish:
+            text += self.detok.flush()
+        if not self.started:
+            self.started, text = True, self.echo + text
+        return text
+
+    def close(self) -> None:
+        self.handle.close(Outcome.COMPLETED if self.detok.stopped else Outcome.CANCELLED)
+
+
+async def submit(controller, choices: list[Choice], request_id: str, body) -> list:
+    """Every choice's handle, in order; a refusal cancels those already accepted."""
+    handles = []
+    try:
+        for choice in choices:
+            handles.append(await controller.submit(
+                choice.prompt.token_ids, choice.sampling, ttft_slo=body.ttft_slo,
+                tbt_slo=body.tbt_slo, priority=body.priority,
+                request_id=request_id if len(choices) == 1 else f"{request_id}-{choice.index}"))
+    except BaseException:
+        for handle in handles:
+            handle.close(Outcome.CANCELLED)
+        raise
+    return handles
+
+
+def usage_counts(running: list[RunningChoice], choices: list[Choice]) -> tuple[int, int]:
+    """(prompt tokens, each prompt once; completion tokens, all choices)."""
+    prompts = {id(c.prompt): len(c.prompt.token_ids) for c in choices}
+    return sum(prompts.values()), sum(r.count for r in running)
+
+
+async def _collect(choice: RunningChoice) -> None:
+    pieces = []
+    async for output in choice.handle.tokens():
+        pieces.append(choice.add(output))
+        if choice.finish:
+            break
+    choice.text = "".join(pieces)
+
+
+async def _all(coros) -> list:
+    """Await every one; on the first failure cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def complete(running: list[RunningChoice], choices: list[Choice],
+                   builder: ResponseBuilder) -> web.Response:
+    try:
+        await _all(_collect(r) for r in running)
+    finally:
+        for r in running:
+            r.close()
+    bodies = [builder.choice(r.index, r.text, r.finish or "length",
+                             r.logprobs.whole() if r.logprobs is not None else None)
+              for r in running]
+    return web.json_response(builder.full(bodies, *usage_counts(running, choices)))
+
+
+def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
+                out: bytearray) -> None:
+    """Append one event per token of `items` to `out`; an error in them is raised (the
+    events of the tokens before it are in `out`). Tokens after a stop string are dropped."""
+    for item in items:
+        if choice.finish:
+            break
+        if isinstance(item, ApiError):
+            raise item
+        first = not choice.started
+        text = choice.add(item)
+        logprobs = choice.logprobs.take() if choice.logprobs is not None else None
+        # one event per token, even when its text is still held back (a partial
+        # character, a possible stop string): clients time tokens by events
+        events.token(out, choice.index, text, choice.finish, first, logprobs)
+    if choice.finish:
+        choice.close()
+
+
+async def stream(request: web.Request, running: list[RunningChoice], choices: list[Choice],
+                 builder: ResponseBuilder, include_usage: bool) -> web.StreamResponse:
+    response = None
+    try:
+        firsts = await _all(r.handle.first() for r in running)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        events, out = StreamEvents(builder), bytearray()
+        ready = asyncio.Event()  # any choice has tokens queued
+        for choice in running:
+            choice.handle.listen(ready)
+        try:
+            for choice, first in zip(running, firsts):
+                _add_events(choice, (first,), events, out)
+            while True:
+                ready.clear()  # before taking: a token put after this wakes the wait below
+                for choice in running:
+                    if not choice.finish:
+                        _add_events(choice, choice.handle.take(), events, out)
+                if all(choice.finish for choice in running):
+                    break
+                if out:  # now, whatever came in: no token waits for more
+                    await response.write(out)
+                    out = bytearray()
+                await ready.wait()
+            if include_usage:
+                events.usage(out, *usage_counts(running, choices))
+            out += DONE
+            await response.write(out)
+        except ApiError as exc:  # failed mid-stream: an SSE error event, then the end marker
+            events.error(out, exc.message, exc.status, exc.code)
+            out += DONE
+            await response.write(out)
+        return response
+    except ConnectionResetError:  # the client left mid-stream: its choices are cancelled
+        return response
+    finally:
+        for r in running:
+            r.close()

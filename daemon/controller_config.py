@@ -1,0 +1,72 @@
+"""The controller core's settings: default SLOs, routing, waiting-queue bounds, recovery.
+
+msgspec structs with their defaults and descriptions written once, here; `ascendra serve`
+(TOML sections [slo] and [controller], flags), the simulator and the tests all use them.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from policies.global_queue import Shed
+from policies.routing import Routing
+
+PositiveInt = Annotated[int, Meta(ge=1)]
+
+
+class SloConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A request's latency targets when it names none (the paper's ShareGPT settings)."""
+
+    ttft_slo: Annotated[float, Meta(gt=0, description=(
+        "Default time-to-first-token target, seconds (a request may set ttft_slo, or the "
+        "x-slo-ttft-ms header)."))] = 1.0
+    tbt_slo: Annotated[float, Meta(gt=0, description=(
+        "Default mean time-between-tokens target, seconds (a request may set tbt_slo)."
+        ))] = 0.15
+
+
+class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How the controller routes, and the bounds that keep its memory and patience finite
+    under any load."""
+
+    routing: Annotated[Routing, Meta(description=(
+        'How a new request picks among peer instances after any open HP ticket: '
+        '"least_loaded" (fewest requests in flight) or "round_robin". The same rule serves '
+        "the LP pool of an Ascendra layout and every instance of a baseline one."
+        ))] = Routing.LEAST_LOADED
+    global_queue: Annotated[bool, Meta(description=(
+        "Ascendra layouts: new requests wait at the controller and an LP instance takes the "
+        "next one only when its predicted prefill backlog falls under two steps' worth "
+        "(late binding; policies/global_queue.py). Off: each request goes to an LP on "
+        "arrival (the paper's routing)."))] = True
+    bind_steps: Annotated[float, Meta(gt=0, description=(
+        "With the global queue, an LP instance takes more requests while its queued prompt "
+        "tokens are under this many of its steps' token budgets."))] = 2.0
+    hp_gate: Annotated[bool, Meta(description=(
+        "With the global queue, a request goes to an HP instance (an LP's offload, or one "
+        "the LPs cannot serve in time) only when that HP is predicted to finish its prefill "
+        "before its deadline. Off: offloads go to the HP with the shortest queue whatever "
+        "its backlog, and the controller rescues nothing itself (the paper's rule; for "
+        "ablations)."))] = True
+    shed: Annotated[Shed, Meta(description=(
+        "With the global queue, what becomes of requests predicted to miss their TTFT SLO "
+        'on every instance: "drop" ends them at once (503 ttft_slo_missed, Retry-After), '
+        '"demote" serves them after every request that can still make it, "keep" leaves '
+        "them in deadline order."))] = Shed.DROP
+    max_wait_slo_multiple: Annotated[float, Meta(gt=0, description=(
+        "A request still waiting at the controller after this many times its TTFT SLO ends "
+        "with 503 ttft_slo_missed: nothing waits without an answer for ever."))] = 10.0
+    max_queued_requests: Annotated[PositiveInt, Meta(description=(
+        "Bounded waiting: at most this many accepted requests may wait for a first token; a "
+        "request beyond it gets 503 with Retry-After (counted in "
+        'ascendra_dropped_total{reason="queue_full"}), so memory stays bounded.'))] = 1024
+    max_queued_tokens: Annotated[PositiveInt, Meta(description=(
+        "... and those waiting requests may hold at most this many prompt tokens in all; "
+        "beyond: 503 as above."))] = 1 << 20
+    recovery_timeout: Annotated[float, Meta(ge=0, description=(
+        "Seconds the requests of an instance that died may wait for another instance (or "
+        "the restarted one) to take them over -- resubmitted, or resumed mid-stream by "
+        "recompute -- before they end with a 503 / SSE error event; 0 = end them at once "
+        "when none is ready."))] = 10.0

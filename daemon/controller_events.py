@@ -1,0 +1,157 @@
+"""What goes into the controller core (events) and what comes out (actions).
+
+Every event carries `now`, stamped by the driver (`time.monotonic()` in the daemon, the
+virtual clock in the simulator): the core never reads a clock. Actions are instructions
+and observations for the driver -- send this message, pass this token on, this request
+has ended, wake me at this time -- and the daemon's metrics and the simulator's
+per-request records are both built from them, so both measure the same things.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.request_state import EndCode, Outcome, Refusal
+from ipc.messages import Origin, Ready, ToController, ToInstance, TokenOutput
+from ipc.params import SamplingParams
+
+
+# ---- events: driver -> core ---------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Arrived:
+    """A client's new request; SLOs None take the configured defaults."""
+    now: float
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams
+    ttft_slo: float | None = None
+    tbt_slo: float | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FromInstance:
+    now: float
+    message: ToController
+
+
+@dataclass(frozen=True, slots=True)
+class SendFailed:
+    """A Send could not be carried out. `unreachable`: the instance is gone (it died and
+    the driver has not noticed yet); else the message itself could not be sent."""
+    now: float
+    instance_id: int
+    message: ToInstance
+    unreachable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceDown:
+    """An instance process exited; the driver restarts it (a new Ready follows)."""
+    now: float
+    instance_id: int
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLeft:
+    """The client is done with a request before its end (it left, or a stop string)."""
+    now: float
+    request_id: str
+    outcome: Outcome = Outcome.CANCELLED
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    kind: str   # "recovery" | "drain"
+    key: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    now: float
+    timer: Timer
+
+
+@dataclass(frozen=True, slots=True)
+class StartAccepting:
+    """Every instance is ready: new requests may come."""
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Stop accepting; requests in flight may finish until now + timeout."""
+    now: float
+    timeout: float
+
+
+Event = (Arrived | FromInstance | SendFailed | InstanceDown | ClientLeft | TimerFired
+         | StartAccepting | Drain)
+
+
+# ---- actions: core -> driver --------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Send:
+    instance_id: int
+    message: ToInstance
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """Pass one token on to the client. `ttft` (first token) or `tbt` (the gap since the
+    previous one) in seconds, for the driver's metrics."""
+    request_id: str
+    output: TokenOutput
+    ttft: float | None = None
+    tbt: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """A request's last word: it ended with `outcome` (and `code`, `message` unless it
+    completed). `instance`: the one that held it last; `e2e`: arrival to last token."""
+    request_id: str
+    outcome: Outcome
+    code: EndCode | None = None
+    message: str = ""
+    instance: int | None = None
+    e2e: float | None = None
+    retry_after: int | None = None  # a dropped request: when to try again, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """A new request is not accepted (503); the client should retry after `retry_after` s."""
+    request_id: str
+    refusal: Refusal
+    message: str
+    retry_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """A request moved to another instance (`kind`: offload, resubmit, resume, reroute)."""
+    request_id: str
+    kind: Origin
+    source: int | None
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class TicketOpened:
+    instance_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartTimer:
+    timer: Timer
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReady:
+    """An instance serves (again): for the driver's supervisor and logs."""
+    ready: Ready
+
+
+Action = (Send | Token | Settle | Refuse | Moved | TicketOpened | StartTimer | InstanceReady)

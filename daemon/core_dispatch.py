@@ -1,0 +1,88 @@
+"""The controller core's global queue: late binding, HP rescue and shedding (a mixin of
+`ControllerCore`, which owns the state; sans-I/O like it).
+
+Requests of an Ascendra layout wait in the core's `WaitingRoom` (daemon/waiting_room.py)
+until `policies.global_queue.plan` binds them to an LP whose predicted prefill backlog is
+under `bind_steps` of its token budgets, rescues them on an HP that can still finish them in time,
+or sheds them; every event that changes a backlog or the queue runs `_dispatch`.
+"""
+from __future__ import annotations
+
+import msgspec
+
+from daemon.controller_events import Action, Moved
+from daemon.request_state import EndCode, Outcome, Tracked, Trigger
+from ipc.messages import Origin, Role, Submit
+
+#: Seconds between plans of a queue no LP can take more from (rescue and shed decisions).
+PLAN_INTERVAL = 0.05
+
+
+class Dispatch:
+    _last_plan = -float("inf")
+
+    def _dispatch(self, now: float, out: list[Action]) -> None:
+        """Apply a plan of the waiting room: shed, rescue on an HP, bind to LPs, and give
+        an HP that holds a ticket the head of what still waits. A plan looks at the whole
+        queue, so it runs when it can bind something (an LP under its bound, an open
+        ticket) or `PLAN_INTERVAL` after the last one (for rescues and sheds), not on
+        every event of a busy queue."""
+        room = self.room
+        if room is None or not len(room) or not self._worth_planning(now):
+            return
+        self._last_plan = now
+        for tracked in room.waited_too_long(now, self.config.max_wait_slo_multiple):
+            self._end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                      f"dropped: it waited {now - tracked.arrival_time:.1f} s, over "
+                      f"{self.config.max_wait_slo_multiple:g} times its TTFT SLO, for an "
+                      "instance", out)
+        lps = [i for i in self.ready_ids() if self.roles[i] is Role.LP]
+        hps = [i for i in self.ready_ids() if self.roles[i] is Role.HP]
+        if not lps and not hps:
+            return
+        plan, by_id = room.plan(now, lps, hps, self._bound())
+        for w in plan.shed:
+            self._end(by_id[w.key], Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                      "dropped: it was predicted to miss its TTFT SLO on every instance", out)
+        for w, target in plan.to_hp:
+            self._bind(by_id[w.key], target, Origin.OFFLOAD, out)
+        for w, target in plan.to_lp:
+            tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
+            self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out)
+        if plan.order and self.router.tickets:
+            self._bind(by_id[plan.order[0].key], self.router.tickets.take(), Origin.NEW, out)
+
+    def _worth_planning(self, now: float) -> bool:
+        if now - self._last_plan >= PLAN_INTERVAL or self.router.tickets:
+            return True
+        bound = self._bound()
+        return any(self.room.backlog_tokens(i) < bound for i in self.ready_ids()
+                   if self.roles[i] is Role.LP)
+
+    def _bound(self) -> int:
+        """Prompt tokens an LP may have queued and still take more."""
+        lp = next((self.instances[i].ready for i in self.ready_ids()
+                   if self.roles[i] is Role.LP), None)
+        return round(self.config.bind_steps * ((lp.token_budget if lp else 0) or 2048))
+
+    def _bind(self, tracked: Tracked, target: int, origin: Origin, out: list[Action]) -> None:
+        self.room.remove(tracked)
+        tracked.advance(Trigger.DISPATCHED)
+        submit = tracked.submit
+        if origin is not Origin.NEW:
+            submit = msgspec.structs.replace(submit, origin=origin)
+            tracked.offloaded |= origin is Origin.OFFLOAD
+            out.append(Moved(tracked.request_id, origin, None, target))
+        self._send_to(tracked, target, submit, out)
+
+    def _rescuer(self, now: float, submit: Submit) -> int | None:
+        """The ready HP that can finish `submit`'s prefill before its deadline soonest."""
+        best = None
+        for i in self.ready_ids():
+            if self.roles[i] is Role.HP:
+                tokens = self.room.backlog_tokens(i) + len(submit.prompt_token_ids)
+                finish = now + self.room.seconds(i, tokens)
+                if finish <= submit.deadline and (best is None or finish < best[0]):
+                    best = (finish, i)
+        return best[1] if best else None
+

@@ -1,0 +1,125 @@
+"""One request's life in the controller: its state, the legal moves, and how it ends.
+
+The controller core keeps a `Tracked` per accepted request. Its `state` changes only
+through `advance`, which looks the move up in `TRANSITIONS` (the pattern of h11's
+`_state.py`: legal moves are data; an illegal one raises before anything changes):
+
+    PENDING ──dispatched──▶ QUEUED             (late binding: it waited at the controller)
+    QUEUED ──requeued──▶ PENDING               (an offload no HP can finish in time)
+    QUEUED ──first token──▶ STREAMING          QUEUED ──offloaded──▶ QUEUED (on an HP)
+    QUEUED / STREAMING ──holder lost──▶ MOVING  (its instance died: no instance holds it)
+    MOVING ──resubmitted──▶ QUEUED              MOVING ──resumed──▶ STREAMING
+    any ──ended──▶ DONE                         (its one terminal answer: an `Outcome`)
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ipc.messages import FinishReason, Submit
+
+
+class RequestState(enum.Enum):
+    PENDING = "pending"      # waiting at the controller; no instance holds it yet
+    QUEUED = "queued"        # sent to an instance; no first token yet
+    STREAMING = "streaming"  # its tokens flow to the client
+    MOVING = "moving"        # its instance died; held by none until another takes it
+    DONE = "done"            # answered; the core forgets it
+
+
+class Trigger(enum.Enum):
+    DISPATCHED = "dispatched"
+    REQUEUED = "requeued"
+    FIRST_TOKEN = "first_token"
+    OFFLOADED = "offloaded"
+    HOLDER_LOST = "holder_lost"
+    RESUBMITTED = "resubmitted"
+    RESUMED = "resumed"
+    ENDED = "ended"
+
+
+P, Q, S = RequestState.PENDING, RequestState.QUEUED, RequestState.STREAMING
+M, D = RequestState.MOVING, RequestState.DONE
+TRANSITIONS: dict[tuple[RequestState, Trigger], RequestState] = {
+    (P, Trigger.DISPATCHED): Q,
+    (Q, Trigger.REQUEUED): P,
+    (P, Trigger.ENDED): D,
+    (Q, Trigger.FIRST_TOKEN): S,
+    (Q, Trigger.OFFLOADED): Q,
+    (Q, Trigger.HOLDER_LOST): M,
+    (S, Trigger.HOLDER_LOST): M,
+    (M, Trigger.RESUBMITTED): Q,
+    (M, Trigger.RESUMED): S,
+    (Q, Trigger.ENDED): D,
+    (S, Trigger.ENDED): D,
+    (M, Trigger.ENDED): D,
+}
+
+
+class IllegalTransition(RuntimeError):
+    """The core tried a move its table does not allow: a bug in the core, not the peer's."""
+
+
+class Outcome(str, enum.Enum):
+    """How a request ended, as the daemon counts it (`ascendra_requests_total{outcome}`)."""
+
+    COMPLETED = "completed"  # its last token was sent (or the client stopped at a stop string)
+    CANCELLED = "cancelled"  # the client left
+    DROPPED = "dropped"      # given up on before its first token: its TTFT SLO was lost
+    REJECTED = "rejected"    # an instance refused it (a 400)
+    ERRORED = "errored"      # anything else: no instance could take it, drain timed out, ...
+
+
+class Refusal(str, enum.Enum):
+    """Why a new request was not accepted (a 503 with Retry-After)."""
+
+    STARTING = "starting"
+    SHUTTING_DOWN = "shutting_down"
+    QUEUE_FULL = "queue_full"
+    NO_INSTANCE = "no_instance"
+
+
+class EndCode(str, enum.Enum):
+    """The error code of a request that ended without completing (OpenAI's `code`)."""
+
+    TTFT_SLO_MISSED = FinishReason.DROP.value
+    INSTANCE_FAILED = "instance_failed"
+    SHUTTING_DOWN = "shutting_down"
+    UNAVAILABLE = "unavailable"
+    ENDED_EARLY = "ended_early"
+    INVALID = "invalid_request"
+    INTERNAL = "internal_error"
+
+
+@dataclass(slots=True)
+class Tracked:
+    """The core's view of one accepted request."""
+
+    request_id: str
+    arrival_time: float
+    submit: Submit                     # as last sent to an instance
+    original: Submit                   # as first sent: what a recovery starts from
+    state: RequestState = RequestState.QUEUED
+    instance: int | None = None        # the instance that holds it; None while MOVING
+    token_ids: list[int] = field(default_factory=list)  # every token passed on, in order
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    offloaded: bool = False            # moved from an LP to an HP at least once
+    requeued: bool = False             # an LP gave it up and no HP could take it in time
+    num_recoveries: int = 0            # times it was taken over from a dead instance
+    give_up_time: float = float("inf")  # MOVING: end it if not placed by then
+    why_moving: str = ""               # MOVING: what happened to its instance
+
+    def advance(self, trigger: Trigger) -> RequestState:
+        """Take one move of the table; IllegalTransition (and no change) if there is none."""
+        new = TRANSITIONS.get((self.state, trigger))
+        if new is None:
+            raise IllegalTransition(f"request {self.request_id}: no move from "
+                                    f"{self.state.value} on {trigger.value}")
+        self.state = new
+        return new
+
+    @property
+    def waiting(self) -> bool:
+        """It has no first token yet (it counts against the waiting-queue bounds)."""
+        return self.first_token_time is None

@@ -1,0 +1,80 @@
+"""The server-sent events of one streamed response, as bytes: one `data:` event per token.
+
+A stream chunk is the response's envelope (`id`, `object`, `created`, `model` -- the
+same in every chunk of a stream, so encoded once) around one choice's new text (and
+its log-probabilities when asked): `{"id": ..., "choices": [{"index": 0, "text": ...,
+"logprobs": null, "finish_reason": null}]}` for completions, a `delta` instead of `text`
+for chat (`{"role": "assistant", "content": ...}` in a choice's first chunk, then
+`{"content": ...}`, `{}` when a token adds no text yet). Events are appended to a
+bytearray, so every event ready at once goes out in one write; each is still its own
+`data:` line, as OpenAI's clients and load testers expect. Encoded by msgspec.
+"""
+from __future__ import annotations
+
+import msgspec
+
+from daemon.responses import ResponseBuilder, error_body, usage
+
+DONE = b"data: [DONE]\n\n"
+_END = b"\n\n"
+
+
+class _Envelope(msgspec.Struct):
+    id: str
+    object: str
+    created: int
+    model: str
+
+
+class _TextChoice(msgspec.Struct):
+    index: int
+    text: str
+    logprobs: dict | None
+    finish_reason: str | None
+
+
+class _Delta(msgspec.Struct, omit_defaults=True):
+    role: str | msgspec.UnsetType = msgspec.UNSET
+    content: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class _ChatChoice(msgspec.Struct):
+    index: int
+    delta: _Delta
+    logprobs: dict | None
+    finish_reason: str | None
+
+
+class StreamEvents:
+    """Appends the events of one response (`builder`'s id, model, kind) to a bytearray."""
+
+    def __init__(self, builder: ResponseBuilder) -> None:
+        self.chat = builder.chat
+        kind = "chat.completion.chunk" if builder.chat else "text_completion"
+        self._encoder = msgspec.json.Encoder()
+        envelope = self._encoder.encode(_Envelope(builder.id, kind, builder.created, builder.model))
+        self._open = b"data: " + envelope[:-1] + b',"choices":['  # up to the choice
+        self._close = b"]}" + _END
+
+    def token(self, out: bytearray, index: int, text: str, finish_reason: str | None = None,
+              first: bool = False, logprobs: dict | None = None) -> None:
+        """One choice's chunk for one token: its new `text` (maybe empty: an event per
+        token all the same, as clients time tokens by events)."""
+        if self.chat:
+            delta = _Delta("assistant", text) if first else _Delta(content=text) if text else _Delta()
+            choice = _ChatChoice(index, delta, logprobs, finish_reason)
+        else:
+            choice = _TextChoice(index, text, logprobs, finish_reason)
+        out += self._open
+        self._encoder.encode_into(choice, out, -1)
+        out += self._close
+
+    def usage(self, out: bytearray, prompt_tokens: int, completion_tokens: int) -> None:
+        """The last chunk when `stream_options.include_usage`: no choices, the counts."""
+        out += self._open
+        out += b"]," + self._encoder.encode({"usage": usage(prompt_tokens, completion_tokens)})[1:]
+        out += _END
+
+    def error(self, out: bytearray, message: str, status: int, code: str | None = None) -> None:
+        """A failure mid-stream, in OpenAI's error shape (the stream then ends)."""
+        out += b"data: " + self._encoder.encode(error_body(message, status, code=code)) + _END

@@ -1,0 +1,141 @@
+"""The controller's waiting room (late binding): requests no instance holds yet, and what
+the controller predicts of each instance's prefill backlog. Sans-I/O; the controller
+core owns one and applies what `plan` decides (policies/global_queue.py).
+
+Backlog of an instance, in prompt tokens = those it reported waiting after its last step
+(`InstanceLoad`) + those of every Submit sent to it that it had not taken in then (the
+load report counts the Submits it accepted). In seconds: tokens / its prefill rate --
+the prompt tokens per second it measured while saturated, decodes sharing its steps
+included -- or, before it has measured one, its performance model's rate for prefill
+alone (the prefill curve it sent in Ready).
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from daemon.request_state import Tracked
+from ipc.messages import InstanceLoad, Ready
+from policies.global_queue import Lane, Plan, Shed, Waiting, plan
+from policies.prefill_curve import curve_seconds
+
+#: Requests planned per pass, earliest deadlines first (Moore-Hodgson's decisions for a
+#: deadline-ordered prefix do not depend on what comes after it).
+HORIZON = 512
+#: The least share of its model's prefill-alone rate an instance is taken to run at.
+MIN_RATE_SHARE = 0.25
+
+
+@dataclass
+class _Backlog:
+    model_rate: float                   # tokens/s of prefill alone, from its curve
+    measured_rate: float = 0.0          # tokens/s while saturated, from its reports
+    reported: int = 0                   # prompt tokens waiting at its last report
+    accepted: int = 0
+    sent: int = 0
+    in_transit: deque = field(default_factory=deque)   # (sequence number, prompt tokens)
+
+    @property
+    def rate(self) -> float:
+        """The measured rate, but never under MIN_RATE_SHARE of prefill alone: a stall (no
+        KV free for a while) must not make the instance look stopped for ever."""
+        if not self.measured_rate:
+            return self.model_rate
+        return max(self.measured_rate, MIN_RATE_SHARE * self.model_rate)
+
+    @property
+    def tokens(self) -> int:
+        return self.reported + sum(n for _, n in self.in_transit)
+
+    def add(self, tokens: int) -> None:
+        self.in_transit.append((self.sent, tokens))
+        self.sent += 1
+
+    def report(self, load: InstanceLoad) -> None:
+        self.reported, self.accepted = load.queued_prefill_tokens, load.accepted
+        self.measured_rate = load.prefill_rate or self.measured_rate
+        while self.in_transit and self.in_transit[0][0] < self.accepted:
+            self.in_transit.popleft()
+
+
+def model_rate(ready: Ready) -> float:
+    """Prompt tokens per second of prefill alone, as the instance's curve predicts."""
+    budget = ready.token_budget or 2048
+    return budget / curve_seconds(ready.prefill_curve, budget)
+
+
+class WaitingRoom:
+    def __init__(self, shed: Shed, rescue: bool = True) -> None:
+        self.shed = Shed(shed)
+        self.rescue = rescue
+        self._queue: list[tuple[tuple, Tracked]] = []   # sorted by their keys
+        self._keys: dict[str, tuple] = {}
+        self._seq = itertools.count()
+        self.backlogs: dict[int, _Backlog] = {}
+
+    # ---- the queue ---------------------------------------------------------------------
+    def add(self, tracked: Tracked) -> None:
+        submit = tracked.submit
+        key = (-submit.priority, submit.deadline, tracked.arrival_time, next(self._seq))
+        self._keys[tracked.request_id] = key
+        bisect.insort(self._queue, (key, tracked), key=lambda item: item[0])
+
+    def remove(self, tracked: Tracked) -> None:
+        key = self._keys.pop(tracked.request_id, None)
+        if key is not None:
+            i = bisect.bisect_left(self._queue, key, key=lambda item: item[0])
+            del self._queue[i]
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._keys
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def waited_too_long(self, now: float, multiple: float) -> list[Tracked]:
+        """Requests that have waited more than `multiple` times their TTFT SLO."""
+        return [t for _, t in self._queue
+                if now - t.arrival_time > multiple * (t.submit.ttft_slo or float("inf"))]
+
+    # ---- backlogs ----------------------------------------------------------------------
+    def ready(self, ready: Ready) -> None:
+        self.backlogs[ready.instance_id] = _Backlog(model_rate(ready))
+
+    def sent(self, instance_id: int, tokens: int) -> None:
+        if instance_id in self.backlogs:
+            self.backlogs[instance_id].add(tokens)
+
+    def reported(self, instance_id: int, load: InstanceLoad) -> None:
+        if instance_id in self.backlogs:
+            self.backlogs[instance_id].report(load)
+
+    def forget(self, instance_id: int) -> None:
+        self.backlogs.pop(instance_id, None)
+
+    def backlog_tokens(self, instance_id: int) -> int:
+        return self.backlogs[instance_id].tokens
+
+    def seconds(self, instance_id: int, tokens: float) -> float:
+        """Predicted seconds for `instance_id` to prefill `tokens` more prompt tokens."""
+        return tokens / self.backlogs[instance_id].rate
+
+    # ---- the plan ----------------------------------------------------------------------
+    def plan(self, now: float, lps: list[int], hps: list[int], bound_tokens: int,
+             ) -> tuple[Plan, dict[str, Tracked]]:
+        """`policies.global_queue.plan` over the earliest-deadline HORIZON requests; the
+        rest keep their place behind them. Returns the plan and the requests by id."""
+        head = self._queue[:HORIZON]
+        by_id = {t.request_id: t for _, t in head}
+        lp_rate = sum(self.backlogs[i].rate for i in lps) / len(lps) if lps else 1.0
+        hp_rate = sum(self.backlogs[i].rate for i in hps) / len(hps) if hps else lp_rate
+        waiting = []
+        for _, t in head:
+            tokens = len(t.submit.prompt_token_ids)
+            waiting.append(Waiting(t.request_id, t.arrival_time, t.submit.deadline,
+                                   tokens / lp_rate, tokens / hp_rate, t.submit.priority))
+        lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in lps]
+        hp_lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in hps]
+        return plan(waiting, lanes, hp_lanes if self.rescue else [], now,
+                    bound_tokens / lp_rate, self.shed), by_id

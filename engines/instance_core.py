@@ -1,0 +1,178 @@
+"""One instance's rules, sans-I/O: commands in, messages out; the step in two halves.
+
+    handle(command, now)  -> replies        Submit, Abort, Ping, Shutdown
+    begin_step(now)       -> batch          the driver runs it: an executor, or a
+    finish_step(batch, sampled, seconds, now) -> messages   virtual clock in the simulator
+    ask_for_work()        -> [Ticket] or [] (HP, between steps)
+
+It owns the engine and what the controller must hear about it: every Submit gets
+exactly one terminal answer (a finishing token, Finished, an Offload, or a
+RequestError), and an HP with nothing waiting and room to spare holds one ticket
+(paper §6.1). The instance process (`engines/instance.py`) and the simulator
+(`bench/simulator.py`) drive the same object; neither makes a decision of its own.
+"""
+from __future__ import annotations
+
+from engines.batch import Batch
+from engines.engine import Engine
+from ipc.messages import (
+    Abort, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
+    Ping, Ready,
+    RequestError, Role, Shutdown, StepOutputs, Submit, Ticket, ToController, ToInstance,
+)
+from policies.admission import TICKET_BATCH_LIMIT, ticket_wanted
+
+#: Weight of the newest saturated step in the prefill rate's moving average.
+RATE_WEIGHT = 0.1
+#: Prompt lengths of the prefill curve an instance reports in Ready (powers of two).
+CURVE_LENGTHS = tuple(2 ** k for k in range(4, 18))
+
+
+class InstanceCore:
+    def __init__(self, instance_id: int, role: Role, engine: Engine) -> None:
+        self.instance_id = instance_id
+        self.role = role
+        self.engine = engine
+        self.num_steps = 0
+        self.num_finished = self.num_offloaded = self.num_dropped = 0
+        self.ticket_open = False  # HP: a Ticket was sent and no new request has come since
+        self.stopped = False      # Shutdown received: the driver exits
+        self.num_bad_frames = 0   # the driver's count of frames it could not decode
+        self.num_accepted = 0     # Submits taken in (the controller counts what is in flight)
+        self.prefill_rate = 0.0   # prompt tokens/s while saturated (InstanceLoad.prefill_rate)
+
+    @property
+    def has_work(self) -> bool:
+        return self.engine.has_work
+
+    # ---- commands ----------------------------------------------------------------------
+    def handle(self, command: ToInstance, now: float) -> list[ToController]:
+        match command:
+            case Submit():
+                return self._accept(command)
+            case Abort(request_id=request_id):
+                return self._abort(request_id)
+            case Ping(ping_id=ping_id):
+                return [self.heartbeat(now, ping_id=ping_id)]
+            case Shutdown():
+                self.stopped = True
+                return [m for rid in list(self.engine.scheduler.requests) for m in self._abort(rid)]
+            case _:
+                raise TypeError(f"not an instance command: {command!r}")
+
+    def _accept(self, submit: Submit) -> list[ToController]:
+        self.num_accepted += 1
+        if submit.origin is Origin.NEW:
+            self.ticket_open = False  # a new request came: it used our ticket (or beat it)
+        deadline = submit.deadline
+        if deadline is None:
+            deadline = (submit.arrival_time + submit.ttft_slo if submit.ttft_slo is not None
+                        else float("inf"))
+        try:
+            self._check_token_ids(submit.prompt_token_ids)
+            self.engine.add_request(
+                submit.prompt_token_ids, submit.sampling, request_id=submit.request_id,
+                arrival_time=submit.arrival_time, deadline=deadline, priority=submit.priority,
+                tbt_slo=submit.tbt_slo or float("inf"), pinned=submit.origin.pinned,
+                generated_before=submit.generated_before)
+        except ValueError as exc:
+            return [RequestError(instance_id=self.instance_id, request_id=submit.request_id,
+                                 message=str(exc))]
+        return []
+
+    def _check_token_ids(self, token_ids: list[int]) -> None:
+        """Refuse ids outside the model's vocabulary (an executor may publish `vocab_size`)."""
+        vocab_size = getattr(self.engine.executor, "vocab_size", None)
+        if vocab_size is not None and max(token_ids) >= vocab_size:
+            raise ValueError(f"prompt has token id {max(token_ids)}; the vocabulary has "
+                             f"{vocab_size} tokens")
+
+    def _abort(self, request_id: str) -> list[ToController]:
+        """Unknown or finished ids get nothing: their terminal answer was already sent."""
+        if not self.engine.abort(request_id):
+            return []
+        return [Finished(instance_id=self.instance_id, request_id=request_id,
+                         reason=FinishReason.ABORT)]
+
+    # ---- the step ----------------------------------------------------------------------
+    def begin_step(self, now: float) -> Batch:
+        return self.engine.begin_step(now)
+
+    def finish_step(self, batch: Batch, sampled: list[int], seconds: float, now: float,
+                    ) -> list[ToController]:
+        """The step's tokens (one message), then what left the queue: offloads and drops."""
+        result = self.engine.finish_step(batch, sampled, seconds, now)
+        messages: list[ToController] = []
+        if batch:
+            self.num_steps += 1
+            queued = self.engine.scheduler.queued_prefill()
+            self._measure_prefill(batch, seconds, queued[0])
+            load = self.load(queued)
+            self.num_finished += sum(1 for o in result.outputs if o.finish_reason is not None)
+            messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
+                                        time=now, step_seconds=seconds, outputs=result.outputs,
+                                        load=load))
+        if result.offloaded:
+            self.num_offloaded += len(result.offloaded)
+            messages.append(Offload(instance_id=self.instance_id, requests=[
+                OffloadedRequest(r.request_id, r.prompt_token_ids) for r in result.offloaded]))
+        for request in result.dropped:
+            self.num_dropped += 1
+            messages.append(Finished(instance_id=self.instance_id, request_id=request.request_id,
+                                     reason=FinishReason.DROP))
+        return messages
+
+    def ask_for_work(self) -> list[ToController]:
+        """HP, between steps: with nothing waiting and room in batch and KV, hold one ticket."""
+        if self.role is not Role.HP:
+            return []
+        scheduler, kv = self.engine.scheduler, self.engine.kv
+        if not ticket_wanted(len(scheduler.waiting), len(scheduler.running), TICKET_BATCH_LIMIT,
+                             kv.num_free_blocks / kv.num_blocks, self.ticket_open):
+            return []
+        self.ticket_open = True
+        return [Ticket(instance_id=self.instance_id)]
+
+    def _measure_prefill(self, batch: Batch, seconds: float, still_queued: int) -> None:
+        """Update the prefill rate from a step that left prompt tokens waiting (a step that
+        ran out of them says nothing of how fast they go; one that ran none while they
+        waited -- no KV or seat free -- says they go slowly)."""
+        prefill = sum(c.num_tokens for c in batch.chunks if not c.is_decode)
+        if seconds > 0 and still_queued:
+            rate = prefill / seconds
+            self.prefill_rate = rate if not self.prefill_rate else (
+                (1 - RATE_WEIGHT) * self.prefill_rate + RATE_WEIGHT * rate)
+
+    # ---- reports -----------------------------------------------------------------------
+    def load(self, queued: tuple[int, float] | None = None) -> InstanceLoad:
+        """Its load now; `queued`: `Scheduler.queued_prefill()` if already at hand."""
+        tokens, seconds = queued or self.engine.scheduler.queued_prefill()
+        return InstanceLoad(self.num_accepted, tokens, seconds,
+                            len(self.engine.scheduler.running), self.prefill_rate)
+
+    def ready(self, pid: int, executor_kind: str) -> Ready:
+        scheduler = self.engine.scheduler
+        return Ready(instance_id=self.instance_id, role=self.role, mode=scheduler.mode.name,
+                     executor=executor_kind, pid=pid, num_kv_blocks=self.engine.kv.num_blocks,
+                     block_size=self.engine.kv.block_size, max_model_len=scheduler.max_model_len,
+                     prefill_curve=self._prefill_curve(), token_budget=scheduler.token_budget)
+
+    def _prefill_curve(self) -> list[tuple[int, float]]:
+        """Its model's predicted prefill seconds at a few prompt lengths up to its context."""
+        predictor, scheduler = self.engine.predictor, self.engine.scheduler
+        if predictor is None:
+            return []
+        lengths = [n for n in CURVE_LENGTHS if n < scheduler.max_model_len]
+        return [(n, predictor.prefill_time(n, 0, scheduler.token_budget)) for n in lengths]
+
+    def heartbeat(self, now: float, ping_id: int | None = None) -> Heartbeat:
+        scheduler, kv = self.engine.scheduler, self.engine.kv
+        perf = self.engine.perf_model
+        return Heartbeat(
+            instance_id=self.instance_id, time=now, ping_id=ping_id,
+            num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
+            num_kv_blocks_used=kv.num_blocks - kv.num_free_blocks, num_kv_blocks=kv.num_blocks,
+            num_preemptions=scheduler.num_preemptions, num_steps=self.num_steps,
+            num_bad_frames=self.num_bad_frames, num_finished=self.num_finished,
+            num_offloaded=self.num_offloaded, num_dropped=self.num_dropped,
+            perf_model_mape=perf.mape if perf else None)

@@ -1,0 +1,130 @@
+"""The controller's waiting queue, decided purely: which waiting request goes where, when.
+
+Requests wait at the controller, not at an instance (late binding): an LP takes more
+work only when its predicted prefill backlog falls under a bound, so a burst is not
+committed to one LP before anyone knows which LP frees up first. Each pass (`plan`)
+looks at the whole queue at `now`:
+
+1. **Feasible set, by Moore-Hodgson.** In deadline order, add each request's predicted
+   prefill time to the LP pool's predicted backlog (the pool drains as one machine of
+   `len(lanes)` times an LP's speed, but a request's own prefill runs on one LP: it
+   finishes its own prefill time after the pool reaches it); when a request would finish
+   after its deadline, set aside the most expensive request taken so far (it, or an
+   earlier long one). On one machine this maximises the number of requests that meet
+   their deadlines (Moore and Hodgson 1968); the kept ones, in deadline order, all meet
+   theirs as predicted.
+2. **Rescue.** Each set-aside request that an HP instance can still finish in time (its
+   own predicted backlog plus this prefill, before the deadline) goes there at once.
+3. **Shed.** The rest are *late*: with `shed` = "drop" they end now with a clear answer
+   (they would only delay the others and miss anyway); "demote" keeps them behind every
+   feasible request (oldest first, so none starves); "keep" leaves them in deadline order.
+4. **Bind.** The queue in order (feasible by deadline, then demoted) is handed out: the
+   LP with the smallest backlog takes the head while its backlog is under `bound`.
+
+Requests of a higher priority class are planned first. Pure: numbers in, decisions out.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Shed(str, Enum):
+    DROP = "drop"        # end late requests at once (503 ttft_slo_missed, Retry-After)
+    DEMOTE = "demote"    # serve them after every request that can still make it
+    KEEP = "keep"        # no triage: deadline order for all
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A request in the controller's queue, as the plan sees it."""
+    key: str
+    arrival: float
+    deadline: float
+    cost: float          # predicted seconds to prefill it on an LP
+    hp_cost: float       # ... on an HP
+    priority: int = 0
+
+
+@dataclass(slots=True)
+class Lane:
+    """One instance's predicted prefill backlog, seconds from now."""
+    instance_id: int
+    backlog: float
+
+
+@dataclass
+class Plan:
+    to_lp: list[tuple[Waiting, int]] = field(default_factory=list)   # bound now
+    to_hp: list[tuple[Waiting, int]] = field(default_factory=list)   # rescued
+    shed: list[Waiting] = field(default_factory=list)                # dropped now
+    order: list[Waiting] = field(default_factory=list)               # what stays, in order
+
+
+def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
+         bound: float, shed: Shed = Shed.DEMOTE) -> Plan:
+    out = Plan()
+    if not queue:
+        return out
+    if shed is Shed.KEEP or not lps:
+        ordered, late = sorted(queue, key=_deadline_order), []
+    else:
+        ordered, late = _feasible(queue, lps, now)
+        late = _rescue(late, hps, now, out)
+        if shed is Shed.DROP:
+            out.shed, late = late, []
+        late.sort(key=lambda w: (-w.priority, w.arrival))
+    _bind(ordered + late, list(lps), bound, out)
+    return out
+
+
+def _deadline_order(w: Waiting) -> tuple:
+    return (-w.priority, w.deadline, w.arrival)
+
+
+def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
+              ) -> tuple[list[Waiting], list[Waiting]]:
+    """(kept in deadline order, set aside) by Moore-Hodgson on the pooled LPs."""
+    speed = len(lps)
+    clock = now + sum(lane.backlog for lane in lps) / speed
+    kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
+    aside: list[Waiting] = []
+    for i, w in enumerate(sorted(queue, key=_deadline_order)):
+        start = clock  # when an LP of the pool frees up for it ...
+        heapq.heappush(kept, (-w.cost, -i, w))  # ties: set the later one aside
+        clock += w.cost / speed
+        if start + w.cost > w.deadline:  # ... and then one LP prefills it alone
+            _, _, longest = heapq.heappop(kept)
+            clock -= longest.cost / speed
+            aside.append(longest)
+    return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+
+
+def _rescue(aside: list[Waiting], hps: Sequence[Lane], now: float, out: Plan) -> list[Waiting]:
+    """Send to an HP each set-aside request it can still finish in time; the rest are late."""
+    lanes = [Lane(h.instance_id, h.backlog) for h in hps]
+    late = []
+    for w in sorted(aside, key=_deadline_order):
+        lane = min(lanes, key=lambda h: h.backlog, default=None)
+        if lane is not None and now + lane.backlog + w.hp_cost <= w.deadline:
+            lane.backlog += w.hp_cost
+            out.to_hp.append((w, lane.instance_id))
+        else:
+            late.append(w)
+    return late
+
+
+def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan) -> None:
+    lanes = [Lane(lane.instance_id, lane.backlog) for lane in lanes]
+    position = 0
+    while position < len(ordered) and lanes:
+        lane = min(lanes, key=lambda l: (l.backlog, l.instance_id))
+        if lane.backlog >= bound:
+            break
+        w = ordered[position]
+        out.to_lp.append((w, lane.instance_id))
+        lane.backlog += w.cost
+        position += 1
+    out.order = ordered[position:]

@@ -1,0 +1,31 @@
+"""`ascendra plan`: every split of the GPUs is simulated, the best is recommended."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.cli import main
+from bench.plan import candidate_layouts
+
+
+def test_every_split_and_both_baselines_are_candidates():
+    assert candidate_layouts(3) == ["3L0H", "2L1H", "1L2H", "3xsarathi", "3xvllm"]
+    assert candidate_layouts(1) == ["1L0H", "1xsarathi", "1xvllm"]
+    with pytest.raises(ValueError, match="--gpus"):
+        candidate_layouts(0)
+
+
+@pytest.mark.slow
+def test_plan_recommends_the_candidate_with_the_highest_capacity(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--gpus", "2", "--measured", "60", "--trace", "arxiv",
+                 "--max-model-len", "2048", "--json", str(out)]) == 0
+    answer = json.loads(out.read_text())
+    capacities = {c["layout"]: c["capacity_qps"] for c in answer["candidates"]}
+    assert set(capacities) == {"2L0H", "1L1H", "2xsarathi", "2xvllm"}
+    assert answer["recommended"] == max(capacities, key=capacities.get)
+    assert all(c["fraction_of_ceiling"] > 0 for c in answer["candidates"])  # (a short run)
+    printed = capsys.readouterr().out
+    assert f"{answer['recommended']}" in printed and "<- recommended" in printed
+    assert "hardware ceiling" in printed

@@ -1,0 +1,98 @@
+"""The controller's waiting queue (policies/global_queue.py): late binding, Moore-Hodgson's
+feasible set, HP rescue, shedding."""
+from __future__ import annotations
+
+import itertools
+import random
+
+from policies.global_queue import Lane, Shed, Waiting, plan
+
+
+def w(key: str, deadline: float, cost: float, arrival: float = 0.0, priority: int = 0,
+      hp_cost: float | None = None) -> Waiting:
+    return Waiting(key, arrival, deadline, cost, cost if hp_cost is None else hp_cost, priority)
+
+
+def keys(items) -> list[str]:
+    return [(i[0] if isinstance(i, tuple) else i).key for i in items]
+
+
+def test_an_lp_takes_work_only_while_its_backlog_is_under_the_bound():
+    queue = [w("a", 10, 1.0), w("b", 11, 1.0), w("c", 12, 1.0), w("d", 13, 1.0)]
+    out = plan(queue, [Lane(0, 0.0), Lane(1, 1.5)], [], now=0.0, bound=2.0)
+    # always the lane with the least backlog: 0, 0 (now 2.0 >= bound? no: 1.0), then 1
+    assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 0), ("b", 0), ("c", 1)]
+    assert keys(out.order) == ["d"]  # waits at the controller for whichever LP frees first
+
+
+def test_a_burst_is_not_committed_to_one_lp():
+    burst = [w(f"r{i}", 100.0, 1.0) for i in range(20)]
+    out = plan(burst, [Lane(0, 0.0), Lane(1, 0.0)], [], now=0.0, bound=2.0)
+    assert len(out.to_lp) == 4 and len(out.order) == 16
+
+
+def test_kept_requests_run_in_deadline_order_and_all_meet_their_deadline():
+    rng = random.Random(1)
+    queue = [w(f"r{i}", rng.uniform(1, 20), rng.uniform(0.1, 3.0)) for i in range(40)]
+    out = plan(queue, [Lane(0, 0.0), Lane(1, 0.0)], [], now=0.0, bound=1e9, shed=Shed.DROP)
+    kept = [x for x, _ in out.to_lp]
+    assert [x.deadline for x in kept] == sorted(x.deadline for x in kept)
+    clock = 0.0
+    for x in kept:  # the pooled LPs (two: half the time each) drain them in this order
+        clock += x.cost / 2
+        assert clock <= x.deadline + 1e-9
+    assert len(kept) + len(out.shed) == 40 and out.shed
+
+
+def test_moore_hodgson_keeps_the_most_requests_on_time():
+    """On one LP, no subset of a small queue that all meet their deadlines is larger."""
+    rng = random.Random(7)
+    for _ in range(30):
+        queue = [w(f"r{i}", rng.uniform(0.5, 6), rng.uniform(0.2, 2.5)) for i in range(7)]
+        out = plan(queue, [Lane(0, 0.0)], [], now=0.0, bound=1e9, shed=Shed.DROP)
+        best = max(len(s) for n in range(len(queue) + 1)
+                   for s in itertools.combinations(queue, n) if _feasible_alone(s))
+        assert len(out.to_lp) == best
+
+
+def _feasible_alone(subset) -> bool:
+    clock = 0.0
+    for x in sorted(subset, key=lambda x: x.deadline):
+        clock += x.cost
+        if clock > x.deadline:
+            return False
+    return True
+
+
+def test_the_longest_request_is_set_aside_first_and_rescued_by_an_idle_hp():
+    queue = [w("short1", 2.0, 1.0), w("long", 2.5, 2.0), w("short2", 3.0, 1.0)]
+    out = plan(queue, [Lane(0, 0.0)], [Lane(9, 0.0)], now=0.0, bound=1e9, shed=Shed.DROP)
+    assert keys(out.to_lp) == ["short1", "short2"]
+    assert [(x.key, hp) for x, hp in out.to_hp] == [("long", 9)]
+    assert not out.shed
+
+
+def test_a_busy_hp_rescues_only_what_it_can_still_finish():
+    queue = [w("a", 1.0, 1.0), w("b", 1.0, 1.0), w("c", 1.0, 1.0)]
+    out = plan(queue, [Lane(0, 0.0)], [Lane(9, 0.5)], now=0.0, bound=1e9, shed=Shed.DROP)
+    assert keys(out.to_lp) == ["a"] and not out.to_hp  # the HP is 0.5 s busy: 1.5 > 1.0
+    assert sorted(keys(out.shed)) == ["b", "c"]
+
+
+def test_demoted_requests_wait_behind_the_feasible_ones_oldest_first():
+    queue = [w("late-new", 0.5, 1.0, arrival=2.0), w("late-old", 0.5, 1.0, arrival=1.0),
+             w("fine", 10.0, 1.0, arrival=3.0)]
+    out = plan(queue, [Lane(0, 0.0)], [], now=0.0, bound=0.5, shed=Shed.DEMOTE)
+    assert keys(out.to_lp) == ["fine"] and keys(out.order) == ["late-old", "late-new"]
+    kept = plan(queue, [Lane(0, 0.0)], [], now=0.0, bound=1e9, shed=Shed.KEEP)
+    assert keys(kept.to_lp) == ["late-old", "late-new", "fine"] and not kept.shed
+
+
+def test_a_higher_priority_class_is_planned_first():
+    queue = [w("free", 1.0, 1.0), w("premium", 5.0, 1.0, priority=1)]
+    out = plan(queue, [Lane(0, 0.0)], [], now=0.0, bound=1e9, shed=Shed.KEEP)
+    assert keys(out.to_lp) == ["premium", "free"]
+
+
+def test_an_empty_queue_plans_nothing():
+    assert plan([], [Lane(0, 0.0)], [], now=0.0, bound=1.0).to_lp == []

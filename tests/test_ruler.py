@@ -1,0 +1,41 @@
+"""The capacity ruler's construction: every layout of a comparison gets the same routing,
+SLOs, workload and warm-up rule; a capacity is found per seed from its own runs."""
+from __future__ import annotations
+
+import pytest
+
+from bench.ruler import RulerConfig, Subject, seed_capacity, sim_config, workload_requests
+from bench.workloads import workload
+from daemon.controller_config import ControllerConfig
+from engines.scheduler_config import SchedulerConfig
+from policies.routing import Routing
+
+
+@pytest.mark.parametrize("routing", list(Routing))
+def test_every_layout_of_a_comparison_routes_alike(routing):
+    config = RulerConfig(controller=ControllerConfig(routing=routing))
+    subjects = [Subject(label="a", layout="2L1H"), Subject(label="b", layout="3xvllm"),
+                Subject(label="c", layout="3xsarathi", scheduler=SchedulerConfig(chunk_size=512))]
+    configs = [sim_config(s, config) for s in subjects]
+    assert {c.controller.routing for c in configs} == {routing}
+    assert len({(c.slo, c.profile, c.max_model_len) for c in configs}) == 1
+    assert [c.scheduler.chunk_size for c in configs] == [2048, 2048, 512]
+
+
+def test_a_seed_gives_its_own_requests_and_the_same_ones_every_time():
+    config = RulerConfig(workload=workload("bursty-cv2"), measured=80)
+    first, again = workload_requests(config, 5.0, 0), workload_requests(config, 5.0, 0)
+    other = workload_requests(config, 5.0, 1)
+    assert first == again and first != other and len(first) == 100
+
+
+@pytest.mark.slow
+def test_a_seed_capacity_brackets_its_edge_within_the_tolerance():
+    config = RulerConfig(measured=120, tolerance=0.05, latency="constant:0.01",
+                         num_kv_blocks=4096, max_model_len=2048)
+    result = seed_capacity(Subject(label="x", layout="1xsarathi"), config, 0, start_qps=4.0)
+    held = [p.qps for p in result.points if p.holds]
+    failed = [p.qps for p in result.points if not p.holds]
+    assert result.capacity_qps == pytest.approx(max(held), abs=1e-3) and failed
+    assert min(q for q in failed if q > max(held)) <= max(held) / 0.95
+    assert all(p.holds == (p.qps <= max(held)) for p in result.points)  # one edge
