@@ -9,6 +9,9 @@ Variants (ControllerConfig switches; everything else at its default):
 * `no shedding`         -- `shed = keep`: requests predicted to miss stay in deadline order;
 * `no HP gate`          -- offloads go to the HP with the shortest queue whatever its
                            backlog, and the controller rescues nothing itself.
+
+`VALUE_VARIANTS` compares the LP instances' value functions the same way (2L1H, all else
+at its default): the evidence behind the default `value_function`.
 """
 from __future__ import annotations
 
@@ -21,14 +24,21 @@ from bench.capacity_table import ceilings
 from bench.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
 from bench.workloads import workload
 from daemon.controller_config import ControllerConfig
+from engines.scheduler_config import SchedulerConfig
+from policies.value import VALUE_FUNCTIONS
 
-VARIANTS: dict[str, tuple[str, dict]] = {
-    "2L1H": ("2L1H", {}),
-    "3L0H": ("3L0H", {}),
-    "no global queue": ("2L1H", {"global_queue": False}),
-    "no shedding": ("2L1H", {"shed": "keep"}),
-    "no HP gate": ("2L1H", {"hp_gate": False}),
+#: label -> (layout, ControllerConfig switches, SchedulerConfig switches)
+Variants = dict[str, tuple[str, dict, dict]]
+
+VARIANTS: Variants = {
+    "2L1H": ("2L1H", {}, {}),
+    "3L0H": ("3L0H", {}, {}),
+    "no global queue": ("2L1H", {"global_queue": False}, {}),
+    "no shedding": ("2L1H", {"shed": "keep"}, {}),
+    "no HP gate": ("2L1H", {"hp_gate": False}, {}),
 }
+VALUE_VARIANTS: Variants = {f"2L1H {name}": ("2L1H", {}, {"value_function": name})
+                            for name in VALUE_FUNCTIONS if name != "ljf"}
 
 
 def _job(job) -> SeedCapacity:
@@ -37,15 +47,18 @@ def _job(job) -> SeedCapacity:
 
 
 def ablation(workloads: Sequence[str], measured: int, workers: int | None = None,
-             progress: Callable[[str], None] | None = None) -> list[dict]:
+             progress: Callable[[str], None] | None = None,
+             variants: Variants = VARIANTS) -> list[dict]:
     jobs, labels = [], []
     for name in workloads:
         base = RulerConfig(workload=workload(name), measured=measured, seeds=(0,))
         start = 0.8 * ceilings(base)[0]
-        for label, (layout, switches) in VARIANTS.items():
+        for label, (layout, switches, scheduler) in variants.items():
             config = msgspec.structs.replace(base, controller=msgspec.convert(
                 switches, ControllerConfig))
-            jobs.append((Subject(label=label, layout=layout), config, start))
+            jobs.append((Subject(label=label, layout=layout,
+                                 scheduler=msgspec.convert(scheduler, SchedulerConfig)),
+                         config, start))
             labels.append((name, label))
     rows = []
     with ProcessPoolExecutor(max_workers=workers or 2) as pool:

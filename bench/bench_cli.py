@@ -1,4 +1,4 @@
-"""`ascendra bench` / `python -m bench.loadgen`: flags, then a whole load-test run.
+"""`ascendra bench`: flags, then a whole load-test run.
 
 A run: ask the server its model and context length (/v1/models), build the workload
 (bench/workloads.py, from the flags of bench/workload_flags.py), send it open-loop
@@ -28,9 +28,12 @@ from bench.records_file import record_rows, write_records
 from bench.results import RunResult, print_summary, summarize, write_result
 from bench.workload_flags import add_workload_flags, workload_spec
 from bench.workloads import build_requests, num_requests_or
+from daemon.controller_config import SloConfig
 from daemon.health import Health
 
 DEFAULT_NUM_REQUESTS = 1000
+#: The daemon's own default SLOs: a run with no --ttft-slo/--tbt-slo measures against them.
+DEFAULT_SLO = SloConfig()
 DEFAULT_MAX_ERROR_RATE = 0.1
 #: Tokens a chat template adds around a message (role headers, BOS/EOS): the room a chat
 #: run leaves in the context beyond the prompt's words and the output.
@@ -63,8 +66,10 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     size.add_argument("--num-requests", "--num-prompts", dest="num_requests", type=int,
                       help=f"requests to send (default {DEFAULT_NUM_REQUESTS})")
     size.add_argument("--duration", type=float, help="send every arrival within this many seconds")
-    p.add_argument("--ttft-slo", type=float, default=1.0, help="seconds (default %(default)s)")
-    p.add_argument("--tbt-slo", type=float, default=0.15, help="seconds (default %(default)s)")
+    p.add_argument("--ttft-slo", type=float, default=DEFAULT_SLO.ttft_slo,
+                   help="seconds (default %(default)s)")
+    p.add_argument("--tbt-slo", type=float, default=DEFAULT_SLO.tbt_slo,
+                   help="seconds (default %(default)s)")
     p.add_argument("--priority", type=int, default=0, help="priority class sent with each request")
     p.add_argument("--seed", type=int, default=0, help="arrivals, sampling and prompts (default 0)")
     p.add_argument("--model", help="model name to send (default: the server's first)")
@@ -91,7 +96,7 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.loadgen", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="ascendra bench", description=DESCRIPTION)
     add_bench_flags(parser)
     return parser
 

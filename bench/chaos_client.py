@@ -17,9 +17,14 @@ from dataclasses import dataclass
 import aiohttp
 
 from bench.sse import sse_data
+from daemon.errors import REFUSAL_CODES
+from daemon.request_state import EndCode
 
-#: Error codes that mean "not served, and said why" rather than a failure.
-DROP_CODES = frozenset({"queue_full", "shutting_down", "unavailable", "ttft_slo_missed"})
+#: Error codes that mean "not served, and said why" rather than a failure: every refusal of
+#: a new request, and the ends of an accepted one before its first token: shed for its TTFT
+#: SLO, ended by the drain, or left with no instance to go to.
+DROP_CODES = frozenset({*REFUSAL_CODES.values(), *(code.value for code in (
+    EndCode.TTFT_SLO_MISSED, EndCode.SHUTTING_DOWN, EndCode.UNAVAILABLE))})
 
 
 @dataclass

@@ -207,8 +207,12 @@ def _ablation(doc):
         ax.bar(xs, values, width, label=variant)
     ax.set_xticks(range(len(workloads)), workloads)
     ax.set_ylabel("QPS at 90% goodput (steady state, seed 0)")
-    ax.set_title("What each part of Ascendra's policy earns (2L1H with one part off)",
-                 fontsize=10)
+    ax.set_title(TITLES[doc["figure"]], fontsize=10)
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     return fig
+
+
+TITLES = {"ablation": "What each part of Ascendra's policy earns (2L1H with one part off)",
+          "values": "2L1H by the LP instances' value function"}
+_values = _ablation

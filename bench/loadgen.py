@@ -1,4 +1,4 @@
-"""The open-loop streaming client behind `ascendra bench` (also `python -m bench.loadgen`).
+"""The open-loop streaming client behind `ascendra bench` (its flags: bench/bench_cli.py).
 
 Open loop: every request is sent at its arrival offset whether or not earlier ones were
 answered, over as many concurrent connections as it takes (the connector has no limit;
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from typing import NamedTuple
 
@@ -38,6 +37,7 @@ from bench.progress import Progress
 from bench.records import RequestRecord
 from bench.sse import sse_data
 from bench.workload import WorkloadRequest, prompt_token_ids
+from daemon.request_state import EndCode
 
 #: Words of a chat prompt: common English words, one token each (with their space) in the
 #: byte-level BPE vocabularies of Llama 3, Qwen2, GPT-2 and the tiny model.
@@ -46,7 +46,7 @@ CHAT_WORDS = ("the", "of", "and", "to", "in", "is", "that", "it", "was", "for", 
               "had", "by", "but", "not", "what", "all", "were", "we", "when", "your", "can")
 
 #: Error codes that mean the server dropped the request for missing its TTFT target.
-DROP_CODES = frozenset({"ttft_slo_missed"})
+DROP_CODES = frozenset({EndCode.TTFT_SLO_MISSED.value})
 
 
 class LoadRun(NamedTuple):
@@ -235,16 +235,3 @@ async def get_json(url: str, path: str, api_key: str = "", timeout: float = 10.0
         async with session.get(url.rstrip("/") + path) as response:
             return await response.json(content_type=None)
 
-
-def main(argv: list[str] | None = None) -> int:
-    from bench.bench_cli import build_parser, run
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"bench: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

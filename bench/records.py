@@ -64,6 +64,11 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
             return None
         return (self.token_times[-1] - self.first_token_time) / (n - 1)
 
+    def answer_wait(self) -> float | None:
+        """Seconds from arrival to the first token, or to the terminal answer without one."""
+        answered = self.first_token_time if self.first_token_time is not None else self.end_time
+        return None if answered is None else answered - self.arrival
+
     def max_tbt(self) -> float | None:
         """The longest gap between two tokens (chunks, for a streaming client)."""
         if len(self.token_times) < 2:
@@ -94,6 +99,9 @@ class RecordRow(msgspec.Struct, kw_only=True):
     finish_reason: str | None
     error_code: str | None             # why it was dropped or failed
     measured: bool = True              # inside the steady-state window (not warm-up/cool-down)
+    #: arrival -> its first answer: the first token, or the terminal answer of a request
+    #: that got none (drop, error); None while it had neither (lost).
+    answer_wait: float | None = None
 
 
 class Percentiles(msgspec.Struct):

@@ -46,6 +46,10 @@ def _s(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.3f}"
 
 
+def _x(multiple: float | None) -> str:
+    return "-" if multiple is None else f"{multiple:.1f}x"
+
+
 def print_report(result: RecordsReport, file=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -55,6 +59,8 @@ def print_report(result: RecordsReport, file=None) -> None:
             if result.left_out else "")
     console.print(f"{result.file}: {result.requests} requests{left}", soft_wrap=True)
     console.print(f"goodput {result.goodput_pct:.1f} % ({result.good} met their targets)")
+    console.print(f"p99 TTFT of completed requests {_s(result.p99_ttft_s)} s; longest wait "
+                  f"for a first answer {_x(result.max_wait_slo_multiple)} its TTFT target")
     for title, groups in (("by SLO class", result.by_class),
                           ("by prompt length (tokens)", result.by_prompt_len),
                           ("by instance (the last that held it)", result.by_instance),

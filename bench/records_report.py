@@ -74,6 +74,10 @@ class RecordsReport(msgspec.Struct, kw_only=True):
     by_prompt_len: list[GroupRow]
     by_instance: list[GroupRow]
     by_offload: list[GroupRow]
+    p99_ttft_s: float | None           # over the completed requests
+    #: The longest any request waited for its first answer (first token, or the terminal
+    #: answer of one that got none), in multiples of its own TTFT target: starvation.
+    max_wait_slo_multiple: float | None
     misses: list[MissCount]            # commonest first
     worst: list[MissExample]           # per cause, worst first
 
@@ -96,6 +100,9 @@ def report(rows: Sequence[RecordRow], file: str = "", *, measured_only: bool = T
                             key=lambda g: (g == "none", int(g) if g.isdigit() else 0, g)),
         by_offload=_groups(kept, lambda r: "offloaded" if r.offloaded else "not offloaded",
                            ["not offloaded", "offloaded"]),
+        p99_ttft_s=_p99([r.ttft for r in kept if r.outcome == "completed"]),
+        max_wait_slo_multiple=max((r.answer_wait / r.ttft_slo for r in kept
+                                   if r.answer_wait is not None), default=None),
         misses=[MissCount(cause=c, count=len(causes[c]), share_pct=_pct(len(causes[c]),
                                                                          len(missed)))
                 for c in order],
@@ -130,6 +137,11 @@ def _pct(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole else 0.0
 
 
+def _p99(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.percentile(present, 99)) if present else None
+
+
 def _groups(rows: Sequence[RecordRow], group_of: Callable[[RecordRow], str],
             order: Sequence[str] | None = None, key=None) -> list[GroupRow]:
     """One row per group that has requests: in `order`, else sorted (by `key`)."""
@@ -142,12 +154,12 @@ def _groups(rows: Sequence[RecordRow], group_of: Callable[[RecordRow], str],
     for name in names:
         members = groups[name]
         good = sum(r.met_slo for r in members)
-        ttfts = [r.ttft for r in members if r.outcome == "completed" and r.ttft is not None]
         counts = {o: sum(r.outcome == o for r in members)
                   for o in ("completed", "dropped", "errored", "lost")}
         result.append(GroupRow(group=name, requests=len(members), good=good,
                                goodput_pct=_pct(good, len(members)), **counts,
-                               p99_ttft_s=float(np.percentile(ttfts, 99)) if ttfts else None))
+                               p99_ttft_s=_p99([r.ttft for r in members
+                                                if r.outcome == "completed"])))
     return result
 
 

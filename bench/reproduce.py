@@ -36,7 +36,7 @@ from engines.scheduler_config import SchedulerConfig
 
 PROFILE = "a100-llama3-8b"
 TRACES = {"sharegpt": 1.0, "arxiv": 2.5}       # trace -> TTFT SLO (Table 2)
-TBT_SLO = 0.15
+TBT_SLO = SloConfig().tbt_slo                  # the daemon's default, the paper's 0.15 s
 BASELINES = ("3xsarathi", "3xvllm")
 LAYOUTS = ("2L1H", *BASELINES)
 #: fig 9's lines: (layout, value function, label); Ascendra with its default EDF and
@@ -47,7 +47,8 @@ SERIES = (("2L1H", "edf", "2L1H"), ("2L1H", "sjf", "2L1H-sjf"),
 #: the TBT SLO (about 2048 tokens here), and LP's compute budget cuts its steps to the SLO.
 DEFAULT_CHUNK = 2048
 FIXED_HP_BATCH = 128  # elastic batch off (fig 11): the paper's fixed batch
-FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold", "capacity", "ablation")
+FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold", "capacity", "ablation",
+           "values")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +262,18 @@ def ablation(n: int | None = None, quick: bool = False, workers: int | None = No
     names = ("poisson",) if quick else ("poisson", "bursty-cv4", "mixed-slo")
     return {"figure": "ablation", "measured": measured,
             "rows": run(names, measured, workers=workers, progress=progress)}
+
+
+def values(n: int | None = None, quick: bool = False, workers: int | None = None,
+           progress: Callable[[str], None] | None = None) -> dict:
+    """The LP value functions side by side on the ruler (bench/ablation.py), one seed."""
+    from bench.ablation import VALUE_VARIANTS, ablation as run
+    from bench.ruler import RulerConfig
+    measured = n or (900 if quick else RulerConfig().measured)
+    names = ("poisson",) if quick else ("poisson", "bursty-cv4", "mixed-slo")
+    return {"figure": "values", "measured": measured,
+            "rows": run(names, measured, workers=workers, progress=progress,
+                        variants=VALUE_VARIANTS)}
 
 
 def reproduce(figure: str, out: str | Path, *, num_requests: int | None = None,

@@ -76,6 +76,9 @@ class SeedCapacity(msgspec.Struct, frozen=True):
     seed: int
     capacity_qps: float
     points: list[Point]
+    #: The search found the edge: a rate held and a higher one failed. False: every rate
+    #: tried held (the capacity is only a lower bound) or none did.
+    bracketed: bool = True
 
 
 def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
@@ -122,4 +125,6 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
 
     capacity = find_capacity(holds, start_qps=start_qps, tolerance=config.tolerance,
                              growth=growth)
-    return SeedCapacity(seed, round(capacity, 3), sorted(points, key=lambda p: p.qps))
+    bracketed = capacity > 0 and any(not p.holds and p.qps > capacity for p in points)
+    return SeedCapacity(seed, round(capacity, 3), sorted(points, key=lambda p: p.qps),
+                        bracketed)

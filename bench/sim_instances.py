@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
+from daemon.config import InstancesConfig
 from daemon.controller_config import ControllerConfig, SloConfig
 from engines.engine import Engine
 from engines.executors.latency import make_latency
@@ -28,7 +31,7 @@ class SimConfig:
     scheduler: SchedulerConfig = SchedulerConfig()
     slo: SloConfig = SloConfig()
     controller: ControllerConfig = ControllerConfig()
-    block_size: int = 16
+    block_size: int = InstancesConfig().block_size
     max_model_len: int = 8192
     ipc_delay: float = 0.0005         # one controller <-> instance message, seconds
     #: The sim executor's latency spec, as the daemon's `--sim-latency` ("constant:0.05");
@@ -64,7 +67,7 @@ def build_instance(config: SimConfig, instance_id: int, mode: str, clock) -> Sim
     executor = SimExecutor(make_latency(config.latency or f"profile:{config.profile}"),
                            num_kv_blocks=num_kv_blocks, block_size=config.block_size,
                            max_model_len=config.max_model_len)
-    scheduler = SchedulerConfig(**{**_fields(config.scheduler), "mode": mode})
+    scheduler = msgspec.structs.replace(config.scheduler, mode=mode)
     perf = None
     if get_mode(mode).uses_perf_model:
         if config.latency:
@@ -86,6 +89,3 @@ def _stated_perf_model(profile, executor: SimExecutor, scheduler: SchedulerConfi
     calibrate(executor, perf, shapes, repeats=1, timer=stated_latency)
     return perf
 
-
-def _fields(struct) -> dict:
-    return {name: getattr(struct, name) for name in struct.__struct_fields__}

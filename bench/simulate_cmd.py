@@ -112,12 +112,29 @@ def run_capacity(args: argparse.Namespace) -> int:
                             max_qps=max(caps), seeds=results)
     text = msgspec.json.format(msgspec.json.encode(answer), indent=2).decode()
     print(text)
+    _warn_unbracketed(results, config)
     if args.json:
         with open(args.json, "w") as f:
             f.write(text + "\n")
     if args.records and caps[0] > 0:
         _write_capacity_records(args.records, subject, config, caps[0], seeds[0])
     return 0
+
+
+def _warn_unbracketed(results: list[SeedCapacity], config: RulerConfig) -> None:
+    """Say so loudly when a search never found the edge: its number is no capacity."""
+    for r in results:
+        if r.bracketed:
+            continue
+        tried = [p.qps for p in r.points]
+        what = (f"every rate tried held, up to {max(tried):.3g} QPS: the capacity is at "
+                "least that (raise --start-qps)" if r.capacity_qps > 0 else
+                f"no rate tried held, down to {min(tried):.3g} QPS (lower --start-qps, or the "
+                "target cannot be met on this workload)")
+        print(f"WARNING: seed {r.seed}: {what}", file=sys.stderr)
+    if config.workload.name == "replay" and len(results) > 1:
+        print("note: a replayed trace is the same for every seed; the spread over seeds "
+              "is 0 by construction", file=sys.stderr)
 
 
 def _seed_job(job) -> SeedCapacity:

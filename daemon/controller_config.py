@@ -55,6 +55,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         'on every instance: "drop" ends them at once (503 ttft_slo_missed, Retry-After), '
         '"demote" serves them after every request that can still make it, "keep" leaves '
         "them in deadline order."))] = Shed.DROP
+    miss_budget: Annotated[float, Meta(ge=0.0, le=1.0, description=(
+        'With shed = "drop": the most requests the controller may drop as predicted misses, '
+        "as a share of those that arrived in the last minute; past it, the costliest late "
+        "requests are still dropped first and the rest are demoted (served after every "
+        "request that can still make it). 1 = no limit, 0 = never drop (as demote)."
+        ))] = 1.0
     max_wait_slo_multiple: Annotated[float, Meta(gt=0, description=(
         "A request still waiting at the controller after this many times its TTFT SLO ends "
         "with 503 ttft_slo_missed: nothing waits without an answer for ever."))] = 10.0

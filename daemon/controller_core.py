@@ -104,7 +104,8 @@ class ControllerCore(Dispatch, Recovery):
         self.requests: dict[str, Tracked] = {}
         self.queue = WaitingQueue(config.max_queued_requests, config.max_queued_tokens)
         #: Late binding (Ascendra layouts with the global queue): requests no instance holds.
-        self.room = (WaitingRoom(config.shed, rescue=config.hp_gate)
+        self.room = (WaitingRoom(config.shed, rescue=config.hp_gate,
+                                 miss_budget=config.miss_budget)
                      if config.global_queue and lp_ids else None)
         self.accepting = self.draining = False
         self.drain_timeout = 0.0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from daemon.request_state import Tracked
 from ipc.messages import InstanceLoad, Ready
-from policies.global_queue import Lane, Plan, Shed, Waiting, plan
+from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
 from policies.prefill_curve import curve_seconds
 
 #: Requests planned per pass, earliest deadlines first (Moore-Hodgson's decisions for a
@@ -26,6 +26,8 @@ from policies.prefill_curve import curve_seconds
 HORIZON = 512
 #: The least share of its model's prefill-alone rate an instance is taken to run at.
 MIN_RATE_SHARE = 0.25
+#: Seconds over which the miss budget counts arrivals and drops.
+MISS_WINDOW = 60.0
 
 
 @dataclass
@@ -67,9 +69,12 @@ def model_rate(ready: Ready) -> float:
 
 
 class WaitingRoom:
-    def __init__(self, shed: Shed, rescue: bool = True) -> None:
+    def __init__(self, shed: Shed, rescue: bool = True, miss_budget: float = 1.0) -> None:
         self.shed = Shed(shed)
         self.rescue = rescue
+        self.miss_budget = miss_budget
+        self._arrivals: deque[float] = deque()   # arrival times within MISS_WINDOW
+        self._drops: deque[float] = deque()      # times of the plans' drops, likewise
         self._queue: list[tuple[tuple, Tracked]] = []   # sorted by their keys
         self._keys: dict[str, tuple] = {}
         self._seq = itertools.count()
@@ -79,6 +84,8 @@ class WaitingRoom:
     def add(self, tracked: Tracked) -> None:
         submit = tracked.submit
         key = (-submit.priority, submit.deadline, tracked.arrival_time, next(self._seq))
+        if not tracked.requeued:
+            self._arrivals.append(tracked.arrival_time)
         self._keys[tracked.request_id] = key
         bisect.insort(self._queue, (key, tracked), key=lambda item: item[0])
 
@@ -137,5 +144,13 @@ class WaitingRoom:
                                    tokens / lp_rate, tokens / hp_rate, t.submit.priority))
         lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in lps]
         hp_lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in hps]
-        return plan(waiting, lanes, hp_lanes if self.rescue else [], now,
-                    bound_tokens / lp_rate, self.shed), by_id
+        decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
+                       bound_tokens / lp_rate, self.shed, self._shed_allowance(now))
+        self._drops.extend(now for _ in decided.shed)
+        return decided, by_id
+
+    def _shed_allowance(self, now: float) -> int | None:
+        for times in (self._arrivals, self._drops):
+            while times and times[0] < now - MISS_WINDOW:
+                times.popleft()
+        return miss_allowance(self.miss_budget, len(self._arrivals), len(self._drops))

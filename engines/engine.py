@@ -63,7 +63,8 @@ class Engine:
 
         `arrival_time` defaults to now; the instance process passes the controller's
         (the same monotonic clock), so waiting time counts from arrival at the daemon.
-        `slo` may hold `deadline`, `tbt_slo`, `priority`, `offloaded` (see Request).
+        `slo` may hold `deadline`, `tbt_slo`, `priority`, `pinned`, `generated_before` (see
+        Request).
         """
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         if arrival_time is None:

@@ -28,6 +28,8 @@ class Mode:
     chunked_prefill: bool
     #: Order waiting prompts by the configured value function (else arrival order).
     by_value: bool = False
+    #: ... or by this value function whatever the configuration says.
+    value_function: str | None = None
     #: Hand waiting requests that will miss their deadline here to an HP instance.
     offloads: bool = False
     #: Admit prefills only while free KV covers what running decodes will still need.
@@ -51,8 +53,8 @@ SARATHI = Mode("sarathi", prefill_first=False, chunked_prefill=True)
 VLLM = Mode("vllm", prefill_first=True, chunked_prefill=False)
 LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True, elastic_batch=True,
           compute_budget=True, demote_lost=True, default_max_num_seqs=LP_MAX_BATCH)
-HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, elastic_batch=True,
-          compute_budget=True, demote_lost=True, default_max_num_seqs=HP_MAX_BATCH)
+HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_function="edf",
+          elastic_batch=True, compute_budget=True, demote_lost=True, default_max_num_seqs=HP_MAX_BATCH)
 
 MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP)}
 

@@ -12,7 +12,7 @@ from policies.value import DEFAULT_VALUE_FUNCTION, get_value_function
 
 
 #: The value functions of policies/value.py by name (a test keeps the two lists equal).
-ValueFunctionName = Literal["edf", "sjf", "ljf", "fcfs"]
+ValueFunctionName = Literal["edf", "sjf", "ljf", "fcfs", "slack"]
 
 
 class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -28,7 +28,9 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         "Most requests holding KV blocks at once per instance; unset = the mode's default "
         "(LP 256, HP 1024, else 256, at most chunk_size in decode-first modes)."))] = None
     value_function: Annotated[ValueFunctionName, Meta(description=(
-        'How LP and HP instances order waiting prompts: "edf", "sjf", "ljf" or "fcfs".'
+        'How LP instances order waiting prompts: "edf" (latest start time), "sjf", "ljf", '
+        '"fcfs" or "slack" (shortest first while the deadline allows, then least laxity, '
+        "with aging). HP instances always run edf: they exist to meet deadlines."
         ))] = DEFAULT_VALUE_FUNCTION
     offload_threshold: Annotated[float, Meta(ge=0.0, description=(
         "An LP instance offloads a waiting request to an HP one when its slack falls under "

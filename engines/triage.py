@@ -22,7 +22,7 @@ class Triage:
         self.mode = mode
         self.config = config
         self.predictor = predictor
-        self.value_fn = get_value_function(config.value_function)
+        self.value_fn = get_value_function(mode.value_function or config.value_function)
 
     @property
     def active(self) -> bool:

@@ -18,6 +18,9 @@ looks at the whole queue at `now`:
 3. **Shed.** The rest are *late*: with `shed` = "drop" they end now with a clear answer
    (they would only delay the others and miss anyway); "demote" keeps them behind every
    feasible request (oldest first, so none starves); "keep" leaves them in deadline order.
+   An operator's miss budget caps the drops of one pass (`shed_allowance`): the late
+   requests that cost the most are dropped first -- each is a miss wherever it runs, so
+   the costliest one frees the most time for the others -- and the rest are demoted.
 4. **Bind.** The queue in order (feasible by deadline, then demoted) is handed out: the
    LP with the smallest backlog takes the head while its backlog is under `bound`.
 
@@ -64,7 +67,8 @@ class Plan:
 
 
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
-         bound: float, shed: Shed = Shed.DEMOTE) -> Plan:
+         bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None) -> Plan:
+    """`shed_allowance`: the most requests this pass may drop (None: no limit)."""
     out = Plan()
     if not queue:
         return out
@@ -74,7 +78,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
         ordered, late = _feasible(queue, lps, now)
         late = _rescue(late, hps, now, out)
         if shed is Shed.DROP:
-            out.shed, late = late, []
+            out.shed, late = _costliest(late, shed_allowance)
         late.sort(key=lambda w: (-w.priority, w.arrival))
     _bind(ordered + late, list(lps), bound, out)
     return out
@@ -100,6 +104,23 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
             clock -= longest.cost / speed
             aside.append(longest)
     return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+
+
+def _costliest(late: list[Waiting], allowance: int | None,
+               ) -> tuple[list[Waiting], list[Waiting]]:
+    """(dropped: the `allowance` costliest late requests, demoted: the rest)."""
+    if allowance is None or allowance >= len(late):
+        return late, []
+    by_cost = sorted(late, key=lambda w: (-w.cost, w.arrival))
+    return by_cost[:max(allowance, 0)], by_cost[max(allowance, 0):]
+
+
+def miss_allowance(budget: float, arrived: int, shed: int) -> int | None:
+    """How many more requests may be shed now: `budget` of those that `arrived` in the
+    window, less those already `shed` in it (None: a budget of 1, no limit)."""
+    if budget >= 1.0:
+        return None
+    return max(int(budget * arrived) - shed, 0)
 
 
 def _rescue(aside: list[Waiting], hps: Sequence[Lane], now: float, out: Plan) -> list[Waiting]:

@@ -42,20 +42,10 @@ class OffloadDecision(enum.Enum):
     HOPELESS = "hopeless"
 
 
-def decide_offload(request: WaitingRequest, now: float, *, lp_start_estimate: float,
-                   predictor: Predictor, token_budget: int,
-                   threshold: float = DEFAULT_OFFLOAD_THRESHOLD,
-                   ipc_delay: float = 0.0) -> OffloadDecision:
-    """The rule in the module docstring. `lp_start_estimate`: when LP would start it (absolute)."""
-    if request.prefill_started:
-        return OffloadDecision.KEEP
-    own = remaining_prefill_time(request, predictor, token_budget)
-    return _decide(request.deadline, now, own, lp_start_estimate,
-                   predictor.full_batch_time(token_budget), threshold, ipc_delay)
-
-
 def _decide(deadline: float, now: float, own: float, lp_start: float, full_batch: float,
             threshold: float, ipc_delay: float) -> OffloadDecision:
+    """The rule in the module docstring for one request not yet started (`own`: its
+    predicted prefill; `lp_start`: when LP would start it, absolute)."""
     if lp_start + own <= deadline:
         return OffloadDecision.KEEP
     if now + ipc_delay + own > deadline:

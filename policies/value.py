@@ -37,12 +37,33 @@ def sjf(request: WaitingRequest, now: float, predictor: Predictor, token_budget:
     return remaining_prefill_time(request, predictor, token_budget)
 
 
+#: Seconds of key a request gains per second it has waited (`slack`): no request starves.
+AGING = 0.1
+
+
+def slack(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
+    """Shortest job first while the deadline allows, then least laxity, with aging.
+
+    The key is min(p, L) − AGING × waited, where p is the predicted prefill time of the
+    rest of the prompt and L = deadline − now − p the time it can still wait. With
+    plenty of slack a request ranks by its cost (SJF: short prompts first, the most
+    requests served per second); as its slack runs out L falls under p and it rises
+    ahead of the longer jobs that could still wait; the aging term lifts a request that
+    has waited long (a demoted one, or a long prompt behind a stream of short ones)
+    above newer ones, so none waits for ever.
+    """
+    cost = remaining_prefill_time(request, predictor, token_budget)
+    laxity = request.deadline - now - cost
+    return min(cost, laxity) - AGING * (now - request.arrival_time)
+
+
 def ljf(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
     """Longest predicted prefill first."""
     return -remaining_prefill_time(request, predictor, token_budget)
 
 
-VALUE_FUNCTIONS: dict[str, ValueFunction] = {"edf": edf, "sjf": sjf, "ljf": ljf, "fcfs": fcfs}
+VALUE_FUNCTIONS: dict[str, ValueFunction] = {"edf": edf, "sjf": sjf, "ljf": ljf, "fcfs": fcfs,
+                                              "slack": slack}
 DEFAULT_VALUE_FUNCTION = "edf"
 
 

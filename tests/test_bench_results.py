@@ -93,7 +93,8 @@ def test_empty_run_and_empty_samples():
 
 def test_json_round_trip_has_the_schema_fields(tmp_path):
     result = summarize(run_records(), {"qps": 2.0}, 10.0, TTFT_SLO, TBT_SLO,
-                       per_instance=[{"id": 0, "role": "lp", "mape": 4.2}], perf_model_mape=4.2)
+                       per_instance=[{"id": 0, "role": "lp", "perf_model_mape": 4.2}],
+                       perf_model_mape=4.2)
     path = tmp_path / "r.json"
     write_result(result, path)
     data = msgspec.json.decode(path.read_bytes())

@@ -289,6 +289,15 @@ def test_with_drop_a_request_no_instance_can_serve_in_time_ends_at_once():
     assert settle.retry_after == 1  # a 503 with Retry-After: about one TTFT target
 
 
+def test_a_miss_budget_of_zero_demotes_what_drop_would_end():
+    core = core_late(shed="drop", miss_budget=0.0)
+    for i in (LP0, LP1, HP):
+        report(core, i, 0.5, accepted=0, queued_seconds=5.0)
+    actions = arrive(core, "late", now=1.0, prompt=[5] * 100)
+    assert not [a for a in actions if isinstance(a, Settle)]
+    assert core.requests["late"].state in (RequestState.PENDING, RequestState.QUEUED)
+
+
 def test_with_demote_it_waits_behind_the_feasible_ones_and_never_for_ever():
     core = core_late(shed="demote", max_wait_slo_multiple=3.0)
     for i in (LP0, LP1, HP):

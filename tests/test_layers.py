@@ -1,7 +1,8 @@
 """The shape of the code: imports point down, the cores stay sans-I/O, files stay small.
 
-Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line (bench/cli.py
-and the `*_cmd.py` modules it registers). A core (events in, actions out) imports no
+Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line (bench/cli.py).
+The `*_cmd.py` modules bench/cli.py registers rank as their own package: a command may import
+its own package and below, never a higher one, and only bench/cli.py imports a command. A core (events in, actions out) imports no
 event loop, socket, clock or OS module, and nothing of ours that does.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ COMMAND_LINE = 4
 #: What each bottom package may import of ours besides itself.
 BOTTOM_ALLOWED = {"policies": set(), "ipc": set()}
 CORES = ("daemon/controller_core.py", "daemon/controller_events.py", "daemon/request_state.py",
+         "daemon/core_dispatch.py", "daemon/core_recovery.py", "daemon/waiting_room.py",
          "daemon/recovery.py", "daemon/overload.py", "daemon/controller_config.py",
          "engines/instance_core.py")
 IO_MODULES = {"asyncio", "zmq", "aiohttp", "socket", "time", "os", "threading", "subprocess",
@@ -55,7 +57,8 @@ def _ours(names: set[str]) -> set[str]:
 
 
 def _rank(module: str) -> int:
-    if module == "bench.cli" or module.endswith("_cmd"):
+    """A `*_cmd` module ranks as its package, so daemon/serve_cmd.py may not import bench."""
+    if module == "bench.cli":
         return COMMAND_LINE
     return RANK[module.split(".")[0]]
 
@@ -118,3 +121,10 @@ def test_a_file_that_imports_up_is_caught(tmp_path):
     path.write_text("from daemon.controller_core import ControllerCore\n")
     assert "daemon.controller_core" in _ours(_imports(path))
     assert _rank("daemon.controller_core") > _rank("engines.scheduler")
+
+
+def test_a_command_ranks_as_its_own_package():
+    """daemon/serve_cmd.py importing bench would point up; bench_cmd importing daemon is fine."""
+    assert _rank("bench.loadgen") > _rank("daemon.serve_cmd")
+    assert _rank("daemon.layout") <= _rank("bench.bench_cmd")
+    assert _rank("bench.bench_cmd") < _rank("bench.cli")

@@ -310,7 +310,7 @@ def test_against_the_real_daemon(daemon_factory, tmp_path):
     daemon = daemon_factory(*sim_args("constant:0.005"))
     out = tmp_path / "real.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.loadgen", "--url", daemon.base_url, "--qps", "40",
+        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
          "--num-requests", "20", "--length-scale", "32", "--ttft-slo", "2", "--tbt-slo", "0.5",
          "--json", str(out), "--disable-tqdm", "--timeout", "60"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
@@ -322,11 +322,29 @@ def test_against_the_real_daemon(daemon_factory, tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_reports_the_live_perf_model_mape(daemon_factory, tmp_path):
+    """A 1L1H daemon's LP and HP calibrate a performance model at start and report its
+    error in their heartbeats: bench's result carries it (it read a stale key, always null)."""
+    daemon = daemon_factory(*sim_args("constant:0.005", layout="1L1H"))
+    out = tmp_path / "mape.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
+         "--num-requests", "8", "--length-scale", "32", "--ttft-slo", "2", "--tbt-slo", "0.5",
+         "--json", str(out), "--disable-tqdm", "--timeout", "60"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = read_result(out)
+    assert result.perf_model_mape is not None
+    assert {i["role"] for i in result.per_instance} == {"lp", "hp"}
+    assert all(i["perf_model_mape"] is not None for i in result.per_instance)
+
+
+@pytest.mark.slow
 def test_chat_endpoint_against_the_real_daemon(daemon_factory, tmp_path):
     daemon = daemon_factory(*sim_args("constant:0.005"))
     out = tmp_path / "chat.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.loadgen", "--url", daemon.base_url, "--qps", "40",
+        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
          "--num-requests", "12", "--length-scale", "32", "--endpoint", "/v1/chat/completions",
          "--ttft-slo", "2", "--tbt-slo", "0.5", "--json", str(out), "--disable-tqdm",
          "--timeout", "60"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -167,8 +168,13 @@ def test_a_copy_without_shared_passes_its_tests(tmp_path):
     where = run("-c", "import bench.traces, engines.executors.profiles as p; "
                       "print(bench.traces.__file__); print(p.__file__)")
     assert all(line.startswith(str(copy)) for line in where.split()), where  # the copy's code
-    out = run("-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "not slow",
-              *FRESH_TESTS)
+    # one -q whatever setup.cfg's addopts say: -qq would drop the "N passed ..." summary line
+    out = run("-m", "pytest", "-o", "addopts=", "-q", "-rs", "-p", "no:cacheprovider",
+              "-m", "not slow", *FRESH_TESTS)
+    summary = re.search(r"^=*\s*(\d+ passed.* in [\d.]+s)", out, re.MULTILINE)
+    assert summary, out[-4000:]
+    print(f"\na copy without ../shared ({len(FRESH_TESTS)} test files): {summary.group(1)}")
+    assert "failed" not in summary.group(1) and "error" not in summary.group(1), out[-4000:]
     skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     # only the comparisons with the raw files skip: there are none beside the copy
     assert skipped and all("no raw" in line for line in skipped), out[-4000:]

@@ -96,3 +96,22 @@ def test_a_higher_priority_class_is_planned_first():
 
 def test_an_empty_queue_plans_nothing():
     assert plan([], [Lane(0, 0.0)], [], now=0.0, bound=1.0).to_lp == []
+
+
+def test_a_miss_budget_drops_the_costliest_late_requests_and_demotes_the_rest():
+    # one LP 10 s behind: none of these can make its deadline, and no HP can rescue them
+    late = [w("cheap", 2.0, 0.5, arrival=0.0), w("dear", 2.0, 3.0, arrival=0.1),
+            w("mid", 2.0, 1.0, arrival=0.2)]
+    out = plan(late, [Lane(0, 10.0)], [], now=0.0, bound=1e9, shed=Shed.DROP, shed_allowance=1)
+    assert keys(out.shed) == ["dear"]
+    assert sorted(keys(out.to_lp)) == ["cheap", "mid"]  # demoted: served after the feasible
+    everything = plan(late, [Lane(0, 10.0)], [], now=0.0, bound=1e9, shed=Shed.DROP)
+    assert sorted(keys(everything.shed)) == ["cheap", "dear", "mid"]
+
+
+def test_the_miss_allowance_is_the_budget_share_of_recent_arrivals_less_the_drops():
+    from policies.global_queue import miss_allowance
+    assert miss_allowance(1.0, arrived=100, shed=50) is None   # no limit
+    assert miss_allowance(0.1, arrived=100, shed=4) == 6
+    assert miss_allowance(0.1, arrived=100, shed=12) == 0
+    assert miss_allowance(0.0, arrived=100, shed=0) == 0       # never drop

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.offload import OffloadDecision, decide_offload, plan_offloads
+from policies.offload import OffloadDecision, plan_offloads
 from policies.predictor import LinearPredictor
 from tests.policy_fakes import FakeRequest, names
 
@@ -25,8 +25,14 @@ def offload_boundary(prompt: int, threshold: float) -> float:
 
 
 def decide(request, lp_start=NEVER, threshold=1.0, now=0.0):
-    return decide_offload(request, now, lp_start_estimate=lp_start, predictor=PREDICTOR,
-                          token_budget=BUDGET, threshold=threshold, ipc_delay=IPC)
+    """The rule for one request, through what the instance calls: `plan_offloads` on a
+    waiting queue of just this request, which LP would start at `lp_start`."""
+    offload, hopeless = plan_offloads([request], now, predictor=PREDICTOR, token_budget=BUDGET,
+                                      next_batch_time=lp_start - now, threshold=threshold,
+                                      ipc_delay=IPC)
+    if offload:
+        return OFFLOAD
+    return HOPELESS if hopeless else KEEP
 
 
 @pytest.mark.parametrize("threshold", [0.5, 1.0, 2.0])

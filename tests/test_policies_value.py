@@ -6,7 +6,7 @@ import pytest
 
 from policies.predictor import LinearPredictor, MemoPredictor
 from policies.value import (
-    VALUE_FUNCTIONS, edf, fcfs, get_value_function, ljf, order_by_value, sjf,
+    VALUE_FUNCTIONS, edf, fcfs, get_value_function, ljf, order_by_value, sjf, slack,
 )
 from tests.policy_fakes import FakeRequest, names
 
@@ -51,6 +51,27 @@ def test_edf_starts_a_long_prompt_before_a_short_one_with_the_same_deadline():
     assert order([short, long], edf) == ["long", "short"]
 
 
+def test_slack_runs_short_prompts_first_while_the_long_one_can_wait():
+    long = FakeRequest("long", 1000, arrival_time=0.0, deadline=10.0)   # 1.02 s of prefill
+    short = FakeRequest("short", 100, arrival_time=0.0, deadline=10.0)  # 0.11 s
+    assert order([long, short], slack) == ["short", "long"]
+    assert order([long, short], edf) == ["long", "short"]
+
+
+def test_slack_promotes_a_long_prompt_as_its_slack_runs_out():
+    long = FakeRequest("long", 1000, arrival_time=0.0, deadline=1.5)    # 0.48 s to spare
+    short = FakeRequest("short", 100, arrival_time=0.0, deadline=10.0)
+    assert order([long, short], slack, now=0.0) == ["short", "long"]
+    assert order([long, short], slack, now=0.5) == ["long", "short"]  # -0.02 s: its turn
+
+
+def test_slack_ages_a_waiting_request_ahead_of_a_stream_of_newer_short_ones():
+    old = FakeRequest("old", 1000, arrival_time=0.0, deadline=100.0)
+    for now, first in ((5.0, "new"), (12.0, "old")):  # 1.02 s of prefill less 0.1 s per s
+        new = FakeRequest("new", 100, arrival_time=now, deadline=now + 100.0)
+        assert order([old, new], slack, now=now)[0] == first
+
+
 def test_priority_class_dominates_every_value_function():
     free = FakeRequest("free", 10, arrival_time=0.0, deadline=1.0, priority=0)
     premium = FakeRequest("premium", 3000, arrival_time=9.0, deadline=99.0, priority=1)
@@ -76,7 +97,7 @@ def test_ties_go_by_arrival_then_queue_order():
 
 def test_value_functions_are_selectable_by_name():
     assert get_value_function("edf") is edf
-    assert set(VALUE_FUNCTIONS) == {"edf", "sjf", "ljf", "fcfs"}
+    assert set(VALUE_FUNCTIONS) == {"edf", "sjf", "ljf", "fcfs", "slack"}
     with pytest.raises(ValueError, match="edf.*fcfs|fcfs.*edf"):
         get_value_function("lifo")
 

@@ -83,6 +83,17 @@ def test_every_miss_has_its_cause_and_the_worst_come_with_their_numbers():
     assert worst["dropped:ttft_slo_missed"].index == 4
 
 
+def test_starvation_is_the_longest_wait_for_a_first_answer_in_ttft_targets():
+    rows = [msgspec.structs.replace(row(0, "interactive", 100, met=True, ttft=0.2, tbt=0.05),
+                                    answer_wait=0.2),
+            msgspec.structs.replace(row(1, "standard", 9000, "dropped", code="ttft_slo_missed"),
+                                    answer_wait=7.0),   # answered (dropped) after 3.5 x 2 s
+            row(2, "batch", 10, "lost")]                # never answered: not a wait
+    r = report(rows)
+    assert r.max_wait_slo_multiple == pytest.approx(3.5)
+    assert r.p99_ttft_s == pytest.approx(0.2)
+
+
 def test_worst_examples_are_the_furthest_over_their_target():
     rows = [row(i, "interactive", 100, ttft=t, queue=0.0, tbt=0.05, instances=(0,))
             for i, t in enumerate([0.6, 2.0, 0.9, 1.2])]
@@ -97,7 +108,7 @@ def test_the_records_command_prints_and_writes_json(tmp_path, capsys):
     printed = capsys.readouterr().out
     for text in ("goodput 25.0 %", "1 outside the steady-state window left out",
                  "TTFT missed while queued", "dropped (ttft_slo_missed)", "errored (none)",
-                 ">=4096", "offloaded"):
+                 ">=4096", "offloaded", "p99 TTFT of completed requests"):
         assert text in printed, text
     written = msgspec.json.decode(out.read_bytes(), type=RecordsReport)
     assert written == report(ROWS, str(path))

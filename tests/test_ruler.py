@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ruler import RulerConfig, Subject, seed_capacity, sim_config, workload_requests
+from bench.ruler import (
+    Point, RulerConfig, SeedCapacity, Subject, seed_capacity, sim_config, workload_requests,
+)
 from bench.workloads import workload
 from daemon.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
@@ -39,3 +41,20 @@ def test_a_seed_capacity_brackets_its_edge_within_the_tolerance():
     assert result.capacity_qps == pytest.approx(max(held), abs=1e-3) and failed
     assert min(q for q in failed if q > max(held)) <= max(held) / 0.95
     assert all(p.holds == (p.qps <= max(held)) for p in result.points)  # one edge
+
+
+def _point(qps: float, holds: bool) -> Point:
+    return Point(qps=qps, holds=holds, goodput_pct=95.0 if holds else 50.0,
+                 window_goodput_pct=[], stopped_early=False, offloaded=0, dropped=0, wall_s=0.0)
+
+
+def test_a_search_that_never_finds_the_edge_is_called_out(capsys):
+    from bench.simulate_cmd import _warn_unbracketed
+    only_held = SeedCapacity(0, 64.0, [_point(q, True) for q in (16.0, 32.0, 64.0)], False)
+    none_held = SeedCapacity(1, 0.0, [_point(q, False) for q in (1.0, 0.5)], False)
+    found = SeedCapacity(2, 8.0, [_point(8.0, True), _point(8.2, False)], True)
+    _warn_unbracketed([only_held, none_held, found], RulerConfig(workload=workload("replay")))
+    err = capsys.readouterr().err
+    assert "seed 0: every rate tried held, up to 64 QPS" in err
+    assert "seed 1: no rate tried held, down to 0.5 QPS" in err
+    assert "seed 2" not in err and "same for every seed" in err

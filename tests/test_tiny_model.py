@@ -39,6 +39,16 @@ def test_same_seed_same_bytes_different_seed_different_weights(tmp_path):
     assert first["tokenizer.json"] == other["tokenizer.json"]
 
 
+def test_make_tiny_model_verb_tells_where_the_model_and_tokenizer_are(tmp_path, capsys):
+    from bench.cli import main
+    folder = tmp_path / "tiny"
+    assert main(["make-tiny-model", str(folder), "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    assert str(folder) in out
+    assert f"--tokenizer {folder}" in out
+
+
 def test_unknown_arch_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="gpt2"):
         make_tiny_model(tmp_path, arch="gpt2")
