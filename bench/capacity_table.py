@@ -1,15 +1,22 @@
 """The capacity table: every workload x layout on the ruler (bench/ruler.py), baselines at
 their own best, beside the hardware ceiling.
 
-Per workload, in two phases over a process pool:
+Per workload, in three phases over a process pool (each phase's jobs run in parallel):
 
-1. **tune** the baselines on seed 0: Sarathi-Serve at each chunk size in `SARATHI_CHUNKS`,
-   vLLM at each prefill token budget in `VLLM_BUDGETS`; the upstream defaults are among
-   them (`UPSTREAM`) and reported as their own rows;
-2. **measure** the best-tuned Sarathi and vLLM and Ascendra's layouts on every seed
-   (seed 0 of the tuned baselines is reused), each seed searching from the ceiling.
+1. **scout**: vLLM at its upstream budget and each Ascendra layout on seed 0, searched
+   from the hardware ceiling (bench/ceiling.py) with a wide step;
+2. **tune**: the other baseline settings on seed 0 -- Sarathi-Serve at each chunk size
+   in `SARATHI_CHUNKS`, vLLM at each prefill token budget in `VLLM_BUDGETS` -- each
+   searched from the scout's vLLM capacity with a narrow step; and Ascendra's other
+   seeds, from its seed 0;
+3. **measure**: the best-tuned Sarathi and vLLM on the other seeds, and both again with
+   a drop rule (`drop_expired`: a request whose TTFT target is lost is dropped, so it
+   delays no one), on every seed -- Ascendra sheds predicted misses, so the baselines
+   get their own way of giving up on the hopeless.
 
-A row's ratio is its mean capacity over the best tuned baseline's mean capacity.
+The best baseline is the best of the tuned rows, with or without drops; a row's ratio is
+its mean capacity over that row's mean capacity. The upstream defaults (`UPSTREAM`) are
+reported as rows of their own.
 """
 from __future__ import annotations
 
@@ -30,10 +37,14 @@ from engines.scheduler_config import SchedulerConfig
 SARATHI_CHUNKS = (512, 1024, 2048)
 #: vLLM's prefill batches run whole prompts: its budget is at least the context limit.
 VLLM_BUDGETS = (8192, 16384)
+SWEEPS = {"3xsarathi": SARATHI_CHUNKS, "3xvllm": VLLM_BUDGETS}
 #: Upstream defaults: Sarathi-Serve's paper runs chunk 512 (strict SLOs) and vLLM's
 #: max_num_batched_tokens defaults to max_model_len without chunked prefill.
 UPSTREAM = {"3xsarathi": 512, "3xvllm": 8192}
 ASCENDRA = ("2L1H", "1L2H")
+#: The step of a search that starts from a related capacity (another setting's, or the
+#: same setting without drops): settings differ by more than seeds do.
+SWEEP_GROWTH = 1.1
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -46,6 +57,7 @@ class Row(msgspec.Struct, kw_only=True):
     min_qps: float
     max_qps: float
     ratio_to_best_baseline: float | None = None
+    drop_expired: bool = False
 
 
 class WorkloadTable(msgspec.Struct, kw_only=True):
@@ -55,23 +67,26 @@ class WorkloadTable(msgspec.Struct, kw_only=True):
     ceiling_90_qps: float       # the cheapest 90 % served (the bound for a 90 % target)
     best_baseline: str
     rows: list[Row]
+    #: seed-0 capacity of every baseline setting swept: {layout: {chunk: qps}}
+    sweep: dict[str, dict[int, float]] = {}
 
 
-def _job(args) -> SeedCapacity:
-    subject, config, seed, start, growth = args
-    return seed_capacity(subject, config, seed, start, growth)
+class _Job(msgspec.Struct, frozen=True):
+    subject: Subject
+    config: RulerConfig
+    seed: int
+    start: float
+    growth: float
 
 
-def _subject(layout: str, chunk: int, label: str | None = None) -> Subject:
-    return Subject(label=label or f"{layout}@{chunk}", layout=layout,
-                   scheduler=SchedulerConfig(chunk_size=chunk))
+def _run_job(job: _Job) -> SeedCapacity:
+    return seed_capacity(job.subject, job.config, job.seed, job.start, job.growth)
 
 
-def _row(label, subject: Subject, tuned: str, seeds: list[SeedCapacity]) -> Row:
-    caps = [s.capacity_qps for s in seeds]
-    return Row(label=label, layout=subject.layout, chunk_size=subject.scheduler.chunk_size,
-               tuned=tuned, seeds=sorted(seeds, key=lambda s: s.seed),
-               mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps), max_qps=max(caps))
+def _subject(layout: str, chunk: int, drops: bool = False) -> Subject:
+    label = f"{layout}@{chunk}" + (" drops" if drops else "")
+    return Subject(label=label, layout=layout,
+                   scheduler=SchedulerConfig(chunk_size=chunk, drop_expired=drops))
 
 
 def ceilings(config: RulerConfig, num_instances: int = 3) -> tuple[float, float]:
@@ -86,76 +101,98 @@ def ceilings(config: RulerConfig, num_instances: int = 3) -> tuple[float, float]
             ceiling_qps(profile, lengths, num_instances, tbt, served_share=config.target / 100))
 
 
+class _Results:
+    """Every search's result, by (workload, subject label, seed)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, progress) -> None:
+        self.pool, self.progress, self.found = pool, progress, {}
+
+    def run(self, jobs: list[_Job], phase: str) -> None:
+        for n, (job, result) in enumerate(zip(jobs, self.pool.map(_run_job, jobs)), start=1):
+            self.found[(job.config.workload.name, job.subject.label, job.seed)] = result
+            if self.progress:
+                self.progress(f"[{phase} {n}/{len(jobs)}] {job.config.workload.name:>11} "
+                              f"{job.subject.label:>16} seed {job.seed}: "
+                              f"{result.capacity_qps:.2f} QPS "
+                              f"({sum(p.wall_s for p in result.points):.0f} s)")
+
+    def get(self, c: RulerConfig, subject: Subject, seed: int) -> SeedCapacity:
+        return self.found[(c.workload.name, subject.label, seed)]
+
+    def qps(self, c: RulerConfig, subject: Subject, seed: int, fallback: float) -> float:
+        return self.get(c, subject, seed).capacity_qps or fallback
+
+
 def capacity_table(configs: Sequence[RulerConfig], ascendra_chunk: int | None = None,
                    workers: int | None = None,
                    progress: Callable[[str], None] | None = None) -> list[WorkloadTable]:
     """One table per workload config (each with its own ceiling and best baseline)."""
     chunk = ascendra_chunk or SchedulerConfig().chunk_size
-    pool = ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1)
-    with pool:
-        starts = {c.workload.name: 0.8 * ceilings(c)[0] for c in configs}
-        sweep = [(_subject(layout, size), c, c.seeds[0], starts[c.workload.name], START_GROWTH)
-                 for c in configs for layout, sizes in (("3xsarathi", SARATHI_CHUNKS),
-                                                        ("3xvllm", VLLM_BUDGETS))
-                 for size in sizes]
-        swept = _run(pool, sweep, progress, "tune")
-        finals, best = [], {}
+    ascendra = [Subject(label=layout, layout=layout, scheduler=SchedulerConfig(chunk_size=chunk))
+                for layout in ASCENDRA]
+    scout = _subject("3xvllm", UPSTREAM["3xvllm"])
+    starts = {c.workload.name: 0.8 * ceilings(c)[0] for c in configs}
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        found = _Results(pool, progress)
+        found.run([_Job(s, c, c.seeds[0], starts[c.workload.name], START_GROWTH)
+                   for c in configs for s in (scout, *ascendra)], "scout")
+        tune = []
         for c in configs:
-            for layout in ("3xsarathi", "3xvllm"):
-                mine = [(job[0], result) for job, result in zip(sweep, swept)
-                        if job[1] is c and job[0].layout == layout]
-                best[(c.workload.name, layout)] = max(mine, key=lambda m: m[1].capacity_qps)
-            for subject in [best[(c.workload.name, b)][0] for b in ("3xsarathi", "3xvllm")]:
-                _, first = best[(c.workload.name, subject.layout)]
-                start = first.capacity_qps or starts[c.workload.name]
-                finals += [(subject, c, seed, start, NEAR_GROWTH) for seed in c.seeds[1:]]
-            for layout in ASCENDRA:
-                subject = _subject(layout, chunk, layout)
-                finals.append((subject, c, c.seeds[0], starts[c.workload.name], START_GROWTH))
-        measured = _run(pool, finals, progress, "measure")
-        ascendra_first = {(job[1].workload.name, job[0].layout): result
-                          for job, result in zip(finals, measured) if job[2] == job[1].seeds[0]}
-        more = [(job[0], job[1], seed, ascendra_first[(job[1].workload.name, job[0].layout)]
-                 .capacity_qps or starts[job[1].workload.name], NEAR_GROWTH)
-                for job in finals if job[0].layout in ASCENDRA for seed in job[1].seeds[1:]]
-        finals += more
-        measured += _run(pool, more, progress, "seeds")
-    return [_table(c, sweep, swept, finals, measured, best) for c in configs]
+            near = found.qps(c, scout, c.seeds[0], starts[c.workload.name])
+            tune += [_Job(_subject(layout, size), c, c.seeds[0], near, SWEEP_GROWTH)
+                     for layout, sizes in SWEEPS.items() for size in sizes
+                     if _subject(layout, size) != scout]
+            tune += [_Job(s, c, seed, found.qps(c, s, c.seeds[0], near), NEAR_GROWTH)
+                     for s in ascendra for seed in c.seeds[1:]]
+        found.run(tune, "tune")
+        best = {(c.workload.name, layout): _best(found, c, layout)
+                for c in configs for layout in SWEEPS}
+        measure = []
+        for c in configs:
+            for layout in SWEEPS:
+                subject = best[(c.workload.name, layout)]
+                near = found.qps(c, subject, c.seeds[0], starts[c.workload.name])
+                measure += [_Job(subject, c, seed, near, NEAR_GROWTH) for seed in c.seeds[1:]]
+                with_drops = _subject(layout, subject.scheduler.chunk_size, drops=True)
+                measure += [_Job(with_drops, c, seed, near, SWEEP_GROWTH) for seed in c.seeds]
+        found.run(measure, "measure")
+    return [_table(c, found, best, ascendra) for c in configs]
 
 
-def _run(pool, jobs: list, progress, phase: str) -> list[SeedCapacity]:
-    results = []
-    for job, result in zip(jobs, pool.map(_job, jobs)):
-        results.append(result)
-        if progress:
-            progress(f"[{phase} {len(results)}/{len(jobs)}] {job[1].workload.name:>11} "
-                     f"{job[0].label:>16} seed {job[2]}: {result.capacity_qps:.2f} QPS "
-                     f"({sum(p.wall_s for p in result.points):.0f} s)")
-    return results
+def _best(found: _Results, c: RulerConfig, layout: str) -> Subject:
+    """The setting of `layout` with the highest seed-0 capacity."""
+    return max((_subject(layout, size) for size in SWEEPS[layout]),
+               key=lambda s: found.get(c, s, c.seeds[0]).capacity_qps)
 
 
-def _table(c: RulerConfig, sweep, swept, finals, measured, best) -> WorkloadTable:
+def _row(label: str, subject: Subject, tuned: str, seeds: list[SeedCapacity]) -> Row:
+    caps = [s.capacity_qps for s in seeds]
+    return Row(label=label, layout=subject.layout, chunk_size=subject.scheduler.chunk_size,
+               tuned=tuned, seeds=sorted(seeds, key=lambda s: s.seed),
+               mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps), max_qps=max(caps),
+               drop_expired=subject.scheduler.drop_expired)
+
+
+def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject]) -> WorkloadTable:
     ceiling, ceiling_90 = ceilings(c)
-    rows = []
-    for job, result in zip(sweep, swept):
-        subject = job[0]
-        if job[1] is c and UPSTREAM.get(subject.layout) == subject.scheduler.chunk_size:
-            rows.append(_row(f"{subject.layout} (upstream)", subject, "upstream default",
-                             [result]))
-    for layout in ("3xsarathi", "3xvllm"):
-        subject, first = best[(c.workload.name, layout)]
-        seeds = [first] + [r for job, r in zip(finals, measured)
-                           if job[1] is c and job[0] is subject]
-        sizes = SARATHI_CHUNKS if layout == "3xsarathi" else VLLM_BUDGETS
-        rows.append(_row(f"{layout} (tuned)", subject,
-                         f"swept: best of {list(sizes)} on seed {c.seeds[0]}", seeds))
-    for layout in ASCENDRA:
-        mine = [(job, r) for job, r in zip(finals, measured)
-                if job[1] is c and job[0].layout == layout]
-        rows.append(_row(layout, mine[0][0][0], "default", [r for _, r in mine]))
-    tuned = [r for r in rows if r.tuned.startswith("swept")]
-    top = max(tuned, key=lambda r: r.mean_qps)
+    first = c.seeds[0]
+    rows = [_row(f"{layout} (upstream)", s, "upstream default", [found.get(c, s, first)])
+            for layout, size in UPSTREAM.items() for s in [_subject(layout, size)]]
+    for layout, sizes in SWEEPS.items():
+        subject = best[(c.workload.name, layout)]
+        swept = f"swept: best of {list(sizes)} on seed {first}"
+        rows.append(_row(f"{layout} (tuned)", subject, swept,
+                         [found.get(c, subject, seed) for seed in c.seeds]))
+        with_drops = _subject(layout, subject.scheduler.chunk_size, drops=True)
+        rows.append(_row(f"{layout} (tuned, drops)", with_drops, swept + ", drop_expired",
+                         [found.get(c, with_drops, seed) for seed in c.seeds]))
+    rows += [_row(s.layout, s, "default", [found.get(c, s, seed) for seed in c.seeds])
+             for s in ascendra]
+    top = max((r for r in rows if r.tuned.startswith("swept")), key=lambda r: r.mean_qps)
     for row in rows:
         row.ratio_to_best_baseline = round(row.mean_qps / top.mean_qps, 3) if top.mean_qps else None
+    sweep = {layout: {size: found.get(c, _subject(layout, size), first).capacity_qps
+                      for size in sizes} for layout, sizes in SWEEPS.items()}
     return WorkloadTable(workload=c.workload.name, config=c, ceiling_qps=round(ceiling, 3),
-                         ceiling_90_qps=round(ceiling_90, 3), best_baseline=top.label, rows=rows)
+                         ceiling_90_qps=round(ceiling_90, 3), best_baseline=top.label,
+                         rows=rows, sweep=sweep)

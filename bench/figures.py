@@ -178,10 +178,10 @@ def _capacity(doc):
             means.append(row["mean_qps"])
             lows.append(row["mean_qps"] - row["min_qps"])
             highs.append(row["max_qps"] - row["mean_qps"])
-        upstream = "upstream" in label
+        upstream, drops = "upstream" in label, "drops" in label
         ax.bar(xs, means, width, yerr=[lows, highs], label=label, capsize=2,
                color=COLORS.get(label.split(" ")[0]), alpha=0.45 if upstream else 1.0,
-               hatch="//" if upstream else None)
+               hatch="//" if upstream else ".." if drops else None)
     for i, table in enumerate(tables):
         ax.hlines([table["ceiling_qps"], table["ceiling_90_qps"]], i - 0.45, i + 0.45,
                   colors=["black", "gray"], linestyles=["-", ":"], linewidth=1)

@@ -4,7 +4,9 @@ Each engine step an LP instance orders its waiting queue by value (EDF) and plan
 offloads over it. This times both on 2,000 waiting requests, with a cheap linear
 predictor asked directly and through `MemoPredictor` (what a costly fitted model
 would be wrapped in), and with a per-layer stand-in for an analytic model's cost
-asked directly and memoized. Prints figures; it does not pass or fail.
+asked directly and memoized. It also times the controller's global-queue plan
+(policies/global_queue.py) over the most requests one pass looks at (`HORIZON`).
+Prints figures; it does not pass or fail.
 
     python -m bench.policy_latency [--waiting 2000] [--iters 200]
 """
@@ -18,9 +20,10 @@ from collections.abc import Callable
 
 from engines.request import Request
 from ipc.params import SamplingParams
+from policies.global_queue import Lane, Shed, Waiting, plan as plan_queue
 from policies.offload import plan_offloads
 from policies.predictor import LinearPredictor, MemoPredictor, Predictor
-from policies.value import edf, order_by_value
+from policies.value import edf, order_by_value, slack
 
 TOKEN_BUDGET = 512
 
@@ -80,8 +83,24 @@ def bench(name: str, predictor: Predictor, waiting: list[Request], iters: int) -
 
     print(f"{name}:")
     report("order_by_value (edf)", time_calls(order, iters))
+    report("order_by_value (slack)", time_calls(
+        lambda: order_by_value(waiting, now, slack, predictor, TOKEN_BUDGET), iters))
     report("plan_offloads", time_calls(plan, iters))
     report("order_by_value + plan_offloads", time_calls(both, iters))
+
+
+def bench_global_queue(n: int, iters: int) -> None:
+    """One plan of the controller's queue: `n` requests, two LPs, one HP, all behind."""
+    rng = random.Random(1)
+    queue = []
+    for i in range(n):
+        arrival, cost = rng.uniform(0.0, 1.0), rng.uniform(0.002, 0.3)
+        queue.append(Waiting(f"w{i}", arrival, arrival + 1.0, cost, cost))
+    lps, hps = [Lane(0, 0.3), Lane(1, 0.5)], [Lane(2, 0.2)]
+    print(f"controller global queue, {n} waiting:")
+    for shed in (Shed.DROP, Shed.DEMOTE):
+        report(f"global_queue.plan ({shed.value})", time_calls(
+            lambda: plan_queue(queue, lps, hps, 1.0, 0.4, shed), iters))
 
 
 def main() -> None:
@@ -97,6 +116,8 @@ def main() -> None:
     per_layer = PerLayerPredictor(seconds_per_token=1e-4, fixed=0.01)
     bench("PerLayerPredictor", per_layer, waiting, max(1, args.iters // 10))
     bench("MemoPredictor(PerLayerPredictor), warm", MemoPredictor(per_layer), waiting, args.iters)
+    from daemon.waiting_room import HORIZON
+    bench_global_queue(HORIZON, args.iters)
 
 
 if __name__ == "__main__":

@@ -33,16 +33,17 @@ from bench.simulator import SimConfig
 from daemon.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.scheduler_config import SchedulerConfig
+from policies.value import DEFAULT_VALUE_FUNCTION
 
 PROFILE = "a100-llama3-8b"
 TRACES = {"sharegpt": 1.0, "arxiv": 2.5}       # trace -> TTFT SLO (Table 2)
 TBT_SLO = SloConfig().tbt_slo                  # the daemon's default, the paper's 0.15 s
 BASELINES = ("3xsarathi", "3xvllm")
 LAYOUTS = ("2L1H", *BASELINES)
-#: fig 9's lines: (layout, value function, label); Ascendra with its default EDF and
-#: with SJF, which the fig 11 ablation finds best on ShareGPT in this simulator.
-SERIES = (("2L1H", "edf", "2L1H"), ("2L1H", "sjf", "2L1H-sjf"),
-          *((b, "edf", b) for b in BASELINES))
+#: fig 9's lines: (layout, value function, label); Ascendra with its default value
+#: function and with SJF (the baselines run FCFS whatever it says).
+SERIES = (("2L1H", DEFAULT_VALUE_FUNCTION, "2L1H"), ("2L1H", "sjf", "2L1H-sjf"),
+          *((b, DEFAULT_VALUE_FUNCTION, b) for b in BASELINES))
 #: The token budget every layout gets: Sarathi-Serve sizes it so that one full step fits
 #: the TBT SLO (about 2048 tokens here), and LP's compute budget cuts its steps to the SLO.
 DEFAULT_CHUNK = 2048
@@ -62,7 +63,7 @@ class Point:
     tbt_slo: float = TBT_SLO
     seed: int = 0
     chunk_size: int = DEFAULT_CHUNK
-    value_function: str = "edf"
+    value_function: str = DEFAULT_VALUE_FUNCTION
     offload_threshold: float | None = None
     drop_expired: bool = False
     elastic_batch: bool = True      # HP's elastic batch (off: a fixed 128-request batch)

@@ -152,3 +152,17 @@ def test_long_prompts_are_trimmed_then_fitted_to_the_context():
     lengths = sorted((r.prompt_len, r.output_len) for r in requests)
     # prompt trimmed to 1000; output kept below the context, the prompt cut to fit
     assert lengths == [(1, 2047), (10, 10), (1000, 100)]
+
+
+def test_a_script_simulates_its_own_requests_in_memory():
+    """`bench.simulate.simulate(sim, requests)`: no trace file and no command line."""
+    from bench.simulate import simulate
+    from tests.simulator_helpers import sim_config
+    requests = build_requests(workload("mixed-slo"), rate=4.0, num_requests=40, seed=3,
+                              max_model_len=2048)
+    result = simulate(sim_config("2L1H", latency="constant:0.02", max_model_len=2048),
+                      requests, keep_records=True)
+    assert result.num_requests == 40 and result.lost == 0
+    assert sorted(r.index for r in result.records) == [w.index for w in requests]
+    assert {c.slo_class for c in result.per_class} <= {"interactive", "standard", "batch"}
+    assert sum(c.num_requests for c in result.per_class) == 40

@@ -1,0 +1,35 @@
+"""The capacity table's protocol (bench/capacity_table.py) on a short ruler: every baseline
+setting swept on seed 0, the best of each measured on every seed with and without a drop
+rule, the best baseline chosen among the tuned rows, ratios against it."""
+from __future__ import annotations
+
+import pytest
+
+from bench.capacity_table import SWEEPS, UPSTREAM, capacity_table
+from bench.ruler import RulerConfig
+from bench.workloads import workload
+
+
+@pytest.mark.slow
+def test_the_table_tunes_the_baselines_and_compares_every_row_with_the_best():
+    config = RulerConfig(workload=workload("poisson"), measured=60, seeds=(0, 1), tolerance=0.1)
+    [table] = capacity_table([config], workers=2)
+    rows = {r.label: r for r in table.rows}
+    assert set(rows) == {"3xsarathi (upstream)", "3xvllm (upstream)", "3xsarathi (tuned)",
+                         "3xsarathi (tuned, drops)", "3xvllm (tuned)", "3xvllm (tuned, drops)",
+                         "2L1H", "1L2H"}
+    for layout, sizes in SWEEPS.items():
+        assert set(table.sweep[layout]) == set(sizes)
+        tuned, dropping = rows[f"{layout} (tuned)"], rows[f"{layout} (tuned, drops)"]
+        assert table.sweep[layout][tuned.chunk_size] == max(table.sweep[layout].values())
+        assert dropping.chunk_size == tuned.chunk_size and dropping.drop_expired
+        assert rows[f"{layout} (upstream)"].chunk_size == UPSTREAM[layout]
+    for row in table.rows:
+        expected = [0] if "upstream" in row.label else [0, 1]
+        assert [s.seed for s in row.seeds] == expected
+        assert row.min_qps <= row.mean_qps <= row.max_qps
+    best = max((r for r in table.rows if "tuned" in r.label), key=lambda r: r.mean_qps)
+    assert table.best_baseline == best.label and best.ratio_to_best_baseline == 1.0
+    assert rows["2L1H"].ratio_to_best_baseline == pytest.approx(
+        rows["2L1H"].mean_qps / best.mean_qps, abs=1e-3)
+    assert 0 < table.ceiling_qps <= table.ceiling_90_qps
