@@ -10,11 +10,13 @@ which the simulator does not charge.
 For each point it starts `ascendra serve --executor sim --profile PROFILE --layout L
 --max-model-len 8192`, runs `ascendra bench --workload W --qps Q --num-requests N` against
 it (same seed, so the same requests), stops it, and runs `ascendra simulate` with the same
-flags; it prints goodput, throughput and TTFT side by side and writes both result JSONs.
+flags; it prints goodput, throughput and TTFT side by side and writes both result JSONs
+and `summary.json` (the table).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import subprocess
 import sys
@@ -82,16 +84,25 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"{'workload':>11} {'qps':>5} {'goodput live':>13} {'simulated':>10} {'diff':>6} "
           f"{'req/s live':>11} {'sim':>6} {'TTFT p50 live':>14} {'sim':>6}")
-    worst = 0.0
+    worst, rows = 0.0, []
     for point in args.points.split(","):
         workload, qps = point.split(":")
         live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port)
         diff = live.goodput_pct - sim.goodput_pct
         worst = max(worst, abs(diff))
+        rows.append({"workload": workload, "qps": float(qps), "requests": args.num_requests,
+                     "goodput_live_pct": live.goodput_pct, "goodput_sim_pct": sim.goodput_pct,
+                     "throughput_live_rps": live.throughput_rps,
+                     "throughput_sim_rps": sim.throughput_rps,
+                     "ttft_p50_live_s": live.ttft_s.p50, "ttft_p50_sim_s": sim.ttft_s.p50,
+                     "offloaded_live": live.offloaded, "offloaded_sim": sim.offloaded,
+                     "dropped_live": live.dropped, "dropped_sim": sim.dropped})
         print(f"{workload:>11} {float(qps):>5g} {live.goodput_pct:>12.1f}% {sim.goodput_pct:>9.1f}% "
               f"{diff:>+6.1f} {live.throughput_rps:>11.2f} {sim.throughput_rps:>6.2f} "
               f"{1000 * live.ttft_s.p50:>11.0f} ms {1000 * sim.ttft_s.p50:>4.0f} ms", flush=True)
     print(f"largest goodput difference: {worst:.1f} points")
+    (out / "summary.json").write_text(json.dumps(
+        {"layout": args.layout, "rows": rows, "largest_difference_points": worst}, indent=1) + "\n")
     return 0
 
 

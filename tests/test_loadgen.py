@@ -305,15 +305,20 @@ def test_bench_subcommand_registers_the_same_flags():
         parser.parse_args(["bench", "--num-requests", "3", "--duration", "5"])
 
 
+def bench_against(daemon, out, num_requests: int) -> subprocess.CompletedProcess:
+    """`ascendra bench` against a running daemon, short requests, its result in `out`."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
+         "--num-requests", str(num_requests), "--length-scale", "32", "--ttft-slo", "2",
+         "--tbt-slo", "0.5", "--json", str(out), "--disable-tqdm", "--timeout", "60"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.slow
 def test_against_the_real_daemon(daemon_factory, tmp_path):
     daemon = daemon_factory(*sim_args("constant:0.005"))
     out = tmp_path / "real.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
-         "--num-requests", "20", "--length-scale", "32", "--ttft-slo", "2", "--tbt-slo", "0.5",
-         "--json", str(out), "--disable-tqdm", "--timeout", "60"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    proc = bench_against(daemon, out, 20)
     assert proc.returncode == 0, proc.stderr
     result = read_result(out)
     assert result.completed == 20 and result.goodput_pct == 100.0
@@ -327,11 +332,7 @@ def test_bench_reports_the_live_perf_model_mape(daemon_factory, tmp_path):
     error in their heartbeats: bench's result carries it (it read a stale key, always null)."""
     daemon = daemon_factory(*sim_args("constant:0.005", layout="1L1H"))
     out = tmp_path / "mape.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
-         "--num-requests", "8", "--length-scale", "32", "--ttft-slo", "2", "--tbt-slo", "0.5",
-         "--json", str(out), "--disable-tqdm", "--timeout", "60"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    proc = bench_against(daemon, out, 8)
     assert proc.returncode == 0, proc.stderr
     result = read_result(out)
     assert result.perf_model_mape is not None
