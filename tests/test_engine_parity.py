@@ -91,7 +91,8 @@ def test_finish_reasons_follow_eos_and_max_tokens(model_dir, prompts, hf_outputs
 def test_reordering_by_deadline_does_not_change_tokens(model_dir, prompts, hf_outputs, mode):
     """Later arrivals get earlier deadlines, so EDF runs them first; tokens stay the same."""
     executor = TorchExecutor(model_dir, block_size=16, device="cpu")
-    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=16, max_num_seqs=2))
+    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=16, max_num_seqs=2,
+                                              value_function="edf"))
     now = engine.clock()
     requests = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS),
                                    deadline=now + 100.0 - i) for i, p in enumerate(prompts)]
