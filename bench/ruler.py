@@ -20,6 +20,8 @@ import time
 import msgspec
 
 from bench.capacity import CAPACITY_TARGET, find_capacity
+from bench.records import RecordRow
+from bench.records_file import record_rows
 from bench.sim_instances import SimConfig
 from bench.simulator import Simulation
 from bench.steady_state import MeasureRule, judge, misses_allowed
@@ -113,6 +115,15 @@ def run_point(subject: Subject, config: RulerConfig, qps: float, seed: int) -> P
                  offloaded=sum(r.offloaded for r in records),
                  dropped=sum(r.outcome == "dropped" for r in records),
                  wall_s=round(time.perf_counter() - started, 2))
+
+
+def point_rows(subject: Subject, config: RulerConfig, qps: float, seed: int) -> list[RecordRow]:
+    """One rate simulated to the end: every request's records row, the steady-state
+    window's marked `measured` (what `--records` writes for a point)."""
+    records = Simulation(sim_config(subject, config),
+                         workload_requests(config, qps, seed)).run()
+    return record_rows(records, config.slo.ttft_slo, config.slo.tbt_slo,
+                       config.rule.measured(records))
 
 
 def seed_capacity(subject: Subject, config: RulerConfig, seed: int,

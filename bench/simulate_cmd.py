@@ -18,7 +18,9 @@ from bench.capacity import CAPACITY_TARGET
 from bench.capacity_table import ceilings
 from bench.records_file import record_rows, write_records
 from bench.results import print_summary, write_result
-from bench.ruler import RulerConfig, SeedCapacity, Subject, run_point, seed_capacity, sim_config
+from bench.ruler import (
+    RulerConfig, SeedCapacity, Subject, point_rows, run_point, seed_capacity, sim_config,
+)
 from bench.simulate import simulate
 from bench.sim_flags import add_sim_flags, sim_settings
 from bench.workloads import build_requests, num_requests_or
@@ -149,12 +151,7 @@ def _seed_job(job) -> SeedCapacity:
 
 def _write_capacity_records(path: str, subject: Subject, config: RulerConfig, qps: float,
                             seed: int) -> None:
-    from bench.ruler import workload_requests
-    from bench.simulator import Simulation
-    requests = workload_requests(config, qps, seed)
-    records = Simulation(sim_config(subject, config), requests).run()
-    write_records(path, record_rows(records, config.slo.ttft_slo, config.slo.tbt_slo,
-                                    config.rule.measured(records)))
+    write_records(path, point_rows(subject, config, qps, seed))
 
 
 def _printable(subject: Subject, config: RulerConfig) -> dict:

@@ -15,10 +15,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
-from bench.records_file import record_rows
 from bench.records_report import report
-from bench.ruler import RulerConfig, Subject, sim_config, workload_requests
-from bench.simulator import Simulation
+from bench.ruler import RulerConfig, Subject, point_rows
 from bench.workloads import workload
 from engines.scheduler_config import SchedulerConfig
 
@@ -39,12 +37,8 @@ class StarvationRow(msgspec.Struct, kw_only=True):
 def _run(job: tuple[str, float, str]) -> StarvationRow:
     name, qps, layout = job
     config = RulerConfig(workload=workload(name))
-    requests = workload_requests(config, qps, config.seeds[0])
     subject = Subject(label=layout, layout=layout, scheduler=LAYOUTS[layout])
-    records = Simulation(sim_config(subject, config), requests).run()
-    rows = record_rows(records, config.slo.ttft_slo, config.slo.tbt_slo,
-                       config.rule.measured(records))
-    summary = report(rows)
+    summary = report(point_rows(subject, config, qps, config.seeds[0]))
     return StarvationRow(workload=name, qps=qps, layout=layout,
                          goodput_pct=round(summary.goodput_pct, 2), p99_ttft_s=summary.p99_ttft_s,
                          max_wait_slo_multiple=summary.max_wait_slo_multiple)
