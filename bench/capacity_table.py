@@ -3,7 +3,8 @@ their own best, beside the hardware ceiling.
 
 Per workload, in three phases over a process pool (each phase's jobs run in parallel):
 
-1. **scout**: vLLM at its upstream budget and each Ascendra layout on seed 0, searched
+1. **scout**: vLLM at its upstream budget, each Ascendra layout and each P/D split
+   (`DISAGGREGATED`, DistServe) on seed 0, searched
    from the hardware ceiling (bench/ceiling.py) with a wide step;
 2. **tune**: the other baseline settings on seed 0 -- Sarathi-Serve at each chunk size
    in `SARATHI_CHUNKS`, vLLM at each prefill token budget in `VLLM_BUDGETS` -- each
@@ -42,6 +43,9 @@ SWEEPS = {"3xsarathi": SARATHI_CHUNKS, "3xvllm": VLLM_BUDGETS}
 #: max_num_batched_tokens defaults to max_model_len without chunked prefill.
 UPSTREAM = {"3xsarathi": 512, "3xvllm": 8192}
 ASCENDRA = ("2L1H", "1L2H")
+#: DistServe's prefill/decode disaggregation on the same three GPUs (issue #18): each split
+#: at the default chunk size, its KV moving over the profile GPU's NVLink.
+DISAGGREGATED = ("2P1D", "1P2D")
 #: The step of a search that starts from a related capacity (another setting's, or the
 #: same setting without drops): settings differ by more than seeds do.
 SWEEP_GROWTH = 1.1
@@ -129,7 +133,7 @@ def capacity_table(configs: Sequence[RulerConfig], ascendra_chunk: int | None = 
     """One table per workload config (each with its own ceiling and best baseline)."""
     chunk = ascendra_chunk or SchedulerConfig().chunk_size
     ascendra = [Subject(label=layout, layout=layout, scheduler=SchedulerConfig(chunk_size=chunk))
-                for layout in ASCENDRA]
+                for layout in ASCENDRA + DISAGGREGATED]
     scout = _subject("3xvllm", UPSTREAM["3xvllm"])
     starts = {c.workload.name: 0.8 * ceilings(c)[0] for c in configs}
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:

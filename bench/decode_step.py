@@ -2,9 +2,9 @@
 
 N sequences (their context lengths given, cycled) are prefilled, then decoded one token
 per step. Reports the aten ops of one step -- as a TorchDispatchMode sees them (the
-calls the model makes) and as torch.profiler records them (with the ops those call) --
-and min / median thread time of a step, which other jobs on the machine disturb less
-than the wall clock does.
+calls the model makes) and as torch.profiler records them (with the ops those call) --,
+the matrix products' share of the ops' time, and min / median thread time of a step,
+which other jobs on the machine disturb less than the wall clock does.
 
     python -m bench.decode_step [--contexts 96] [--num-seqs 16] [--steps 100] [--threads 1]
 """
@@ -24,6 +24,11 @@ from engines.executors.torch_executor import TorchExecutor
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.request import Request
 from ipc.params import SamplingParams
+
+
+# The model's linear layers and LM head: the work any implementation must do, the rest of
+# a step (attention, norms, small ops, Python) is what an executor can cut.
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
 class OpCounter(TorchDispatchMode):
@@ -82,6 +87,8 @@ def main() -> None:
         for _ in range(5):
             step()
     nested = sum(1 for e in prof.events() if e.name.startswith("aten::")) / 5
+    self_time = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
+    matmul = sum(self_time.get(op, 0.0) for op in MATMUL_OPS) / sum(self_time.values())
     times = []
     for _ in range(args.steps):
         start = time.thread_time()
@@ -91,6 +98,7 @@ def main() -> None:
     print(f"aten ops per decode step: {sum(counter.ops.values())} called by the model, "
           f"{nested:.0f} with the ops they call (profiler)")
     print("most called:", ", ".join(f"{name} {n}" for name, n in counter.ops.most_common(8)))
+    print(f"matrix products' share of the ops' self time (profiler): {matmul:.0%}")
     print(f"step thread time: min {min(times) * 1e3:.2f} ms, "
           f"median {statistics.median(times) * 1e3:.2f} ms over {args.steps} steps")
 

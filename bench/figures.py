@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.fleet_figure import fleet_figure  # noqa: E402
+
 COLORS = {"2L1H": "tab:red", "3xsarathi": "tab:blue", "3xvllm": "tab:green",
           "1L1H": "tab:red", "2xsarathi": "tab:blue", "2xvllm": "tab:green",
           "1L2H": "tab:purple", "2L1H-sjf": "tab:orange", "2L1H-edf": "tab:red",
@@ -216,3 +218,4 @@ def _ablation(doc):
 TITLES = {"ablation": "What each part of Ascendra's policy earns (2L1H with one part off)",
           "values": "2L1H by the LP instances' value function"}
 _values = _ablation
+_fleet = fleet_figure

@@ -36,7 +36,7 @@ import numpy as np
 from bench.progress import Progress
 from bench.records import RequestRecord
 from bench.sse import sse_data
-from bench.workload import WorkloadRequest, prompt_token_ids
+from bench.workload import WorkloadRequest, request_prompt
 from daemon.request_state import EndCode
 
 #: Words of a chat prompt: common English words, one token each (with their space) in the
@@ -78,7 +78,7 @@ class Client:
             prompt = {"messages": [{"role": "user", "content": chat_prompt(
                 self.seed, request.index, request.prompt_len)}]}
         else:
-            prompt = {"prompt": prompt_token_ids(self.seed, request.index, request.prompt_len)}
+            prompt = {"prompt": request_prompt(request, self.seed)}
         own = {k: v for k, v in (("ttft_slo", request.ttft_slo), ("tbt_slo", request.tbt_slo))
                if v is not None}  # the request's own targets win over the run's
         return json.dumps({**self.fields, **own, **prompt,
@@ -203,6 +203,8 @@ def _on_chunk(record: RequestRecord, event: dict, now: float, chat: bool = False
         record.num_output_tokens = int(usage["completion_tokens"])
     if chat and usage and usage.get("prompt_tokens") is not None:
         record.prompt_len = int(usage["prompt_tokens"])  # words are not tokens: the server's count
+    if usage and (usage.get("prompt_tokens_details") or {}).get("cached_tokens") is not None:
+        record.cached_tokens = int(usage["prompt_tokens_details"]["cached_tokens"])
     choices = event.get("choices") or []
     if not choices:
         return

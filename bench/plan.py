@@ -1,7 +1,8 @@
 """`ascendra plan`: which layout of N GPUs serves a workload best, by simulation.
 
-Every candidate split of the GPUs -- all LP (`NL0H`), each `kLmH`, and the baselines
-`Nxsarathi` and `Nxvllm` -- gets its steady-state capacity on the ruler (bench/ruler.py:
+Every candidate split of the GPUs -- all LP (`NL0H`), each `kLmH`, each prefill/decode
+split `kPmD` (DistServe's placement idea: the P:D ratio that holds the most goodput for
+this workload and these SLOs), and the baselines `Nxsarathi` and `Nxvllm` -- gets its steady-state capacity on the ruler (bench/ruler.py:
 same workload, SLOs, routing, warm-up rule) with one seed, searched from the hardware
 ceiling; the recommendation is the highest, printed with every candidate beside the
 ceiling so the gap to the best possible is plain.
@@ -36,7 +37,8 @@ def candidate_layouts(num_gpus: int) -> list[str]:
     if num_gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {num_gpus}")
     splits = [f"{lp}L{num_gpus - lp}H" for lp in range(num_gpus, 0, -1)]
-    return splits + [f"{num_gpus}xsarathi", f"{num_gpus}xvllm"]
+    disaggregated = [f"{p}P{num_gpus - p}D" for p in range(num_gpus - 1, 0, -1)]
+    return splits + disaggregated + [f"{num_gpus}xsarathi", f"{num_gpus}xvllm"]
 
 
 def plan(config: RulerConfig, num_gpus: int, workers: int | None = None,

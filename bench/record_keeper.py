@@ -11,7 +11,7 @@ from bench.results import is_good
 from daemon.controller_config import SloConfig
 from daemon.controller_events import Moved, Refuse, Send, Settle, Token
 from daemon.request_state import Outcome
-from ipc.messages import Origin, Submit
+from ipc.messages import Origin, Submit, SubmitPrefilled
 
 #: How the core's outcomes read in a run's records.
 RECORD_OUTCOMES = {Outcome.COMPLETED: "completed", Outcome.DROPPED: "dropped",
@@ -50,6 +50,7 @@ class RecordKeeper:
                 record = self.records[request_id]
                 record.outcome = RECORD_OUTCOMES[outcome]
                 record.end_time, record.instance = now, instance
+                record.cached_tokens = action.cached_tokens
                 if code is not None:
                     record.error_code, record.error = code.value, message
             case Refuse(request_id=request_id, refusal=refusal, message=message):
@@ -59,6 +60,9 @@ class RecordKeeper:
             case Send(instance_id=instance_id, message=Submit(request_id=request_id,
                                                               origin=Origin.NEW)):
                 self.records[request_id].instances = [instance_id]
+            case Send(instance_id=instance_id, message=SubmitPrefilled(request_id=request_id)):
+                record = self.records[request_id]  # P/D: on to a decode instance
+                record.instances = [*record.instances, instance_id]
             case Moved(request_id=request_id, kind=kind, target=target):
                 record = self.records[request_id]
                 record.instances = [*record.instances, target]

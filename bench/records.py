@@ -50,6 +50,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     error: str | None = None            # message of a drop or error
     error_code: str | None = None
     scheduled: float | None = None      # when an open-loop client meant to send it
+    #: Prompt tokens its instance found in its prefix cache (OpenAI's
+    #: usage.prompt_tokens_details.cached_tokens).
+    cached_tokens: int = 0
 
     def output_tokens(self) -> int:
         return self.num_output_tokens if self.num_output_tokens is not None else len(self.token_times)
@@ -102,6 +105,7 @@ class RecordRow(msgspec.Struct, kw_only=True):
     #: arrival -> its first answer: the first token, or the terminal answer of a request
     #: that got none (drop, error); None while it had neither (lost).
     answer_wait: float | None = None
+    cached_tokens: int = 0             # prompt tokens found in its instance's prefix cache
 
 
 class Percentiles(msgspec.Struct):
@@ -145,6 +149,8 @@ class RunResult(msgspec.Struct, kw_only=True):
     lost: int
     offloaded: int
     perf_model_mape: float | None = None
+    #: Share of the completed requests' prompt tokens found in a prefix cache, %.
+    prompt_cached_pct: float = 0.0
     per_instance: list[dict] = []
     per_class: list[ClassResult] = []  # by SLO class, when the requests carry one
     schema_version: int = SCHEMA_VERSION

@@ -49,7 +49,7 @@ SERIES = (("2L1H", DEFAULT_VALUE_FUNCTION, "2L1H"), ("2L1H", "sjf", "2L1H-sjf"),
 DEFAULT_CHUNK = 2048
 FIXED_HP_BATCH = 128  # elastic batch off (fig 11): the paper's fixed batch
 FIGURES = ("fig9", "fig10", "fig11", "fig12", "fig13", "threshold", "capacity", "ablation",
-           "values")
+           "values", "fleet")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +275,15 @@ def values(n: int | None = None, quick: bool = False, workers: int | None = None
     return {"figure": "values", "measured": measured,
             "rows": run(names, measured, workers=workers, progress=progress,
                         variants=VALUE_VARIANTS)}
+
+
+def fleet(n: int | None = None, quick: bool = False, workers: int | None = None,
+          progress: Callable[[str], None] | None = None) -> dict:
+    """Goodput of 1, 4 and 16 boxes behind a gateway model, by load, picker and box kind
+    (bench/fleet_scaling.py). `n`: requests per box."""
+    from bench.fleet_scaling import default_config, fleet_document
+    doc = fleet_document(default_config(quick, requests_per_box=n), workers, progress)
+    return msgspec.to_builtins(doc)
 
 
 def reproduce(figure: str, out: str | Path, *, num_requests: int | None = None,

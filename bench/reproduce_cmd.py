@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "instance P99 TTFT, mean TBT, throughput, scheduling delay; fig11: EDF vs "
                     "SJF vs FCFS and HP elastic batch on/off; fig12: overload for 10 simulated "
                     "minutes with drops; fig13: 1L1H and 2L1H vs 1L2H; threshold: offload "
-                    "threshold sweep.")
+                    "threshold sweep; fleet: 1, 4 and 16 boxes behind an inference gateway, "
+                    "by load.")
     p.add_argument("figure", choices=[*FIGURES, "all"])
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--num-requests", type=int, default=None,

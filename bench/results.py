@@ -60,8 +60,15 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         sched_delay_s=percentiles([r.sched_delay for r in records if r.sched_delay is not None]),
         good=good, **counts, offloaded=sum(1 for r in records if r.offloaded),
         perf_model_mape=perf_model_mape, per_instance=list(per_instance or []),
+        prompt_cached_pct=cached_share(done),
         per_class=per_class(records, ttft_slo, tbt_slo),
         records=list(records) if keep_records else msgspec.UNSET)
+
+
+def cached_share(records: list[RequestRecord]) -> float:
+    """Share of the records' prompt tokens their instances found cached, %."""
+    prompt = sum(r.prompt_len for r in records)
+    return 100.0 * sum(r.cached_tokens for r in records) / prompt if prompt else 0.0
 
 
 def per_class(records: list[RequestRecord], ttft_slo: float, tbt_slo: float) -> list[ClassResult]:

@@ -60,6 +60,7 @@ class RulerConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_model_len: int = 8192
     latency: str = ""                  # SimConfig.latency: "" = the profile's step times
     num_kv_blocks: int | None = None
+    interconnect: str = ""             # SimConfig.interconnect: a P/D layout's KV link
 
 
 class Point(msgspec.Struct, frozen=True):
@@ -87,7 +88,7 @@ def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
     return SimConfig(layout_modes=tuple(layout_modes(subject.layout)), profile=config.profile,
                      scheduler=subject.scheduler, slo=config.slo, controller=config.controller,
                      max_model_len=config.max_model_len, latency=config.latency,
-                     num_kv_blocks=config.num_kv_blocks)
+                     num_kv_blocks=config.num_kv_blocks, interconnect=config.interconnect)
 
 
 def workload_requests(config: RulerConfig, qps: float, seed: int) -> list[WorkloadRequest]:

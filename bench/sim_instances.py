@@ -40,6 +40,9 @@ class SimConfig:
     latency: str = ""
     #: KV capacity per instance in blocks; None = the profile's (its GPU's memory).
     num_kv_blocks: int | None = None
+    #: The link a P/D layout's KV crosses (engines/executors/profiles/interconnect.py:
+    #: "nvlink3", "nvlink4", "pcie4", "pcie5"); "" = the profile GPU's NVLink.
+    interconnect: str = ""
 
 
 @dataclass

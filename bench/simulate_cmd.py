@@ -16,6 +16,7 @@ import msgspec
 
 from bench.capacity import CAPACITY_TARGET
 from bench.capacity_table import ceilings
+from bench.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
 from bench.records_file import record_rows, write_records
 from bench.results import print_summary, write_result
 from bench.ruler import (
@@ -42,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--records", metavar="FILE",
                    help="write one line per request to FILE (JSONL, or .parquet); read it with "
                         "`ascendra records FILE`")
+    add_fleet_flags(p)
     p.set_defaults(run=run_simulate)
     p = sub.add_parser("capacity", help="highest QPS holding a goodput target in steady state, "
                                         "by simulation (several seeds)")
@@ -65,6 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_simulate(args: argparse.Namespace) -> int:
     subject, config = sim_settings(args)
+    if is_fleet(args):
+        return run_fleet_simulate(args, subject, config, DEFAULT_NUM_REQUESTS)
     n = args.num_requests if args.num_requests is not None else num_requests_or(
         config.workload, DEFAULT_NUM_REQUESTS)
     if n < 1:

@@ -17,16 +17,19 @@ out of the queue reaches the controller after the step ran. Before the first arr
 every instance is ready and every idle HP holds its ticket (the daemon accepts
 requests only then). Records are kept from the controller's actions
 (bench/record_keeper.py), as the daemon's metrics are.
+
+The clock is an `EventHeap` (bench/event_heap.py): a box's own, or one shared by the
+boxes of a fleet (bench/fleet.py), whose gateway hands each box its requests as they
+arrive (`arrive`) instead of the box scheduling a workload of its own.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
-
+from bench.event_heap import EventHeap
+from bench.kv_transfer_time import kv_transfer_seconds
 from bench.record_keeper import RecordKeeper
 from bench.records import RequestRecord
 from bench.sim_instances import SimConfig, SimInstance, build_instance
-from bench.workload import WorkloadRequest
+from bench.workload import WorkloadRequest, request_prompt
 from daemon.controller_core import ControllerCore
 from daemon.controller_events import Arrived, FromInstance, Send, StartAccepting, StartTimer, TimerFired
 from engines.batch import Batch
@@ -34,18 +37,18 @@ from ipc.params import SamplingParams
 
 __all__ = ["SimConfig", "Simulation"]
 
-#: Prompt token id of every simulated request (any id every vocabulary has).
-PROMPT_TOKEN = 3
+#: The seed of the simulated prompts' tokens: only which prompts share which parts
+#: matters (prefix caching), never the ids themselves.
+PROMPT_SEED = 0
 
 
 class Simulation:
     def __init__(self, config: SimConfig, workload: list[WorkloadRequest],
-                 watched: range = range(0)) -> None:
-        """`watched`: indices of the requests whose misses `run(give_up_after=...)` counts."""
+                 watched: range = range(0), events: EventHeap | None = None) -> None:
+        """`watched`: indices of the requests whose misses `run(give_up_after=...)` counts;
+        `events`: a clock shared with other boxes (a fleet's), else one of its own."""
         self.config = config
-        self.now = 0.0
-        self._heap: list = []
-        self._seq = itertools.count()
+        self.events = events if events is not None else EventHeap()
         self.stopped_early = False
         self.instances = [build_instance(config, i, mode, clock=lambda: self.now)
                           for i, mode in enumerate(config.layout_modes)]
@@ -67,32 +70,44 @@ class Simulation:
                 self._controller(FromInstance(0.0, message))
 
     # ---- the event loop ----------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.events.now
+
     def _at(self, time: float, handler, *args) -> None:
-        heapq.heappush(self._heap, (time, next(self._seq), handler, args))
+        self.events.at(time, handler, *args)
 
     def run(self, give_up_after: int | None = None) -> list[RequestRecord]:
         """Every event to the end; or stop once more than `give_up_after` watched requests
         have missed their SLOs (`stopped_early` is then set: the rest stay unfinished)."""
         limit = float("inf") if give_up_after is None else give_up_after
-        while self._heap:
-            self.now, _, handler, args = heapq.heappop(self._heap)
-            handler(*args)
+        while self.events:
+            self.events.run_next()
             if self.keeper.misses > limit:
                 self.stopped_early = True
                 break
         return list(self.records.values())
 
     # ---- the controller's side ---------------------------------------------------------
+    def arrive(self, work: WorkloadRequest) -> None:
+        """A request reaches the box now (sent by a fleet's gateway): recorded, then
+        handed to the controller as any arrival."""
+        request_id = f"r{work.index}"
+        self.records[request_id] = _record(work)
+        self._arrive(request_id, work)
+
     def _arrive(self, request_id: str, work: WorkloadRequest) -> None:
         sampling = SamplingParams(max_tokens=work.output_len, ignore_eos=True)
-        self._controller(Arrived(self.now, request_id, [PROMPT_TOKEN] * work.prompt_len,
+        self._controller(Arrived(self.now, request_id, request_prompt(work, PROMPT_SEED),
                                  sampling, work.ttft_slo, work.tbt_slo))
 
     def _controller(self, event) -> None:
         for action in self.controller.handle(event):
             self.keeper.observe(action, self.now)
             if isinstance(action, Send):
-                self._at(self.now + self.config.ipc_delay, self._deliver,
+                delay = self.config.ipc_delay + kv_transfer_seconds(
+                    self.config.profile, self.config.interconnect, action.message)
+                self._at(self.now + delay, self._deliver,
                          self.instances[action.instance_id], action.message)
             elif isinstance(action, StartTimer):
                 self._at(action.at, self._timer, action.timer)

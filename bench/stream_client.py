@@ -6,6 +6,11 @@ each `data:` line; JSON carries no raw newline, so every `\\n\\n` ends one event
 of parsing events. Only the first `keep` streams are kept whole and parsed afterwards,
 for their text (to check two servers stream the same tokens) and their usage count.
 A stream of M tokens must be exactly M token events, a usage event and `data: [DONE]`.
+
+Its N connections are opened before the clock starts (`_connect`, a GET /health on each,
+kept alive): N connects at once can overflow the server's listen queue while its event
+loop is busy, and a dropped SYN is retried only after a second, so a run would measure
+TCP's retry timer instead of the stream.
 """
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ async def run_streams(url: str, num_requests: int, num_tokens: int, keep: int = 
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await _connect(session, url, num_requests)
         cpu, start = time.process_time(), time.perf_counter()
         streams = await asyncio.gather(*(
             _one(session, url + "/v1/completions", i, num_tokens, kept if i < keep else None, start)
@@ -73,6 +79,15 @@ async def run_streams(url: str, num_requests: int, num_tokens: int, keep: int = 
         if problem:
             run.problems.append(f"stream {index}: {problem}")
     return run
+
+
+async def _connect(session: aiohttp.ClientSession, url: str, count: int) -> None:
+    """Open `count` keep-alive connections to `url` (all at once, so none is reused)."""
+    async def health() -> None:
+        async with session.get(url + "/health") as resp:
+            await resp.read()
+
+    await asyncio.gather(*(health() for _ in range(count)))
 
 
 class EventCounter:

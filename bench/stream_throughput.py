@@ -3,13 +3,14 @@
 Starts `ascendra serve` (sim executor, zero step latency, one instance, room for every
 stream at once), sends N concurrent streaming completions of M tokens
 (bench/stream_client.py), R times, and prints min/median/max tokens/s with the CPU
-seconds the daemon's controller process, its instance and this client used, and when
-the tokens reached the client (first token, mean token arrival, longest gap between
-reads). With `--compare DIR` (repeatable) a daemon from another checkout (e.g. a `git
-worktree` of the commit before) runs too, the runs interleaved so all see the same
-background load, and the table ends with our/their ratios. The streams' text must be
-the same for all (the sim executor's tokens depend only on the prompt). Prints
-figures; it does not pass or fail (but says when a stream was short or texts differ).
+seconds the daemon's controller process, its instance and this client used (and the
+client's share: it runs on the same box), and when the tokens reached the client
+(first token, mean token arrival, longest gap between reads). With `--compare DIR`
+(repeatable) a daemon from another checkout (e.g. a `git worktree` of the commit
+before) runs too, the runs interleaved so all see the same background load, and the
+table ends with our/their ratios. The streams' text must be the same for all (the sim
+executor's tokens depend only on the prompt). Prints figures; it does not pass or fail
+(but says when a stream was short or texts differ).
 
     python -m bench.stream_throughput [--requests 256] [--tokens 512] [--repeats 5]
                                       [--compare /tmp/sse-before]
@@ -39,6 +40,8 @@ from bench.stream_client import StreamRun, run_streams
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _SERVING = re.compile(r"serving .* on http://([0-9.]+):(\d+) ")
 START_TIMEOUT = 60.0
+#: Cores this process may run on: the box the daemon, its instance and the client share.
+CPUS = len(os.sched_getaffinity(0))
 
 
 @dataclass
@@ -178,6 +181,11 @@ def report(daemons: list[Daemon], requests: int, tokens: int) -> None:
                            ("CPU client", [r.client_cpu_seconds for r in runs])):
             per_token = [1e6 * c / r.token_events for c, r in zip(cpu, runs)]
             _row(label, f"{_spread(cpu, '{:.2f}')} s, {_spread(per_token, '{:.1f}')} us/token")
+        box = [100 * r.client_cpu_seconds / (r.seconds * CPUS) for r in runs]
+        used = [100 * m.run.client_cpu_seconds
+                / (m.daemon_cpu + m.instance_cpu + m.run.client_cpu_seconds) for m in daemon.runs]
+        _row("client's CPU share", f"{_spread(box, '{:.0f}')} % of the box's {CPUS} cores, "
+                                   f"{_spread(used, '{:.0f}')} % of the CPU all three used")
         digest = hashlib.sha256("\x00".join(runs[-1].texts).encode()).hexdigest()[:16]
         _row("text of first streams", f"sha256 {digest}")
         for run in runs:

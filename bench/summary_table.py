@@ -26,6 +26,8 @@ def summary_rows(result: RunResult) -> list[tuple[str, str]]:
             ("P99 TBT", f"{_ms(r.p99_tbt_s)} ms")]
     if r.perf_model_mape is not None:
         rows.append(("perf model MAPE", f"{100 * r.perf_model_mape:.1f} %"))  # a fraction
+    if r.prompt_cached_pct:
+        rows.append(("prompt tokens cached", f"{r.prompt_cached_pct:.1f} %"))
     return rows
 
 

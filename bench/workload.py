@@ -12,7 +12,10 @@ Lengths (`fit_lengths`): divided by `length_scale`, the prompt trimmed to
 it fits, the prompt is cut; both stay at least 1 token).
 
 Prompts are token-id lists of the trace's length with random ids in [3, 256): every
-vocabulary has those, and a load test does not care what the text says.
+vocabulary has those, and a load test does not care what the text says. A request of a
+workload with reuse (bench/reuse_workloads.py) names its prompt's parts instead: equal
+parts are equal tokens, so a shared system prompt or a conversation's history is the
+same text in every request that has it (`request_prompt`).
 """
 from __future__ import annotations
 
@@ -22,11 +25,18 @@ import numpy as np
 from bench.arrivals import arrival_offsets, arrivals_within
 from bench.trace_file import TraceRow, load_rows
 
-__all__ = ["HIGH_TOKEN_ID", "LOW_TOKEN_ID", "TraceRow", "WorkloadRequest", "build_workload",
-           "clamp", "fit_lengths", "load_rows", "prompt_token_ids", "sample_rows"]
+__all__ = ["HIGH_TOKEN_ID", "LOW_TOKEN_ID", "PromptPart", "TraceRow", "WorkloadRequest",
+           "build_workload", "clamp", "fit_lengths", "load_rows", "prompt_token_ids",
+           "request_prompt", "sample_rows"]
 
 #: Prompt token ids are drawn from [LOW_TOKEN_ID, HIGH_TOKEN_ID).
 LOW_TOKEN_ID, HIGH_TOKEN_ID = 3, 256
+
+
+class PromptPart(msgspec.Struct, frozen=True, array_like=True):
+    """`length` tokens named by `key`: the same key gives the same tokens (for one seed)."""
+    key: tuple[int, ...]
+    length: int
 
 
 class WorkloadRequest(msgspec.Struct, frozen=True):
@@ -38,6 +48,9 @@ class WorkloadRequest(msgspec.Struct, frozen=True):
     ttft_slo: float | None = None
     tbt_slo: float | None = None
     slo_class: str | None = None     # the SLO class they come from (bench/workloads.py)
+    #: The prompt as named parts, their lengths summing to `prompt_len`; () = a prompt of
+    #: its own (bench/reuse_workloads.py).
+    prompt_parts: tuple[PromptPart, ...] = ()
 
 
 def clamp(prompt_len: int, output_len: int, max_model_len: int | None) -> tuple[int, int]:
@@ -110,3 +123,14 @@ def prompt_token_ids(seed: int, index: int, length: int) -> list[int]:
     """The prompt of request `index`: made when it is sent, so a long run holds no prompts."""
     rng = np.random.default_rng([seed, 2, index])
     return rng.integers(LOW_TOKEN_ID, HIGH_TOKEN_ID, size=length).tolist()
+
+
+def request_prompt(request: WorkloadRequest, seed: int) -> list[int]:
+    """The prompt a run sends for `request`: its named parts, or one of its own."""
+    if not request.prompt_parts:
+        return prompt_token_ids(seed, request.index, request.prompt_len)
+    tokens: list[int] = []
+    for part in request.prompt_parts:
+        rng = np.random.default_rng([seed, 3, *part.key])
+        tokens += rng.integers(LOW_TOKEN_ID, HIGH_TOKEN_ID, size=part.length).tolist()
+    return tokens

@@ -12,6 +12,12 @@
   both exponential; long-run mean rate = the rate;
 * `mixed-slo`  -- Poisson, each request drawing an SLO class (SLO_CLASSES) in the
   shares DEFAULT_SLO_MIX (`slo_mix` gives any workload classes the same way);
+* `system-prompt` -- Poisson, every prompt a shared 1,000-token system prompt and then
+  the trace's prompt as its question (bench/reuse_workloads.py; `system_prompt_len`,
+  `system_prompts`);
+* `multi-turn` -- conversations of 5 turns, each turn's prompt the one before it plus
+  more (the history), 15 s of think time apart (bench/reuse_workloads.py; `turns`,
+  `think_time`);
 * `replay`     -- the arrival times of a trace file (bench/trace_file.py finds them):
   in time order from the first, divided by `rate_scale` (2 = twice as fast); a `rate`
   instead sets the scale so that the mean rate of the replayed rows is that rate (with
@@ -38,6 +44,7 @@ from bench.arrivals import (
     arrivals_within,
     onoff_offsets,
 )
+from bench.reuse_workloads import conversation_requests, system_prompt_requests
 from bench.trace_file import TraceRow, load_rows
 from bench.workload import WorkloadRequest, fit_lengths, sample_rows
 
@@ -74,6 +81,12 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     rate_scale: float | None = None     # replay: > 1 compresses time
     max_prompt_len: int | None = None   # prompts longer are trimmed to this
     length_scale: float = 1.0           # both lengths divided by this
+    #: Every prompt starts with one of `system_prompts` shared prompts of this many tokens.
+    system_prompt_len: int = 0
+    system_prompts: int = 1
+    #: Conversations of this many turns, each prompt the one before it and more; 1 = none.
+    turns: int = 1
+    think_time: float = 15.0            # seconds between a conversation's turns (mean)
 
 
 WORKLOADS = {
@@ -82,6 +95,8 @@ WORKLOADS = {
     "bursty-cv4": WorkloadSpec(name="bursty-cv4", arrival="gamma", burstiness=1 / 16),
     "onoff": WorkloadSpec(name="onoff", arrival="onoff"),
     "mixed-slo": WorkloadSpec(name="mixed-slo", slo_mix=DEFAULT_SLO_MIX),
+    "system-prompt": WorkloadSpec(name="system-prompt", system_prompt_len=1000),
+    "multi-turn": WorkloadSpec(name="multi-turn", turns=5),
     "replay": WorkloadSpec(name="replay", arrival="replay"),
 }
 
@@ -133,6 +148,16 @@ def check(spec: WorkloadSpec) -> None:
         raise ValueError(f"{where}: max_prompt_len must be >= 1, got {spec.max_prompt_len}")
     if not spec.length_scale > 0:
         raise ValueError(f"{where}: length_scale must be > 0, got {spec.length_scale}")
+    if spec.system_prompt_len < 0 or spec.system_prompts < 1 or spec.turns < 1 or not (
+            spec.think_time >= 0):
+        raise ValueError(f"{where}: system_prompt_len ({spec.system_prompt_len}) and "
+                         f"think_time ({spec.think_time}) must be >= 0, system_prompts "
+                         f"({spec.system_prompts}) and turns ({spec.turns}) >= 1")
+    if (spec.turns > 1 or spec.system_prompt_len) and spec.arrival not in ("poisson", "gamma"):
+        raise ValueError(f"{where}: a workload with reuse takes poisson or gamma arrivals, "
+                         f"not {spec.arrival}")
+    if spec.turns > 1 and spec.system_prompt_len:
+        raise ValueError(f"{where}: give turns or a system prompt, not both")
     if spec.slo_mix is not None:
         names = [c.name for c in spec.slo_classes]
         mixed = [s.slo_class for s in spec.slo_mix]
@@ -162,11 +187,24 @@ def build_requests(spec: WorkloadSpec, *, rate: float | None = None,
                              f"column named one of the known names); name its column with "
                              f"--arrival-column, or pick a generated workload")
         arrivals, rows = replayed(rows, spec.rate_scale, rate, num_requests, duration)
+    elif rate is None:
+        raise ValueError(f"workload {spec.name!r} needs an arrival rate (--qps)")
+    elif spec.turns > 1:
+        return _with_classes(spec, seed, conversation_requests(
+            rows, turns=spec.turns, think_time=spec.think_time, rate=rate,
+            burstiness=spec.burstiness if spec.arrival == "gamma" else 1.0,
+            num_requests=num_requests, duration=duration, seed=seed,
+            length_scale=spec.length_scale, max_prompt_len=spec.max_prompt_len,
+            max_model_len=max_model_len))
     else:
-        if rate is None:
-            raise ValueError(f"workload {spec.name!r} needs an arrival rate (--qps)")
         arrivals = _generated(spec, rate, num_requests, duration, seed)
         rows = sample_rows(rows, len(arrivals), seed)
+        if spec.system_prompt_len:
+            return _with_classes(spec, seed, system_prompt_requests(
+                arrivals, rows, system_prompt_len=spec.system_prompt_len,
+                system_prompts=spec.system_prompts, seed=seed,
+                length_scale=spec.length_scale, max_prompt_len=spec.max_prompt_len,
+                max_model_len=max_model_len))
     classes = _classes(spec, len(arrivals), seed)
     by_name = {c.name: c for c in spec.slo_classes}
     requests = []
@@ -178,6 +216,16 @@ def build_requests(spec: WorkloadSpec, *, rate: float | None = None,
             ttft_slo=slo.ttft_slo if slo else None, tbt_slo=slo.tbt_slo if slo else None,
             slo_class=name))
     return requests
+
+
+def _with_classes(spec: WorkloadSpec, seed: int,
+                  requests: list[WorkloadRequest]) -> list[WorkloadRequest]:
+    """`requests` with the SLO classes `spec.slo_mix` draws (as build_requests gives them)."""
+    by_name = {c.name: c for c in spec.slo_classes}
+    classes = _classes(spec, len(requests), seed)
+    return [r if name is None else msgspec.structs.replace(
+        r, ttft_slo=by_name[name].ttft_slo, tbt_slo=by_name[name].tbt_slo, slo_class=name)
+        for r, name in zip(requests, classes)]
 
 
 def trace_rows(spec: WorkloadSpec) -> list[TraceRow]:

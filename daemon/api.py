@@ -1,9 +1,13 @@
 """The HTTP API (aiohttp): OpenAI-compatible completions and chat, streaming or not.
 
 Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
-GET /v1/models/{id}, GET /health, GET /metrics, GET /openapi.json (the OpenAPI 3.1
-description). A request becomes one engine request per choice (daemon/request_plan.py),
-served together as one response (daemon/choices.py).
+GET /v1/models/{id}, GET /health, GET /livez, GET /readyz (the Kubernetes probes,
+daemon/health.py), GET /metrics, GET /openapi.json (the OpenAPI 3.1
+description). A request's `model` picks the controller of that model
+(daemon/served_models.py); it becomes one engine request per choice
+(daemon/request_plan.py), served together as one response (daemon/choices.py). Its
+latency targets may also come from the `x-slo-ttft-ms` / `x-slo-tpot-ms` headers, the
+body's fields winning (daemon/slo_headers.py).
 
 Every error the application answers is JSON in OpenAI's error shape, its message (and
 `param`) naming the field. Limits: bodies over `max_body_bytes` get 413, prompts must
@@ -33,13 +37,16 @@ from daemon.openai_schema import ChatCompletionRequest, CompletionRequest, parse
 from daemon.openapi import build_openapi
 from daemon.request_plan import Limits, Prompt, plan_choices
 from daemon.responses import ResponseBuilder, error_body, model_object
+from daemon.overload import RESTARTING_RETRY_AFTER
+from daemon.served_models import ServedModels, model_not_found
+from daemon.slo_headers import BadSloHeader, with_header_slos
 
 log = logging.getLogger(__name__)
-CONTROLLER = web.AppKey("controller", object)
+MODELS = web.AppKey("models", ServedModels)
 LIMITS = web.AppKey("limits", object)
 API_KEY_REQUIRED = web.AppKey("api_key_required", bool)
 #: Routes served without the API key: probes, Prometheus and the API's description.
-PUBLIC_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/openapi.json"})
 #: Body types read as JSON: JSON (and `*/*+json`), and the generic types clients send when
 #: not told otherwise (`curl -d`: form-urlencoded; fetch() with a string: text/plain; raw
 #: bytes: octet-stream). Any other type (multipart forms, XML, images, ...) is a 415.
@@ -59,10 +66,11 @@ def resolve_api_key(config: HttpConfig, environ=os.environ) -> str:
     return config.api_key or environ.get(API_KEY_ENV, "")
 
 
-def build_app(controller, config: HttpConfig, api_key: str = "") -> web.Application:
+def build_app(served, config: HttpConfig, api_key: str = "") -> web.Application:
+    """The API over `served` (a ServedModels, or one model's controller)."""
     app = web.Application(client_max_size=config.max_body_bytes,
                           middlewares=[_errors_as_json, _require_api_key(api_key)])
-    app[CONTROLLER] = controller
+    app[MODELS] = served if isinstance(served, ServedModels) else ServedModels([served])
     app[LIMITS] = config
     app[API_KEY_REQUIRED] = bool(api_key)
     app.router.add_post("/v1/completions", completions)
@@ -70,6 +78,8 @@ def build_app(controller, config: HttpConfig, api_key: str = "") -> web.Applicat
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model:.+}", model)
     app.router.add_get("/health", health)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     return app
@@ -170,7 +180,7 @@ async def _read_json_body(request: web.Request) -> bytes:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     body = _parse(await _read_json_body(request), CompletionRequest)
-    controller = request.app[CONTROLLER]
+    controller = request.app[MODELS].pick(body.model)
     try:
         entries = body.prompts()
     except ValueError as exc:
@@ -182,7 +192,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = _parse(await _read_json_body(request), ChatCompletionRequest)
-    controller = request.app[CONTROLLER]
+    controller = request.app[MODELS].pick(body.model)
     text = _render_chat(controller.tokenizer, [m.for_template() for m in body.messages])
     prompt = Prompt("messages", controller.tokenizer.encode(text, add_bos=False))
     return await _serve(request, body, [prompt], ResponseBuilder(
@@ -223,23 +233,15 @@ def _prompt(controller, field: str, prompt: str | list[int], echo: bool) -> Prom
     return Prompt(field, prompt, controller.tokenizer.decode(prompt) if echo else "")
 
 
-def _check_model(controller, name: str | None) -> None:
-    if name and name != controller.model_name:
-        raise _model_not_found(f"model: {name!r} is not served here; use "
-                               f"{controller.model_name!r}")
-
-
-def _model_not_found(message: str) -> ApiError:
-    error = ApiError(404, message, "model_not_found")
-    error.param = "model"
-    return error
-
-
 async def _serve(request: web.Request, body, prompts: list[Prompt], builder: ResponseBuilder):
-    controller, config = request.app[CONTROLLER], request.app[LIMITS]
+    controller, config = request.app[MODELS].pick(body.model), request.app[LIMITS]
     if controller.max_model_len <= 0:  # no instance has said it is ready (one restarting)
-        raise ApiError(503, "no instance is ready; try again shortly", "unavailable")
-    _check_model(controller, body.model)
+        raise ApiError(503, "no instance is ready; try again shortly", "unavailable",
+                       retry_after=RESTARTING_RETRY_AFTER)
+    try:
+        body = with_header_slos(body, request.headers)
+    except BadSloHeader as exc:
+        raise BadRequest(str(exc), exc.param) from None
     try:
         choices = plan_choices(body, prompts, Limits(
             controller.max_model_len, controller.vocab_size, config.default_max_tokens,
@@ -258,33 +260,47 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
 
 
 async def models(request: web.Request) -> web.Response:
-    controller = request.app[CONTROLLER]
     return web.json_response({"object": "list", "data": [
-        model_object(controller.model_name, controller.max_model_len)]})
+        model_object(c.model_name, c.max_model_len) for c in request.app[MODELS].controllers]})
 
 
 async def model(request: web.Request) -> web.Response:
-    controller, name = request.app[CONTROLLER], request.match_info["model"]
-    if name != controller.model_name:
-        raise _model_not_found(f"The model {name!r} does not exist; this server serves "
-                               f"{controller.model_name!r}")
+    served, name = request.app[MODELS], request.match_info["model"]
+    controller = served.by_name.get(name)
+    if controller is None:
+        raise model_not_found(name, served.names)
     return web.json_response(model_object(controller.model_name, controller.max_model_len))
 
 
 async def health(request: web.Request) -> web.Response:
-    state = request.app[CONTROLLER].health()  # a daemon.health.Health
+    state = request.app[MODELS].health()  # a daemon.health.Health
     return web.Response(body=msgspec.json.encode(state), content_type="application/json",
                         status=200 if state.status == "ok" else 503)
 
 
+async def livez(request: web.Request) -> web.Response:
+    return _probe(request.app[MODELS].liveness())  # a daemon.health.Probe
+
+
+async def readyz(request: web.Request) -> web.Response:
+    return _probe(request.app[MODELS].readiness())
+
+
+def _probe(probe) -> web.Response:
+    """200 when the probe holds, else 503 (what a Kubernetes httpGet probe reads)."""
+    return web.Response(body=msgspec.json.encode(probe), content_type="application/json",
+                        status=200 if probe.ok else 503)
+
+
 async def openapi(request: web.Request) -> web.Response:
-    controller, limits = request.app[CONTROLLER], request.app[LIMITS]
-    return web.json_response(build_openapi(
-        model_name=controller.model_name, max_tokens_limit=limits.max_tokens_limit,
-        vocab_size=controller.vocab_size, max_model_len=controller.max_model_len or None,
+    served, limits = request.app[MODELS], request.app[LIMITS]
+    return web.json_response(build_openapi(  # the limits of the most generous model
+        model_names=served.names, max_tokens_limit=limits.max_tokens_limit,
+        vocab_size=max(c.vocab_size for c in served.controllers),
+        max_model_len=max(c.max_model_len for c in served.controllers) or None,
         api_key_required=request.app[API_KEY_REQUIRED]))
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[CONTROLLER].metrics.render()
+    body = request.app[MODELS].render_metrics()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})

@@ -78,10 +78,15 @@ async def submit(controller, choices: list[Choice], request_id: str, body) -> li
     return handles
 
 
-def usage_counts(running: list[RunningChoice], choices: list[Choice]) -> tuple[int, int]:
-    """(prompt tokens, each prompt once; completion tokens, all choices)."""
+def usage_counts(running: list[RunningChoice], choices: list[Choice]) -> tuple[int, int, int]:
+    """(prompt tokens, each prompt once; completion tokens, all choices; prompt tokens
+    found in the prefix cache, each prompt once: the least any of its choices found)."""
     prompts = {id(c.prompt): len(c.prompt.token_ids) for c in choices}
-    return sum(prompts.values()), sum(r.count for r in running)
+    cached: dict[int, int] = {}
+    for choice, r in zip(choices, running):
+        found = r.handle.num_cached_tokens
+        cached[id(choice.prompt)] = min(found, cached.get(id(choice.prompt), found))
+    return sum(prompts.values()), sum(r.count for r in running), sum(cached.values())
 
 
 async def _collect(choice: RunningChoice) -> None:

@@ -23,7 +23,8 @@ import msgspec
 from msgspec import Meta
 
 from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.layout import parse_layout
+from daemon.layout import layout_modes, parse_layout
+from daemon.model_plan import ModelPlan, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig
 from engines.executors.latency import make_latency
 
@@ -39,14 +40,18 @@ def doc(description: str, *, example=None) -> Meta:
 
 
 class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The model served, and under which name."""
+    """The models served, and under which names."""
 
-    model: Annotated[str, doc(
+    model: Annotated[str | list[str], doc(
         'Hugging Face model folder (config.json, *.safetensors, tokenizer.json); "" = the '
         "built-in tiny model, made on first use in $ASCENDRA_CACHE. `serve` logs the folder: "
-        "load testers take it as their tokenizer.")] = ""
-    served_model_name: Annotated[str, doc(
-        'The model name clients send and /v1/models lists; "" = the model folder\'s name.')] = ""
+        "load testers take it as their tokenizer. A list serves several models, each with "
+        "its own instances and tokenizer, chosen by a request's `model` (as a flag: --model "
+        "repeated; daemon/model_plan.py).")] = ""
+    served_model_name: Annotated[str | list[str], doc(
+        'The model name clients send and /v1/models lists; "" = the model folder\'s name. '
+        "With several models, one name per model in their order (--served-model-name "
+        "repeated); names must differ.")] = ""
     max_model_len: Annotated[PositiveInt | None, doc(
         "Context limit of one request (prompt + output), for both executors; unset = the "
         "model's (config.json max_position_embeddings, capped at a sliding window; the tiny "
@@ -57,10 +62,13 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     """The engine instances: how many of which kind, on which executor and GPUs, and
     their KV cache."""
 
-    layout: Annotated[str, doc(
+    layout: Annotated[str | list[str], doc(
         'How many engine instances of which kind: "<count>x<mode>" (modes sarathi, vllm, lp, '
-        'hp), e.g. "3xsarathi", or Ascendra\'s "<n>L<m>H", e.g. "2L1H" (2 LP + 1 HP '
-        "instances).")] = "1xsarathi"
+        'hp), e.g. "3xsarathi", Ascendra\'s "<n>L<m>H", e.g. "2L1H" (2 LP + 1 HP '
+        'instances), or DistServe\'s prefill/decode split "<n>P<m>D", e.g. "2P1D" (2 prefill '
+        "instances hand each request with its KV cache to 1 decode instance). With several "
+        "models: one layout for each of them, or a list of one per model (--layout "
+        "repeated); instance ids and `gpus` run on across the models in order.")] = "1xsarathi"
     executor: Annotated[Literal["torch", "sim"], doc(
         '"torch" runs the model; "sim" runs none and only waits out `sim_latency` per step, '
         "streaming text tokens of the model's tokenizer.")] = "torch"
@@ -85,7 +93,11 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
 
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
-        parse_layout(self.layout, self.gpus or None, self.gpus_per_instance)  # "layout: ..."
+        if isinstance(self.layout, str):
+            parse_layout(self.layout, self.gpus or None, self.gpus_per_instance)  # "layout: ..."
+        else:  # one per model: counted against the models by ServeConfig
+            for layout in self.layout:
+                layout_modes(layout)
         field = "profile" if self.profile else "sim_latency"
         try:
             make_latency(self.resolved_sim_latency)
@@ -163,6 +175,14 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     slo: SloConfig = SloConfig()
     controller: ControllerConfig = ControllerConfig()
     process: ProcessConfig = ProcessConfig()
+
+    def __post_init__(self) -> None:
+        self.model_plans()  # names unique, a layout per model, enough GPUs ("section.field: ")
+
+    def model_plans(self) -> list[ModelPlan]:
+        """Each served model's name, folder, layout and instances (daemon/model_plan.py)."""
+        return plan_models(self.model.model, self.model.served_model_name, self.instances.layout,
+                           self.instances.gpus or None, self.instances.gpus_per_instance)
 
 
 #: The TOML sections, in order, and the struct of each.
@@ -262,8 +282,10 @@ def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
     """One flag per settable field of `sections` (default: all; `max_num_seqs` ->
     `--max-num-seqs`), default None = unset, its help the field's description and default.
     Booleans are switches (`--drop-expired` / `--no-drop-expired`); lists are
-    comma-separated (`--gpus 0,1`). The simulator's commands take the sections they share
-    with `serve` (scheduler, slo, controller) the same way, with the same defaults.
+    comma-separated (`--gpus 0,1`); a text-or-list field (one per model) is a flag given
+    once or repeated (`--model A --model B`). The simulator's commands take the sections
+    they share with `serve` (scheduler, slo, controller) the same way, with the same
+    defaults.
 
     Other flags arrive as text and are converted with the same validation as TOML values.
     """
@@ -280,6 +302,9 @@ def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
         elif typing.get_origin(kind) is list:
             parser.add_argument(flag, dest=field.name, default=None, help=help_text,
                                 metavar="A,B", type=_comma_list)
+        elif kind == str | list[str]:
+            parser.add_argument(flag, dest=field.name, default=None, help=help_text,
+                                metavar="TEXT", action=_Repeated)
         else:
             choices = _choices(kind)
             parser.add_argument(flag, dest=field.name, default=None, help=help_text,
@@ -298,6 +323,14 @@ def _metavar(kind) -> str:
     """N for integers, X for numbers, TEXT for strings (an optional's inner type)."""
     inner = {t for t in typing.get_args(kind) if t is not type(None)} or {kind}
     return "N" if inner == {int} else "X" if inner == {float} else "TEXT"
+
+
+class _Repeated(argparse.Action):
+    """Given once, the flag's value is its text; repeated, the list of every text given."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, values if before is None else [*per_model(before), values])
 
 
 def _comma_list(text: str) -> list[str]:

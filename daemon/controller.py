@@ -24,7 +24,8 @@ from daemon.controller_events import (
     Settle, StartAccepting, StartTimer, Timer, TimerFired, Token,
 )
 from daemon.errors import ApiError, refusal_error, settle_error
-from daemon.health import Health, build_health
+from daemon.gateway_view import gateway_view
+from daemon.health import Health, Probe, build_health, liveness, readiness
 from daemon.metrics import Metrics
 from daemon.request_handle import RequestHandle
 from daemon.request_log import RequestLog
@@ -32,7 +33,7 @@ from daemon.request_state import Outcome
 from daemon.supervisor import InstanceSlot, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable
-from ipc.messages import Heartbeat, InstanceFailed, Shutdown, ToInstance
+from ipc.messages import Handoff, Heartbeat, InstanceFailed, Shutdown, SubmitPrefilled, ToInstance
 from ipc.params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Controller:
         self.metrics = Metrics(roles)
         self.metrics.queued_requests.set_function(lambda: self.core.queue.requests)
         self.metrics.queued_tokens.set_function(lambda: self.core.queue.tokens)
+        self.metrics.watch_gateway(model_name, lambda: gateway_view(self.core))
         self.supervisor = Supervisor(configs, self._instance_exited, backoff_max)
         self.streams: dict[str, RequestHandle] = {}
         self.request_log = RequestLog(request_log) if request_log else None
@@ -100,6 +102,12 @@ class Controller:
     def health(self) -> Health:
         return build_health(self.core, self.supervisor, self.model_name)
 
+    def liveness(self) -> Probe:
+        return liveness(self.core)
+
+    def readiness(self) -> Probe:
+        return readiness(self.core)
+
     # ---- requests ----------------------------------------------------------------------
     async def submit(self, prompt_token_ids: list[int], sampling: SamplingParams, *, request_id: str,
                      ttft_slo: float | None = None, tbt_slo: float | None = None,
@@ -144,9 +152,14 @@ class Controller:
             self.metrics.observe(action)
             match action:
                 case Send(instance_id=instance_id, message=message):
-                    self._spawn(self._send(instance_id, message))
+                    # a P/D hand-off's KV frames go on as they came (never into the core)
+                    frames = (self.channel.kv_frames.pop(message.request_id, ())
+                              if type(message) is SubmitPrefilled else ())
+                    self._spawn(self._send(instance_id, message, frames))
                 case Settle(request_id=request_id):
                     stream = self.streams.pop(request_id, None)
+                    if stream is not None:
+                        stream.num_cached_tokens = action.cached_tokens
                     error = settle_error(action)
                     if stream is not None and error is not None:
                         stream.fail(error)
@@ -170,9 +183,9 @@ class Controller:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, instance_id: int, message: ToInstance) -> None:
+    async def _send(self, instance_id: int, message: ToInstance, frames=()) -> None:
         try:
-            await self.channel.send(instance_id, message)
+            await self.channel.send(instance_id, message, frames)
         except InstanceUnreachable as exc:
             # It died and the supervisor has not noticed yet: the core moves what it held.
             log.warning("instance %d: %s", instance_id, exc)
@@ -195,6 +208,8 @@ class Controller:
                 if isinstance(message, InstanceFailed):
                     log.error("instance %d failed: %s", message.instance_id, message.message)
                 self._handle(FromInstance(self.clock(), message))
+                if type(message) is Handoff:  # not passed on (its client left): let it go
+                    self.channel.kv_frames.pop(message.request_id, None)
                 if isinstance(message, Heartbeat):
                     view = self.core.instances.get(message.instance_id)
                     if view is not None and view.stats is message:

@@ -23,8 +23,8 @@ class SloConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
         "Default time-to-first-token target, seconds (a request may set ttft_slo, or the "
         "x-slo-ttft-ms header)."))] = 1.0
     tbt_slo: Annotated[float, Meta(gt=0, description=(
-        "Default mean time-between-tokens target, seconds (a request may set tbt_slo)."
-        ))] = 0.15
+        "Default mean time-between-tokens target, seconds (a request may set tbt_slo, or "
+        "the x-slo-tpot-ms header)."))] = 0.15
 
 
 class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -33,9 +33,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
 
     routing: Annotated[Routing, Meta(description=(
         'How a new request picks among peer instances after any open HP ticket: '
-        '"least_loaded" (fewest requests in flight) or "round_robin". The same rule serves '
-        "the LP pool of an Ascendra layout and every instance of a baseline one."
-        ))] = Routing.LEAST_LOADED
+        '"prefix_aware" (the one holding the longest cached prefix of its prompt while its '
+        'load allows, else the least loaded), "least_loaded" (fewest requests in flight) or '
+        '"round_robin". The same rule serves the LP pool of an Ascendra layout (with the '
+        "global queue, prefix_aware binds a request to the LP that would finish its prefill "
+        "first, its cached prefix counted) and every instance of a baseline one."
+        ))] = Routing.PREFIX_AWARE
     global_queue: Annotated[bool, Meta(description=(
         "Ascendra layouts: new requests wait at the controller and an LP instance takes the "
         "next one only when its predicted prefill backlog falls under two steps' worth "

@@ -3,7 +3,8 @@
 One object owns every accepted request from arrival to its one terminal answer: it
 holds new requests of an Ascendra layout in its waiting room and binds them to
 instances as they free up (`core_dispatch`, `policies.global_queue`) or routes them at
-once (`policies.router`), forwards LP offloads to an HP, passes tokens on, moves the
+once (`policies.router`), forwards LP offloads to an HP, passes a P/D layout's
+prefilled requests to a decode instance (`core_handoff`), passes tokens on, moves the
 requests of an instance that died (`core_recovery`, `daemon.recovery`), bounds the
 waiting queue (`daemon.overload`) and drains on shutdown. It opens no socket, reads
 no clock and never sleeps: every event carries `now`, and waits are `StartTimer`
@@ -45,8 +46,11 @@ from daemon.controller_events import (
     Token,
 )
 from daemon.core_dispatch import Dispatch
+from daemon.core_handoff import Handoffs
+from daemon.core_prefixes import Prefixes
 from daemon.core_recovery import RECOVERY, Recovery
 from daemon.overload import WaitingQueue, retry_after
+from daemon.prefix_index import PrefixIndex
 from daemon.recovery import recovery_target, reroute_offload
 from daemon.request_state import (
     EndCode,
@@ -61,6 +65,7 @@ from ipc.messages import (
     Abort,
     Finished,
     FinishReason,
+    Handoff,
     Heartbeat,
     InstanceFailed,
     Offload,
@@ -74,6 +79,7 @@ from ipc.messages import (
     TokenOutput,
 )
 from policies.router import Router
+from policies.routing import Routing
 
 DRAIN = "drain"
 
@@ -86,27 +92,39 @@ class InstanceView:
     role: Role
     ready: Ready | None = None     # None: not serving (starting, restarting)
     stats: Heartbeat | None = None  # its last heartbeat since it became ready
+    #: Its batch and KV cache as of its latest report (a step's load or a heartbeat).
+    num_running: int = 0
+    num_kv_blocks_used: int = 0
     #: Requests it holds, and those of them without a first token (insertion-ordered sets).
     held: dict[str, None] = field(default_factory=dict)
     waiting: dict[str, None] = field(default_factory=dict)
 
+    def reported(self, num_running: int, num_kv_blocks_used: int) -> None:
+        """Its latest report; one socket per instance keeps them in order, so the last wins."""
+        self.num_running, self.num_kv_blocks_used = num_running, num_kv_blocks_used
 
-class ControllerCore(Dispatch, Recovery):
+
+class ControllerCore(Dispatch, Recovery, Handoffs, Prefixes):
     def __init__(self, roles: Mapping[int, Role], config: ControllerConfig = ControllerConfig(),
                  slo: SloConfig = SloConfig()) -> None:
         self.config, self.slo = config, slo
         self.roles = dict(roles)
         self.instances = {i: InstanceView(i, role) for i, role in sorted(roles.items())}
         lp_ids = [i for i, r in roles.items() if r is Role.LP]
-        self.router = Router(pool=lp_ids or [i for i, r in roles.items() if r is Role.PEER],
+        # the pool new requests go to: LPs, else a P/D layout's prefill instances, else peers
+        pool = lp_ids or [i for i, r in roles.items() if r is Role.PREFILL] or [
+            i for i, r in roles.items() if r is Role.PEER]
+        self.router = Router(pool=pool,
                              hp_ids=[i for i, r in roles.items() if r is Role.HP],
                              routing=config.routing)
         self.requests: dict[str, Tracked] = {}
         self.queue = WaitingQueue(config.max_queued_requests, config.max_queued_tokens)
         #: Late binding (Ascendra layouts with the global queue): requests no instance holds.
         self.room = (WaitingRoom(config.shed, rescue=config.hp_gate,
-                                 miss_budget=config.miss_budget)
+                                 miss_budget=config.miss_budget,
+                                 prefix_aware=config.routing is Routing.PREFIX_AWARE)
                      if config.global_queue and lp_ids else None)
+        self.prefixes = PrefixIndex()  # what each instance's prefix cache is known to hold
         self.accepting = self.draining = False
         self.drain_timeout = 0.0
         self._timer_keys = itertools.count()
@@ -159,10 +177,11 @@ class ControllerCore(Dispatch, Recovery):
             raise ValueError(f"duplicate request id {event.request_id!r}")
         refusal = self._refusal(len(event.prompt_token_ids))
         target = None
+        names, cached_on = self._look_up_prefix(event.prompt_token_ids)
         if refusal is None and not self.ready_ids():
             refusal = (Refusal.NO_INSTANCE, "no instance is ready; try again shortly")
         elif refusal is None and self.room is None:
-            target, _ = self.router.route_new(self.ready_ids(), self.in_flight())
+            target, _ = self.router.route_new(self.ready_ids(), self.in_flight(), cached_on)
         if refusal is not None:
             out.append(Refuse(event.request_id, *refusal, retry_after(self.slo.ttft_slo)))
             return
@@ -172,7 +191,8 @@ class ControllerCore(Dispatch, Recovery):
                         ttft_slo=ttft_slo, tbt_slo=event.tbt_slo or self.slo.tbt_slo,
                         priority=event.priority)
         state = RequestState.QUEUED if self.room is None else RequestState.PENDING
-        tracked = Tracked(event.request_id, now, submit, submit, state=state)
+        tracked = Tracked(event.request_id, now, submit, submit, state=state,
+                          block_names=names, cached_on=cached_on)
         self.requests[event.request_id] = tracked
         self.queue.add(len(event.prompt_token_ids))
         if self.room is None:
@@ -202,15 +222,21 @@ class ControllerCore(Dispatch, Recovery):
             return
         match message:
             case StepOutputs(outputs=outputs, load=load):
+                self._found_cached(view, message.cached)
                 for output in outputs:
                     self._token(now, view, output, out)
+                if load is not None:
+                    view.reported(load.num_running, load.num_kv_blocks_used)
                 if self.room is not None and load is not None:
                     self.room.reported(view.instance_id, load)
                     self._dispatch(now, out)
             case Heartbeat():
                 view.stats = message
+                view.reported(message.num_running, message.num_kv_blocks_used)
             case Offload():
                 self._offloaded(now, view, message, out)
+            case Handoff():
+                self._handed_off(now, view, message, out)
             case Ticket(instance_id=instance_id):
                 if self.router.ticket(instance_id):
                     out.append(TicketOpened(instance_id))
@@ -231,6 +257,8 @@ class ControllerCore(Dispatch, Recovery):
         if view is None:
             return  # a ghost: no instance of the layout has that id
         view.ready, view.stats = ready, None
+        view.reported(0, 0)
+        self.prefixes.ready(ready)
         if self.room is not None:
             self.room.ready(ready)
         out.append(InstanceReady(ready))
@@ -277,7 +305,7 @@ class ControllerCore(Dispatch, Recovery):
                                              prompt_token_ids=moved.prompt_token_ids)
             ready = self.ready_ids()
             if self.room is not None and self.config.hp_gate:
-                target = self._rescuer(now, submit)
+                target = self._rescuer(now, submit, tracked.cached_on)
                 if target is None:
                     tracked.advance(Trigger.REQUEUED)
                     tracked.requeued = True
@@ -331,11 +359,12 @@ class ControllerCore(Dispatch, Recovery):
     def _send_to(self, tracked: Tracked, target: int, submit: Submit, out: list[Action]) -> None:
         view = self.instances[target]
         tracked.instance, tracked.submit = target, submit
-        if self.room is not None:
-            self.room.sent(target, len(submit.prompt_token_ids))
+        if self.room is not None:  # what it will compute: its prompt less a cached prefix
+            self.room.sent(target, len(submit.prompt_token_ids) - tracked.cached_on.get(target, 0))
         view.held[tracked.request_id] = None
         if tracked.waiting:
             view.waiting[tracked.request_id] = None
+        self._prefix_sent(tracked, target)
         out.append(Send(target, submit))
 
     def _release(self, tracked: Tracked) -> None:
@@ -364,4 +393,6 @@ class ControllerCore(Dispatch, Recovery):
         e2e = (tracked.last_token_time - tracked.arrival_time
                if tracked.last_token_time is not None else None)
         again = retry_after(self.slo.ttft_slo) if outcome is Outcome.DROPPED else None
-        out.append(Settle(tracked.request_id, outcome, code, message, holder, e2e, again))
+        self._prefix_completed(tracked, holder if outcome is Outcome.COMPLETED else None)
+        out.append(Settle(tracked.request_id, outcome, code, message, holder, e2e, again,
+                          len(tracked.original.prompt_token_ids), tracked.num_cached_tokens))

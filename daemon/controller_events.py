@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from daemon.request_state import EndCode, Outcome, Refusal
 from ipc.messages import Origin, Ready, ToController, ToInstance, TokenOutput
 from ipc.params import SamplingParams
@@ -96,10 +98,11 @@ class Send:
     message: ToInstance
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(msgspec.Struct, frozen=True):
     """Pass one token on to the client. `ttft` (first token) or `tbt` (the gap since the
-    previous one) in seconds, for the driver's metrics."""
+    previous one) in seconds, for the driver's metrics. A frozen msgspec Struct rather
+    than a frozen dataclass like the other actions: there is one per streamed token, and
+    a Struct is built in a seventh of the time (0.1 us, not 0.7 us)."""
     request_id: str
     output: TokenOutput
     ttft: float | None = None
@@ -117,6 +120,8 @@ class Settle:
     instance: int | None = None
     e2e: float | None = None
     retry_after: int | None = None  # a dropped request: when to try again, seconds
+    prompt_tokens: int = 0          # its prompt's tokens ...
+    cached_tokens: int = 0          # ... and those its instance found in its prefix cache
 
 
 @dataclass(frozen=True, slots=True)

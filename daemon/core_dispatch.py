@@ -75,12 +75,16 @@ class Dispatch:
             out.append(Moved(tracked.request_id, origin, None, target))
         self._send_to(tracked, target, submit, out)
 
-    def _rescuer(self, now: float, submit: Submit) -> int | None:
-        """The ready HP that can finish `submit`'s prefill before its deadline soonest."""
+    def _rescuer(self, now: float, submit: Submit, cached_on: dict[int, int] | None = None,
+                 ) -> int | None:
+        """The ready HP that can finish `submit`'s prefill before its deadline soonest,
+        counting only the prompt tokens it would not find cached (`cached_on`)."""
         best = None
+        cached_on = cached_on or {}
         for i in self.ready_ids():
             if self.roles[i] is Role.HP:
-                tokens = self.room.backlog_tokens(i) + len(submit.prompt_token_ids)
+                tokens = (self.room.backlog_tokens(i) + len(submit.prompt_token_ids)
+                          - cached_on.get(i, 0))
                 finish = now + self.room.seconds(i, tokens)
                 if finish <= submit.deadline and (best is None or finish < best[0]):
                     best = (finish, i)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from daemon.controller_events import Action, Moved, SendFailed, StartTimer, Timer
 from daemon.recovery import recover, recovery_target
 from daemon.request_state import EndCode, Outcome, RequestState, Tracked, Trigger
-from ipc.messages import Origin, Submit
+from ipc.messages import Origin, Submit, SubmitPrefilled
 
 RECOVERY = "recovery"
 
@@ -32,7 +32,8 @@ class Recovery:
         message = event.message
         view = self.instances.get(event.instance_id)
         tracked = (self._held(message.request_id, view)
-                   if isinstance(message, Submit) and view is not None else None)
+                   if isinstance(message, (Submit, SubmitPrefilled)) and view is not None
+                   else None)
         if tracked is None:
             return  # an Abort or Shutdown to a dead instance: it holds nothing any more
         if event.unreachable:

@@ -1,8 +1,17 @@
-"""`GET /health`: the daemon's state as typed structs, written by the daemon and read by `bench`.
+"""`GET /health`: the daemon's state as typed structs, written by the daemon and read by `bench`;
+and the two Kubernetes probes, `GET /livez` and `GET /readyz`.
 
 `status` is "ok" while accepting with every instance ready, "degraded" while one is
 down or restarting, "draining" after SIGTERM (and while starting). The API answers
 200 for "ok", 503 otherwise, so a probe or a load balancer can use the status code.
+
+The probes answer narrower questions (docs/gateway_protocol.md). Ready: send it new
+requests -- it accepts them and at least one instance serves (false while starting,
+draining, or while every instance restarts), so Kubernetes, and with it the
+InferencePool's endpoint picker, takes a box that cannot serve out of rotation. Live:
+the daemon itself is sound -- the HTTP loop answers and an instance serves, or it is
+draining -- the same condition the systemd watchdog is fed on, so a box none of whose
+instances comes back is restarted, and one merely degraded is not.
 """
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ Status = Literal["ok", "degraded", "draining"]
 
 class InstanceHealth(msgspec.Struct, kw_only=True):
     id: int
+    model: str = ""           # the served name of the model it runs
     role: str                 # lp | hp | peer
     mode: str                 # the scheduler mode: sarathi | vllm | lp | hp
     pid: int | None
@@ -25,7 +35,7 @@ class InstanceHealth(msgspec.Struct, kw_only=True):
     restarts: int
     in_flight: int            # requests the controller has sent it and not seen end
     waiting: int              # its waiting queue, from its last heartbeat
-    running: int
+    running: int              # its batch, and its KV blocks in use, from its latest report
     kv_blocks_used: int
     kv_blocks_total: int
     preemptions: int
@@ -36,13 +46,24 @@ class InstanceHealth(msgspec.Struct, kw_only=True):
     perf_model_mape: float | None  # held-out error of its performance model (0.1 = 10 %)
 
 
+class ModelHealth(msgspec.Struct, kw_only=True):
+    """One served model's part of the daemon (its controller and instance group)."""
+    name: str
+    status: Status
+    requests_in_flight: int
+    queued_requests: int
+    queued_tokens: int
+
+
 class Health(msgspec.Struct, kw_only=True):
     status: Status
-    model: str
+    model: str                # the served model (with several: the one a request without
+                              # `model` gets, the first)
     requests_in_flight: int
     queued_requests: int      # accepted, no first token yet (bounded: max_queued_requests)
     queued_tokens: int        # their prompt tokens (bounded: max_queued_tokens)
     instances: list[InstanceHealth] = []
+    models: list[ModelHealth] = []  # each served model, in the order of [model] model
 
     @property
     def perf_model_mape(self) -> float | None:
@@ -51,17 +72,48 @@ class Health(msgspec.Struct, kw_only=True):
         return sum(values) / len(values) if values else None
 
 
+class Probe(msgspec.Struct, kw_only=True):
+    ok: bool
+    reason: str               # why not ("" when ok)
+    instances_ready: int
+    instances: int
+
+
+def readiness(core: ControllerCore) -> Probe:
+    if core.draining:
+        why = "draining: the server is shutting down"
+    elif not core.accepting:
+        why = "starting: the instances are not all ready yet"
+    elif not core.ready_ids():
+        why = "no instance is ready (restarting)"
+    else:
+        why = ""
+    return _probe(core, why)
+
+
+def liveness(core: ControllerCore) -> Probe:
+    sound = core.draining or not core.accepting or core.ready_ids()
+    return _probe(core, "" if sound else "no instance is ready (restarting)")
+
+
+def _probe(core: ControllerCore, why: str) -> Probe:
+    return Probe(ok=not why, reason=why, instances_ready=len(core.ready_ids()),
+                 instances=len(core.instances))
+
+
 def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str) -> Health:
     instances = []
     for slot in supervisor.slots.values():
         view = core.instances[slot.instance_id]
         beat, ready = view.stats, view.ready
         instances.append(InstanceHealth(
-            id=slot.instance_id, role=view.role.value, mode=slot.config.scheduler.mode,
-            pid=slot.pid, state=slot.state.value, restarts=slot.restarts,
-            in_flight=len(view.held),
-            waiting=beat.num_waiting if beat else 0, running=beat.num_running if beat else 0,
-            kv_blocks_used=beat.num_kv_blocks_used if beat else 0,
+            id=slot.instance_id, model=model_name, role=view.role.value,
+            mode=slot.config.scheduler.mode, pid=slot.pid, state=slot.state.value,
+            restarts=slot.restarts, in_flight=len(view.held),
+            waiting=beat.num_waiting if beat else 0,
+            # the latest report (a step's load or a heartbeat), as the gateway gauges read it
+            running=view.num_running if ready else 0,
+            kv_blocks_used=view.num_kv_blocks_used if ready else 0,
             kv_blocks_total=ready.num_kv_blocks if ready else 0,
             preemptions=beat.num_preemptions if beat else 0,
             served=beat.num_finished if beat else 0, offloaded=beat.num_offloaded if beat else 0,
@@ -71,6 +123,29 @@ def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str) 
     all_ready = all(i.state == "ready" for i in instances)
     status: Status = ("ok" if core.accepting and all_ready
                       else "degraded" if core.accepting else "draining")
-    return Health(status=status, model=model_name, requests_in_flight=len(core.requests),
-                  queued_requests=core.queue.requests, queued_tokens=core.queue.tokens,
-                  instances=instances)
+    health = Health(status=status, model=model_name, requests_in_flight=len(core.requests),
+                    queued_requests=core.queue.requests, queued_tokens=core.queue.tokens,
+                    instances=instances)
+    health.models = [_as_model(health)]
+    return health
+
+
+def combine_health(parts: list[Health]) -> Health:
+    """The daemon's health over several models' (one per controller): counts added up,
+    every instance and model listed, and the worst status (draining, then degraded)."""
+    if len(parts) == 1:
+        return parts[0]
+    statuses = {part.status for part in parts}
+    status: Status = next(s for s in ("draining", "degraded", "ok") if s in statuses)
+    return Health(status=status, model=parts[0].model,
+                  requests_in_flight=sum(p.requests_in_flight for p in parts),
+                  queued_requests=sum(p.queued_requests for p in parts),
+                  queued_tokens=sum(p.queued_tokens for p in parts),
+                  instances=[i for p in parts for i in p.instances],
+                  models=[m for p in parts for m in p.models or [_as_model(p)]])
+
+
+def _as_model(health: Health) -> ModelHealth:
+    return ModelHealth(name=health.model, status=health.status,
+                       requests_in_flight=health.requests_in_flight,
+                       queued_requests=health.queued_requests, queued_tokens=health.queued_tokens)

@@ -204,5 +204,9 @@ class _GuardedSite(web.BaseSite):
         server = self._runner.server
         guard = self._guard
         loop = asyncio.get_running_loop()
+        # A listen queue as long as the connections it may hold (asyncio's default is 100):
+        # a burst of connects while the loop is busy would overflow it, and a dropped SYN
+        # is retried only a second later.
         self._server = await loop.create_server(lambda: _Connection(guard, server),
-                                                self._host, self._port, reuse_address=True)
+                                                self._host, self._port, reuse_address=True,
+                                                backlog=guard.max_connections)

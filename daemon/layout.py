@@ -2,7 +2,9 @@
 
 `3xsarathi` is three Sarathi-Serve instances, `1xvllm` one vLLM-style instance;
 `2L1H` is Ascendra's two low-priority (LP) and one high-priority (HP) instance,
-and any `<n>L<m>H` works the same way.
+and any `<n>L<m>H` works the same way. `<n>P<m>D` (`1P1D`, `2P1D`, `1P2D`, ...) is
+DistServe's prefill/decode disaggregation: n prefill instances run prompts to the first
+token and hand each request, KV cache and all, to one of m decode instances.
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from engines.modes import MODES
 
 _REPEAT = re.compile(r"^(\d+)x([a-z]+)$")
 _ASCENDRA = re.compile(r"^(\d+)L(\d+)H$")
+_DISAGGREGATED = re.compile(r"^(\d+)P(\d+)D$")
+#: Modes that only make sense together, in a `<n>P<m>D` layout.
+_PD_MODES = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,20 @@ def layout_modes(layout: str) -> list[str]:
         if lp < 1 or hp < 0:
             raise ValueError(f"layout: {layout!r} needs at least one LP instance")
         return ["lp"] * lp + ["hp"] * hp
+    if match := _DISAGGREGATED.match(text):
+        prefill, decode = int(match.group(1)), int(match.group(2))
+        if prefill < 1 or decode < 1:
+            raise ValueError(f"layout: {layout!r} needs at least one prefill (P) and one "
+                             "decode (D) instance")
+        return ["prefill"] * prefill + ["decode"] * decode
     match = _REPEAT.match(text)
     if not match:
         raise ValueError(f"layout: cannot read {layout!r}; write it as <count>x<mode> "
-                         f"(e.g. 3xsarathi) or <n>L<m>H (e.g. 2L1H)")
+                         f"(e.g. 3xsarathi), <n>L<m>H (e.g. 2L1H) or <n>P<m>D (e.g. 2P1D)")
     count, mode = int(match.group(1)), match.group(2)
+    if mode in _PD_MODES:
+        raise ValueError(f"layout: {mode} instances come in pairs with the other kind; "
+                         f"write <n>P<m>D (e.g. 1P1D), not {layout!r}")
     if mode not in MODES:
         raise ValueError(f"layout: unknown mode {mode!r} in {layout!r}; modes: {sorted(MODES)}")
     if count < 1:

@@ -3,16 +3,21 @@
 They observe the controller core's actions (`observe`): the same stream the simulator's
 per-request records are built from, so both count the same things. Tokens, tens of
 thousands a second, are counted a batch at a time (`observe_tokens`: one counter step
-and one pass over the TTFT/TBT histograms, daemon/batch_histogram.py, per batch).
+and one pass over the TTFT/TBT histograms, daemon/batch_histogram.py, per batch). The
+model-server protocol's `vllm:*` gauges an inference gateway scrapes are read from the
+core at scrape time (`watch_gateway`, daemon/gateway_metrics.py).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from daemon.batch_histogram import BatchHistogram
 from daemon.controller_events import Moved, Refuse, Settle, TicketOpened, Token
+from daemon.gateway_metrics import GatewayCollector
+from daemon.gateway_view import GatewayView
+from daemon.prefix_metrics import PrefixCacheMetrics
 from daemon.request_state import Outcome
 from ipc.messages import Heartbeat, Origin, Role
 
@@ -56,6 +61,11 @@ class Metrics:
                                      "first token yet (bounded by max_queued_requests)", registry=r)
         self.queued_tokens = Gauge("ascendra_queued_tokens", "Their prompt tokens (bounded by "
                                    "max_queued_tokens)", registry=r)
+        self.prefix_cache = PrefixCacheMetrics(r)
+
+    def watch_gateway(self, model_name: str, view: Callable[[], GatewayView]) -> None:
+        """Expose the model-server protocol's gauges (vllm:*), read from `view` per scrape."""
+        self.registry.register(GatewayCollector(model_name, view))
 
     # ---- observers ---------------------------------------------------------------------
     def observe(self, action) -> None:
@@ -65,6 +75,7 @@ class Metrics:
                 self.observe_tokens([action])
             case Settle(outcome=outcome, code=code, instance=instance, e2e=e2e):
                 self.requests.labels(outcome.value).inc()
+                self.prefix_cache.settled(action)
                 if e2e is not None:
                     self.e2e.observe(e2e)
                 if outcome is Outcome.DROPPED:
@@ -102,6 +113,7 @@ class Metrics:
         self.running.labels(name).set(beat.num_running)
         self.kv_usage.labels(name).set(beat.num_kv_blocks_used / max(beat.num_kv_blocks, 1))
         self.preemptions.labels(name).set(beat.num_preemptions)
+        self.prefix_cache.heartbeat(beat)
         if beat.perf_model_mape is not None:
             self.perf_model_mape.labels(name).set(beat.perf_model_mape)
 

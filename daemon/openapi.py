@@ -21,6 +21,7 @@ import functools
 import msgspec
 
 from daemon.openai_schema import MAX_CHOICES, ChatCompletionRequest, CompletionRequest
+from daemon.slo_headers import TPOT_HEADER, TTFT_HEADER
 
 _REF = "#/components/schemas/{name}"
 
@@ -107,14 +108,16 @@ def _integers_up_to(m: int) -> str:
     return "^(" + "|".join(alternatives) + ")$"
 
 
-def _server_limits(components: dict, model_name: str | None, max_tokens_limit: int | None,
-                   vocab_size: int | None, max_model_len: int | None) -> None:
+def _server_limits(components: dict, model_names: list[str] | None,
+                   max_tokens_limit: int | None, vocab_size: int | None,
+                   max_model_len: int | None) -> None:
     """Narrow the generated schemas to what this server accepts."""
     for name in ("CompletionRequest", "ChatCompletionRequest"):
         props = components[name]["properties"]
-        if model_name:
-            props["model"] = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}],
-                              "default": None, "description": "the served model (GET /v1/models)"}
+        if model_names:
+            props["model"] = {"anyOf": [{"type": "string", "enum": list(model_names)},
+                                        {"type": "null"}], "default": None,
+                              "description": "a served model (GET /v1/models); null: the first"}
         if max_tokens_limit:
             for field in ("max_tokens", "max_completion_tokens"):
                 if field in props:
@@ -155,12 +158,21 @@ def _operation(summary: str, body_schema: str | None = None, ok: dict | None = N
     return op
 
 
-def build_openapi(*, model_name: str | None = None, max_tokens_limit: int | None = None,
+#: The SLO headers (daemon/slo_headers.py); decimals are accepted too, the body's fields win.
+SLO_HEADERS = [{"name": name, "in": "header", "required": False, "description": (
+    f"{what} target in milliseconds, more than 0 and at most a day; the body's "
+    f"`{field}` (seconds) wins when given"),
+    "schema": {"type": "string", "pattern": "^[1-9][0-9]{0,6}$"}}
+    for name, what, field in ((TTFT_HEADER, "Time-to-first-token", "ttft_slo"),
+                              (TPOT_HEADER, "Time-between-tokens", "tbt_slo"))]
+
+
+def build_openapi(*, model_names: list[str] | None = None, max_tokens_limit: int | None = None,
                   vocab_size: int | None = None, max_model_len: int | None = None,
                   api_key_required: bool = False) -> dict:
     """The OpenAPI 3.1 document; the keyword arguments narrow it to one server."""
     components = copy.deepcopy(_components())
-    _server_limits(components, model_name, max_tokens_limit, vocab_size, max_model_len)
+    _server_limits(components, model_names, max_tokens_limit, vocab_size, max_model_len)
     components["Error"] = ERROR_SCHEMA
     generated = {"description": "a completion (JSON), or with `stream` server-sent events "
                                 "ending in `data: [DONE]`",
@@ -172,17 +184,28 @@ def build_openapi(*, model_name: str | None = None, max_tokens_limit: int | None
                         ok={"description": "serving", "content": state})
     health["responses"]["503"] = {"description": "starting, degraded or draining",
                                   "content": state}
+    probe = {"application/json": {"schema": {"type": "object"}}}
+    probes = {path: {"get": {**_operation(f"{what} (no API key needed)",
+                                          ok={"description": "yes", "content": probe}),
+                             "responses": {"200": {"description": "yes", "content": probe},
+                                           "503": {"description": "no, and why",
+                                                   "content": probe}}}}
+              for path, what in (("/livez", "Kubernetes liveness: an instance serves, or "
+                                            "the daemon drains"),
+                                 ("/readyz", "Kubernetes readiness: it accepts requests and "
+                                             "an instance serves"))}
     spec = {
         "openapi": "3.1.0",
         "info": {"title": "Ascendra", "version": "1",
                  "description": "OpenAI-compatible completions and chat completions. Every "
                                 "error is JSON in OpenAI's error shape."},
         "paths": {
-            "/v1/completions": {"post": _operation(
-                "Text completion", "CompletionRequest", generated, api_key_required, body_errors)},
-            "/v1/chat/completions": {"post": _operation(
+            "/v1/completions": {"post": {**_operation(
+                "Text completion", "CompletionRequest", generated, api_key_required, body_errors),
+                "parameters": SLO_HEADERS}},
+            "/v1/chat/completions": {"post": {**_operation(
                 "Chat completion", "ChatCompletionRequest", generated, api_key_required,
-                body_errors)},
+                body_errors), "parameters": SLO_HEADERS}},
             "/v1/models": {"get": _operation(
                 "The served model", ok={"description": "a list with the one served model",
                                         "content": {"application/json": {"schema": {
@@ -195,6 +218,7 @@ def build_openapi(*, model_name: str | None = None, max_tokens_limit: int | None
                 "parameters": [{"name": "model", "in": "path", "required": True,
                                 "schema": {"type": "string", "minLength": 1}}]}},
             "/health": {"get": health},
+            **probes,
             "/metrics": {"get": _operation(
                 "Prometheus metrics (no API key needed)",
                 ok={"description": "Prometheus text format", "content": {

@@ -6,6 +6,11 @@ instance died -- and the prompt tokens they carry. A new request that would take
 count past its limit (`max_queued_requests`, `max_queued_tokens`) is refused at once with
 503 and a `Retry-After` header, rather than queued: under any overload the daemon's memory
 stays bounded and a client learns quickly that it should come back.
+
+Behind an inference gateway (docs/gateway_protocol.md) that quick 503 is what lets the
+gateway send the request to another box: Envoy's `5xx` and `gateway-error` retry
+policies cover 503 (a 429 would have to be listed among its retriable status codes), and
+`Retry-After` tells a client without a gateway when to come back.
 """
 from __future__ import annotations
 
@@ -42,6 +47,11 @@ class WaitingQueue:
     def remove(self, num_tokens: int) -> None:
         self.requests = max(0, self.requests - 1)
         self.tokens = max(0, self.tokens - num_tokens)
+
+
+#: Retry-After (seconds) while no instance is ready: they come back within their restart
+#: backoff, and a gateway sends the retry to another box at once anyway.
+RESTARTING_RETRY_AFTER = 1
 
 
 def retry_after(ttft_slo: float) -> int:

@@ -27,6 +27,8 @@ class RequestHandle:
         self.request_id = request_id
         self.finished = False  # its last token or its error is in the queue
         self.closed = False
+        #: Prompt tokens its instance found in the prefix cache (set as it ends).
+        self.num_cached_tokens = 0
         self._items: deque[TokenOutput | ApiError] = deque()
         #: Set whenever an item is put; the reader clears it before it looks.
         self.ready = asyncio.Event()

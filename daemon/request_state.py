@@ -8,6 +8,7 @@ through `advance`, which looks the move up in `TRANSITIONS` (the pattern of h11'
     QUEUED ──requeued──▶ PENDING               (an offload no HP can finish in time)
     QUEUED ──first token──▶ STREAMING          QUEUED ──offloaded──▶ QUEUED (on an HP)
     QUEUED / STREAMING ──holder lost──▶ MOVING  (its instance died: no instance holds it)
+    STREAMING ──handed off──▶ STREAMING         (P/D: prefill instance -> decode instance)
     MOVING ──resubmitted──▶ QUEUED              MOVING ──resumed──▶ STREAMING
     any ──ended──▶ DONE                         (its one terminal answer: an `Outcome`)
 """
@@ -32,6 +33,7 @@ class Trigger(enum.Enum):
     REQUEUED = "requeued"
     FIRST_TOKEN = "first_token"
     OFFLOADED = "offloaded"
+    HANDED_OFF = "handed_off"
     HOLDER_LOST = "holder_lost"
     RESUBMITTED = "resubmitted"
     RESUMED = "resumed"
@@ -47,6 +49,7 @@ TRANSITIONS: dict[tuple[RequestState, Trigger], RequestState] = {
     (Q, Trigger.FIRST_TOKEN): S,
     (Q, Trigger.OFFLOADED): Q,
     (Q, Trigger.HOLDER_LOST): M,
+    (S, Trigger.HANDED_OFF): S,
     (S, Trigger.HOLDER_LOST): M,
     (M, Trigger.RESUBMITTED): Q,
     (M, Trigger.RESUMED): S,
@@ -109,6 +112,12 @@ class Tracked:
     num_recoveries: int = 0            # times it was taken over from a dead instance
     give_up_time: float = float("inf")  # MOVING: end it if not placed by then
     why_moving: str = ""               # MOVING: what happened to its instance
+    #: Prefix caching: the names of its prompt's full blocks, the prompt tokens each
+    #: instance was known to hold at arrival (daemon/prefix_index.py), and those its
+    #: serving instance found cached (reported when it was admitted there).
+    block_names: list[bytes] = field(default_factory=list)
+    cached_on: dict[int, int] = field(default_factory=dict)
+    num_cached_tokens: int = 0
 
     def advance(self, trigger: Trigger) -> RequestState:
         """Take one move of the table; IllegalTransition (and no change) if there is none."""

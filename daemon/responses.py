@@ -15,9 +15,13 @@ def error_body(message: str, status: int, param: str | None = None, code: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+    """OpenAI's usage object; `cached_tokens`: prompt tokens found in the prefix cache."""
+    counts = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+              "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens is not None:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return counts
 
 
 def model_object(name: str, max_model_len: int) -> dict:
@@ -42,7 +46,8 @@ class ResponseBuilder:
         return {"index": index, "message": {"role": "assistant", "content": text},
                 "logprobs": logprobs, "finish_reason": finish_reason}
 
-    def full(self, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
+    def full(self, choices: list[dict], prompt_tokens: int, completion_tokens: int,
+             cached_tokens: int | None = None) -> dict:
         return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": choices,
-                "usage": usage(prompt_tokens, completion_tokens)}
+                "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}

@@ -1,5 +1,7 @@
 """`ascendra serve`: the daemon -- instances, controller, HTTP API, systemd integration.
 
+One controller per served model, each over its model's instance group and with its own
+socket in the runtime directory (daemon/model_plan.py, daemon/served_models.py).
 Lifecycle: start every instance and wait until all are ready; open the HTTP port;
 tell systemd READY=1 and keep sending WATCHDOG=1 while healthy. On SIGTERM/SIGINT:
 STOPPING=1, refuse new requests (503), let in-flight ones finish for up to
@@ -24,13 +26,15 @@ from daemon.config import ServeConfig, add_config_flags, config_from_args
 from daemon.config_toml import render_toml
 from daemon.controller import Controller
 from daemon.http_guard import ConnectionGuard
-from daemon.layout import InstanceSpec, parse_layout
+from daemon.layout import InstanceSpec
+from daemon.model_plan import ModelPlan
+from daemon.served_models import ServedModels
 from daemon.systemd import Notifier
 from engines.executors.config import ExecutorConfig
 from engines.instance_config import InstanceConfig
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.models.tokenizer import Tokenizer
-from ipc.channel import ControllerChannel, make_runtime_dir
+from ipc.channel import CONTROLLER_SOCKET, ControllerChannel, make_runtime_dir
 
 log = logging.getLogger("ascendra")
 
@@ -54,10 +58,30 @@ def run(args: argparse.Namespace) -> int:
     return uvloop.run(serve(config))
 
 
-def instance_configs(config: ServeConfig, endpoint: str, model_dir: Path) -> list[InstanceConfig]:
-    instances = config.instances
-    specs = parse_layout(instances.layout, instances.gpus or None, instances.gpus_per_instance)
-    return [_instance_config(config, spec, endpoint, model_dir) for spec in specs]
+def instance_configs(config: ServeConfig, plan: ModelPlan, endpoint: str,
+                     model_dir: Path) -> list[InstanceConfig]:
+    return [_instance_config(config, spec, endpoint, model_dir) for spec in plan.instances]
+
+
+def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
+                     socket: str) -> Controller:
+    """One model's controller: its tokenizer, its socket, its instance group."""
+    model_dir = _model_dir(plan)
+    channel = ControllerChannel(runtime_dir, name=socket)
+    return Controller(
+        channel, instance_configs(config, plan, channel.endpoint, model_dir),
+        tokenizer=Tokenizer(model_dir), model_name=plan.name, slo=config.slo,
+        controller=config.controller, backoff_max=config.process.restart_backoff_max,
+        request_log=config.process.request_log)
+
+
+def _model_dir(plan: ModelPlan) -> Path:
+    return Path(plan.folder) if plan.folder else builtin_tiny_model_dir()
+
+
+def _socket_name(index: int) -> str:
+    """The first model's socket is the single-model daemon's; the others are numbered."""
+    return CONTROLLER_SOCKET if index == 0 else f"controller-{index}.sock"
 
 
 def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
@@ -80,30 +104,26 @@ async def serve(config: ServeConfig) -> int:
     if taken:
         log.error("cannot listen on %s:%d: %s", http.host, http.port, taken)
         return 1
-    model_dir = Path(config.model.model) if config.model.model else builtin_tiny_model_dir()
-    tokenizer = Tokenizer(model_dir)
-    channel = ControllerChannel(make_runtime_dir(config.process.runtime_dir or None))
-    controller = Controller(
-        channel, instance_configs(config, channel.endpoint, model_dir), tokenizer=tokenizer,
-        model_name=config.model.served_model_name or model_dir.name, slo=config.slo,
-        controller=config.controller, backoff_max=config.process.restart_backoff_max,
-        request_log=config.process.request_log)
+    runtime_dir = make_runtime_dir(config.process.runtime_dir or None)
+    plans = config.model_plans()
+    models = ServedModels([build_controller(config, plan, runtime_dir, _socket_name(i))
+                           for i, plan in enumerate(plans)])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await controller.start()
+        await models.start()
     except RuntimeError as exc:
         log.error("could not start: %s", exc)
-        await controller.stop()
+        await models.stop()
         return 1
     api_key = resolve_api_key(http)
     if not api_key and not _is_loopback(http.host):
         log.warning("listening on %s without an API key: anyone who can reach the port can "
                     "use the model (set --api-key or $%s)", http.host, API_KEY_ENV)
     guard = ConnectionGuard(http.header_timeout, http.body_timeout, http.max_connections)
-    app = build_app(controller, http, api_key)
+    app = build_app(models, http, api_key)
     app.middlewares.append(guard.middleware)  # innermost: after the API key check
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -112,23 +132,25 @@ async def serve(config: ServeConfig) -> int:
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", http.host, http.port, _why(exc))
         await runner.cleanup()
-        await controller.stop()
+        await models.stop()
         return 1
     port = runner.addresses[0][1]
-    log.info("serving %s on http://%s:%d (layout %s, %s executor)", controller.model_name,
-             http.host, port, config.instances.layout, config.instances.executor)
-    log.info("model and tokenizer folder: %s (load testers take it as their tokenizer)",
-             model_dir)
+    log.info("serving %s on http://%s:%d (layout %s, %s executor)", ", ".join(models.names),
+             http.host, port, "+".join(p.layout for p in plans), config.instances.executor)
+    for plan in plans:
+        log.info("model %s on instances %s; model and tokenizer folder: %s (load testers take "
+                 "it as their tokenizer)", plan.name,
+                 ", ".join(str(spec.index) for spec in plan.instances), _model_dir(plan))
     notifier = Notifier()
     notifier.ready(f"serving on port {port}")
-    watchdog = asyncio.create_task(_watchdog(notifier, controller))
+    watchdog = asyncio.create_task(_watchdog(notifier, models))
     await stop.wait()
     log.info("stopping: draining requests for up to %.0f s", config.process.drain_timeout)
     notifier.stopping()
     watchdog.cancel()
-    await controller.drain(config.process.drain_timeout)
+    await models.drain(config.process.drain_timeout)
     await runner.cleanup()
-    await controller.stop()
+    await models.stop()
     log.info("stopped")
     return 0
 
@@ -160,11 +182,12 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-async def _watchdog(notifier: Notifier, controller: Controller) -> None:
-    """WATCHDOG=1 while at least one instance serves; silence lets systemd restart us."""
+async def _watchdog(notifier: Notifier, models: ServedModels) -> None:
+    """WATCHDOG=1 while each model has an instance that serves; silence lets systemd
+    restart us."""
     if notifier.watchdog_interval is None:
         return
     while True:
         await asyncio.sleep(notifier.watchdog_interval)
-        if controller.supervisor.ready_ids():
+        if models.serving():
             notifier.watchdog()

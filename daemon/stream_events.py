@@ -7,7 +7,9 @@ its log-probabilities when asked): `{"id": ..., "choices": [{"index": 0, "text":
 for chat (`{"role": "assistant", "content": ...}` in a choice's first chunk, then
 `{"content": ...}`, `{}` when a token adds no text yet). Events are appended to a
 bytearray, so every event ready at once goes out in one write; each is still its own
-`data:` line, as OpenAI's clients and load testers expect. Encoded by msgspec.
+`data:` line, as OpenAI's clients and load testers expect. Encoded by msgspec; most
+chunks differ only in their text, so for them only the text is (the bytes around it are
+built once per choice).
 """
 from __future__ import annotations
 
@@ -55,11 +57,21 @@ class StreamEvents:
         envelope = self._encoder.encode(_Envelope(builder.id, kind, builder.created, builder.model))
         self._open = b"data: " + envelope[:-1] + b',"choices":['  # up to the choice
         self._close = b"]}" + _END
+        #: A plain chunk (not the first, nor the last, no logprobs): the bytes before its
+        #: text, per choice index, and after it -- only the text is encoded per token.
+        self._plain_open: dict[int, bytes] = {}
+        self._plain_close = (b"}" if self.chat else b"") + \
+            b',"logprobs":null,"finish_reason":null}' + self._close
 
     def token(self, out: bytearray, index: int, text: str, finish_reason: str | None = None,
               first: bool = False, logprobs: dict | None = None) -> None:
         """One choice's chunk for one token: its new `text` (maybe empty: an event per
         token all the same, as clients time tokens by events)."""
+        if finish_reason is None and logprobs is None and not first and (text or not self.chat):
+            out += self._plain_open.get(index) or self._plain_opening(index)
+            self._encoder.encode_into(text, out, -1)
+            out += self._plain_close
+            return
         if self.chat:
             delta = _Delta("assistant", text) if first else _Delta(content=text) if text else _Delta()
             choice = _ChatChoice(index, delta, logprobs, finish_reason)
@@ -69,10 +81,17 @@ class StreamEvents:
         self._encoder.encode_into(choice, out, -1)
         out += self._close
 
-    def usage(self, out: bytearray, prompt_tokens: int, completion_tokens: int) -> None:
+    def _plain_opening(self, index: int) -> bytes:
+        field = b'"delta":{"content":' if self.chat else b'"text":'
+        opening = self._plain_open[index] = self._open + b'{"index":%d,' % index + field
+        return opening
+
+    def usage(self, out: bytearray, prompt_tokens: int, completion_tokens: int,
+              cached_tokens: int | None = None) -> None:
         """The last chunk when `stream_options.include_usage`: no choices, the counts."""
         out += self._open
-        out += b"]," + self._encoder.encode({"usage": usage(prompt_tokens, completion_tokens)})[1:]
+        out += b"]," + self._encoder.encode({"usage": usage(prompt_tokens, completion_tokens,
+                                                                cached_tokens)})[1:]
         out += _END
 
     def error(self, out: bytearray, message: str, status: int, code: str | None = None) -> None:

@@ -69,9 +69,13 @@ def model_rate(ready: Ready) -> float:
 
 
 class WaitingRoom:
-    def __init__(self, shed: Shed, rescue: bool = True, miss_budget: float = 1.0) -> None:
+    def __init__(self, shed: Shed, rescue: bool = True, miss_budget: float = 1.0,
+                 prefix_aware: bool = False) -> None:
         self.shed = Shed(shed)
         self.rescue = rescue
+        #: Price each request per instance by the prompt tokens it would not find cached
+        #: there (`Tracked.cached_on`), so binding prefers an LP holding its prefix.
+        self.prefix_aware = prefix_aware
         self.miss_budget = miss_budget
         self._arrivals: deque[float] = deque()   # arrival times within MISS_WINDOW
         self._drops: deque[float] = deque()      # times of the plans' drops, likewise
@@ -140,6 +144,9 @@ class WaitingRoom:
         waiting = []
         for _, t in head:
             tokens = len(t.submit.prompt_token_ids)
+            if self.prefix_aware and t.cached_on:
+                waiting.append(_priced_per_instance(t, tokens, lps, hps, lp_rate, hp_rate))
+                continue
             waiting.append(Waiting(t.request_id, t.arrival_time, t.submit.deadline,
                                    tokens / lp_rate, tokens / hp_rate, t.submit.priority))
         lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in lps]
@@ -154,3 +161,15 @@ class WaitingRoom:
             while times and times[0] < now - MISS_WINDOW:
                 times.popleft()
         return miss_allowance(self.miss_budget, len(self._arrivals), len(self._drops))
+
+
+def _priced_per_instance(t: Tracked, tokens: int, lps: list[int], hps: list[int],
+                         lp_rate: float, hp_rate: float) -> Waiting:
+    """A request with a prefix cached somewhere: its seconds on each instance (what it
+    would still compute there), the cheapest LP's and HP's as its plain costs."""
+    cost_on = tuple((i, (tokens - t.cached_on.get(i, 0)) / rate)
+                    for ids, rate in ((lps, lp_rate), (hps, hp_rate)) for i in ids)
+    lp_costs = [c for i, c in cost_on if i in lps] or [tokens / lp_rate]
+    hp_costs = [c for i, c in cost_on if i in hps] or [tokens / hp_rate]
+    return Waiting(t.request_id, t.arrival_time, t.submit.deadline, min(lp_costs),
+                   min(hp_costs), t.submit.priority, cost_on)

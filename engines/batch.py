@@ -40,10 +40,11 @@ class Chunk:
 
 
 class Batch:
-    __slots__ = ("chunks", "offloaded", "dropped", "num_tokens", "shape_cache")
+    __slots__ = ("chunks", "offloaded", "dropped", "admitted", "num_tokens", "shape_cache")
 
     def __init__(self) -> None:
         self.chunks: list[Chunk] = []
+        self.admitted: list[Request] = []   # left the waiting queue to run (a prefix taken)
         self.offloaded: list[Request] = []  # left the waiting queue for an HP instance
         self.dropped: list[Request] = []    # given up on: their TTFT SLO is lost
         self.num_tokens = 0

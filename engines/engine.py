@@ -47,7 +47,8 @@ class Engine:
                  clock: Callable[[], float] = time.monotonic,
                  perf_model: PerfModel | None = None) -> None:
         self.executor = executor
-        self.kv = BlockManager(executor.num_kv_blocks, executor.block_size)
+        self.kv = BlockManager(executor.num_kv_blocks, executor.block_size,
+                                 prefix_caching=config.prefix_caching)
         self.perf_model = perf_model
         self.predictor = MemoPredictor(perf_model) if perf_model is not None else None
         self.scheduler = Scheduler(config, self.kv, executor.max_model_len,

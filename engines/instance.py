@@ -25,7 +25,7 @@ from engines.engine import Engine
 from engines.instance_config import InstanceConfig
 from engines.instance_core import InstanceCore
 from ipc.channel import InstanceChannel
-from ipc.messages import InstanceFailed, Ready
+from ipc.messages import Handoff, InstanceFailed, Ready, SubmitPrefilled
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ class Instance:
 
     def handle(self, command) -> None:
         self.core.num_bad_frames = self.channel.num_bad_frames
+        if isinstance(command, SubmitPrefilled):  # its KV frames, if any came with it
+            self.core.kv_in[command.request_id] = self.channel.kv_frames.pop(
+                command.request_id, [])
         self._send(self.core.handle(command, self.clock()))
         if self.core.stopped:
             log.info("instance %d: shutting down", self.instance_id)
@@ -94,7 +97,10 @@ class Instance:
 
     def _send(self, messages) -> None:
         for message in messages:
-            self.channel.send(message)
+            if isinstance(message, Handoff):  # a P/D hand-off: its KV as raw frames after it
+                self.channel.send(message, self.core.kv_out.pop(message.request_id, ()))
+            else:
+                self.channel.send(message)
 
     def _idle_timeout(self) -> float:
         now = self.clock()

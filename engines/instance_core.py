@@ -6,8 +6,8 @@
     ask_for_work()        -> [Ticket] or [] (HP, between steps)
 
 It owns the engine and what the controller must hear about it: every Submit gets
-exactly one terminal answer (a finishing token, Finished, an Offload, or a
-RequestError), and an HP with nothing waiting and room to spare holds one ticket
+exactly one terminal answer (a finishing token, Finished, an Offload, a Handoff
+from a P/D layout's prefill instance, or a RequestError), and an HP with nothing waiting and room to spare holds one ticket
 (paper §6.1). The instance process (`engines/instance.py`) and the simulator
 (`bench/simulator.py`) drive the same object; neither makes a decision of its own.
 """
@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from engines.batch import Batch
 from engines.engine import Engine
+from engines.handoff import Prefilled, PrefilledQueue, hand_off, prefilled_request
 from ipc.messages import (
-    Abort, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
+    Abort, CachedPrompt, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
     Ping, Ready,
-    RequestError, Role, Shutdown, StepOutputs, Submit, Ticket, ToController, ToInstance,
+    RequestError, Role, Shutdown, StepOutputs, Submit, SubmitPrefilled, Ticket, ToController,
+    ToInstance,
 )
 from policies.admission import TICKET_BATCH_LIMIT, ticket_wanted
 
@@ -40,23 +42,32 @@ class InstanceCore:
         self.num_bad_frames = 0   # the driver's count of frames it could not decode
         self.num_accepted = 0     # Submits taken in (the controller counts what is in flight)
         self.prefill_rate = 0.0   # prompt tokens/s while saturated (InstanceLoad.prefill_rate)
+        #: P/D layouts: KV frames by request id -- `kv_in` the driver fills before handing
+        #: over a SubmitPrefilled, `kv_out` it empties when sending a Handoff.
+        self.kv_in: dict[str, list] = {}
+        self.kv_out: dict[str, list] = {}
+        #: Decode instances: prefilled requests waiting for a seat and KV blocks.
+        self.prefilled = PrefilledQueue()
 
     @property
     def has_work(self) -> bool:
-        return self.engine.has_work
+        return self.engine.has_work or bool(self.prefilled)
 
     # ---- commands ----------------------------------------------------------------------
     def handle(self, command: ToInstance, now: float) -> list[ToController]:
         match command:
             case Submit():
                 return self._accept(command)
+            case SubmitPrefilled():
+                return self._accept_prefilled(command)
             case Abort(request_id=request_id):
                 return self._abort(request_id)
             case Ping(ping_id=ping_id):
                 return [self.heartbeat(now, ping_id=ping_id)]
             case Shutdown():
                 self.stopped = True
-                return [m for rid in list(self.engine.scheduler.requests) for m in self._abort(rid)]
+                ids = [*self.engine.scheduler.requests, *self.prefilled.ids()]
+                return [m for rid in ids for m in self._abort(rid)]
             case _:
                 raise TypeError(f"not an instance command: {command!r}")
 
@@ -80,6 +91,25 @@ class InstanceCore:
                                  message=str(exc))]
         return []
 
+    def _accept_prefilled(self, message: SubmitPrefilled) -> list[ToController]:
+        """A decode instance takes a request prefilled elsewhere (engines/handoff.py)."""
+        self.num_accepted += 1
+        frames = self.kv_in.pop(message.request_id, [])
+        submit = message.submit
+        deadline = submit.deadline if submit.deadline is not None else float("inf")
+        try:
+            self._check_token_ids(message.token_ids)
+            request = prefilled_request(message, deadline)
+            self.prefilled.add(self.engine, Prefilled(request, message.kv, frames))
+        except ValueError as exc:
+            return [RequestError(instance_id=self.instance_id, request_id=message.request_id,
+                                 message=str(exc))]
+        return self._admit_prefilled()
+
+    def _admit_prefilled(self) -> list[ToController]:
+        return [RequestError(instance_id=self.instance_id, request_id=request_id, message=why)
+                for request_id, why in self.prefilled.admit(self.engine)]
+
     def _check_token_ids(self, token_ids: list[int]) -> None:
         """Refuse ids outside the model's vocabulary (an executor may publish `vocab_size`)."""
         vocab_size = getattr(self.engine.executor, "vocab_size", None)
@@ -89,7 +119,7 @@ class InstanceCore:
 
     def _abort(self, request_id: str) -> list[ToController]:
         """Unknown or finished ids get nothing: their terminal answer was already sent."""
-        if not self.engine.abort(request_id):
+        if not self.engine.abort(request_id) and not self.prefilled.remove(request_id):
             return []
         return [Finished(instance_id=self.instance_id, request_id=request_id,
                          reason=FinishReason.ABORT)]
@@ -111,7 +141,14 @@ class InstanceCore:
             self.num_finished += sum(1 for o in result.outputs if o.finish_reason is not None)
             messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
                                         time=now, step_seconds=seconds, outputs=result.outputs,
-                                        load=load))
+                                        load=load, cached=_cached_prompts(batch)))
+        if self.prefilled:  # the step may have freed a seat or blocks
+            messages += self._admit_prefilled()
+        if self.role is Role.PREFILL and result.outputs:
+            for handoff, frames in hand_off(self.engine, result.outputs, self.instance_id):
+                if frames:
+                    self.kv_out[handoff.request_id] = frames
+                messages.append(handoff)
         if result.offloaded:
             self.num_offloaded += len(result.offloaded)
             messages.append(Offload(instance_id=self.instance_id, requests=[
@@ -147,15 +184,18 @@ class InstanceCore:
     def load(self, queued: tuple[int, float] | None = None) -> InstanceLoad:
         """Its load now; `queued`: `Scheduler.queued_prefill()` if already at hand."""
         tokens, seconds = queued or self.engine.scheduler.queued_prefill()
+        kv = self.engine.kv
         return InstanceLoad(self.num_accepted, tokens, seconds,
-                            len(self.engine.scheduler.running), self.prefill_rate)
+                            len(self.engine.scheduler.running), self.prefill_rate,
+                            kv.num_blocks - kv.num_free_blocks)
 
     def ready(self, pid: int, executor_kind: str) -> Ready:
         scheduler = self.engine.scheduler
         return Ready(instance_id=self.instance_id, role=self.role, mode=scheduler.mode.name,
                      executor=executor_kind, pid=pid, num_kv_blocks=self.engine.kv.num_blocks,
                      block_size=self.engine.kv.block_size, max_model_len=scheduler.max_model_len,
-                     prefill_curve=self._prefill_curve(), token_budget=scheduler.token_budget)
+                     prefill_curve=self._prefill_curve(), token_budget=scheduler.token_budget,
+                     prefix_caching=self.engine.kv.prefix_caching)
 
     def _prefill_curve(self) -> list[tuple[int, float]]:
         """Its model's predicted prefill seconds at a few prompt lengths up to its context."""
@@ -175,4 +215,12 @@ class InstanceCore:
             num_preemptions=scheduler.num_preemptions, num_steps=self.num_steps,
             num_bad_frames=self.num_bad_frames, num_finished=self.num_finished,
             num_offloaded=self.num_offloaded, num_dropped=self.num_dropped,
-            perf_model_mape=perf.mape if perf else None)
+            perf_model_mape=perf.mape if perf else None,
+            prefix_queried_blocks=kv.stats.queried_blocks, prefix_hit_blocks=kv.stats.hit_blocks,
+            prefix_queried_tokens=kv.stats.queried_tokens, prefix_hit_tokens=kv.stats.hit_tokens)
+
+
+def _cached_prompts(batch: Batch) -> list[CachedPrompt]:
+    """The prefix-cache hits of the requests this step admitted for the first time."""
+    return [CachedPrompt(r.request_id, r.num_cached_tokens) for r in batch.admitted
+            if r.num_preemptions == 0 and r.num_cached_tokens]

@@ -56,12 +56,21 @@ LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloa
 HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_function="edf",
           elastic_batch=True, compute_budget=True, demote_lost=True, default_max_num_seqs=HP_MAX_BATCH)
 
-MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP)}
+#: DistServe's P/D layouts (`<n>P<m>D`): a prefill instance batches prompts as Sarathi-Serve
+#: does and hands each request off at its first token (engines/handoff.py); a decode
+#: instance runs the decodes it is handed (and recomputes a prompt only when it had no
+#: room for the KV that came with it).
+PREFILL = Mode("prefill", prefill_first=False, chunked_prefill=True)
+DECODE = Mode("decode", prefill_first=False, chunked_prefill=True)
+
+MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP, PREFILL, DECODE)}
 
 
 def role_of_mode(name: str) -> Role:
-    """What the controller routes an instance of this mode as: LP, HP, or a baseline's peer."""
-    return {LP.name: Role.LP, HP.name: Role.HP}.get(name, Role.PEER)
+    """What the controller routes an instance of this mode as: LP, HP, a P/D layout's
+    prefill or decode instance, or a baseline's peer."""
+    return {LP.name: Role.LP, HP.name: Role.HP, PREFILL.name: Role.PREFILL,
+            DECODE.name: Role.DECODE}.get(name, Role.PEER)
 
 
 def get_mode(name: str) -> Mode:

@@ -4,6 +4,8 @@ One token list holds the prompt followed by the generated tokens. The scheduler
 only ever asks "how many of these tokens are already in the KV cache?"
 (`num_computed_tokens`): a prefill chunk, a decode step and a recompute after
 preemption are all the same move -- compute the next tokens that are not cached.
+A prefix-cache hit is one more: admission starts the request at the cached length (a
+waiting request's `num_computed_tokens` is that hint; it holds no blocks until then).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class Request:
         "deadline", "priority", "num_computed_tokens", "block_table", "status",
         "finish_reason", "num_preemptions", "first_token_time", "rng", "max_total_tokens",
         "tbt_slo", "pinned", "generated_before", "sampled_logprobs",
+        "block_hashes", "prefix_hit", "num_named_blocks", "num_cached_tokens",
     )
 
     def __init__(
@@ -68,6 +71,14 @@ class Request:
         #: `sampling.logprobs` is set); the scheduler moves them into that token's output.
         self.sampled_logprobs = None
         self.max_total_tokens = self.num_prompt_tokens + sampling.max_tokens
+        # Prefix caching (engines/kv_cache.py): the names of its full blocks as far as
+        # computed so far, the cached blocks a waiting request's prompt starts with (its
+        # hint), how many of its blocks are named, and the prompt tokens its first
+        # admission found cached (None until admitted).
+        self.block_hashes: list[bytes] = []
+        self.prefix_hit: list[int] = []
+        self.num_named_blocks = 0
+        self.num_cached_tokens: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -102,7 +113,9 @@ class Request:
 
     @property
     def prefill_started(self) -> bool:
-        return self.num_computed_tokens > 0 or self.num_preemptions > 0 or self.pinned
+        """It holds KV blocks, was preempted, or is pinned (a waiting request's prefix hit
+        does not count: it holds nothing yet)."""
+        return bool(self.block_table) or self.num_preemptions > 0 or self.pinned
 
     @property
     def finished(self) -> bool:

@@ -12,11 +12,15 @@ and, with `drop_expired`, give up on hopeless ones (`batch.dropped`).
 When KV blocks run out, the lowest-priority running request (the last admitted) is
 preempted by recompute: it frees its blocks, keeps its tokens (the generated ones
 join the prompt) and goes back to the front of the waiting queue.
+
+With prefix caching (engines/kv_cache.py) a request joins the queue with the cached
+prefix it would find as its computed tokens (a hint the policies price it by), takes
+that prefix at admission, and names the blocks it fills after each step; a preempted
+request usually finds its own blocks again.
 """
 from __future__ import annotations
 
 import math
-from collections import deque
 
 from engines.batch import Batch
 from engines.batch_shape import batch_shape
@@ -25,6 +29,7 @@ from engines.modes import Mode, get_mode
 from engines.request import FinishReason, Request, RequestStatus
 from engines.scheduler_config import SchedulerConfig
 from engines.triage import Triage
+from engines.waiting_queue import WaitingQueue
 from ipc.messages import TokenOutput
 from policies.admission import DecodeLengthHistory, decode_reserve
 from policies.batch_shape import BatchShape
@@ -52,7 +57,7 @@ class Scheduler:
         self.predictor: Predictor = predictor or ZeroPredictor()
         self.triage = Triage(self.mode, config, self.predictor)
         self.decode_lengths = DecodeLengthHistory()
-        self.waiting: deque[Request] = deque()
+        self.waiting = WaitingQueue(self.predictor, self.token_budget)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}  # every unfinished request, by id
         self.num_preemptions = 0
@@ -67,7 +72,25 @@ class Scheduler:
                 f"{self.max_model_len - 1} prompt tokens (context limit {self.max_model_len})")
         request.max_total_tokens = min(request.max_total_tokens, self.max_model_len)
         self.requests[request.request_id] = request
+        self.kv.match_prefix(request)  # before it joins: the queue reads it once
         self.waiting.append(request)
+
+    def add_prefilled(self, request: Request, num_cached_tokens: int) -> bool:
+        """Queue a request whose first `num_cached_tokens` tokens have their KV computed
+        elsewhere (a P/D layout's prefill instance; engines/handoff.py). True: it runs
+        from now, with blocks allocated for those tokens for the caller to fill. False (no
+        KV, no seat, or nothing cached): it waits to recompute them, as a preempted
+        request does. Raises ValueError as `add_request` does."""
+        self.add_request(request)
+        if not num_cached_tokens or len(self.running) >= self.max_num_seqs:
+            return False
+        if not self.kv.allocate(request, num_cached_tokens):
+            return False
+        self.waiting.remove(request)
+        request.num_computed_tokens = num_cached_tokens
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        return True
 
     def abort(self, request_id: str) -> Request | None:
         """Finish a request early, freeing its blocks; None if it is unknown or already done."""
@@ -88,9 +111,10 @@ class Scheduler:
     def queued_prefill(self) -> tuple[int, float]:
         """(prompt tokens not yet computed, their predicted seconds), waiting or mid-prefill:
         the prefill work this instance has ahead of it."""
-        queued = [r for r in self.waiting] + [r for r in self.running if not r.is_decoding]
-        tokens = sum(r.num_uncomputed_tokens for r in queued)
-        seconds = sum(remaining_prefill_time(r, self.predictor, self.token_budget) for r in queued)
+        prefilling = [r for r in self.running if not r.is_decoding]
+        tokens = self.waiting.uncomputed_tokens() + sum(r.num_uncomputed_tokens for r in prefilling)
+        seconds = sum(self.waiting.predicted_seconds().tolist() + [
+            remaining_prefill_time(r, self.predictor, self.token_budget) for r in prefilling])
         return tokens, seconds
 
     # ---- scheduling ---------------------------------------------------------------------
@@ -122,17 +146,20 @@ class Scheduler:
         """Waiting requests in admission order, after drops and offloads leave the queue."""
         if not self.waiting or not (self.mode.by_value or self.triage.active):
             return self.waiting
-        ordered, offloaded, dropped = self.triage.run(self.waiting, now, self._next_batch_time())
+        ordered, offloaded, dropped = self.triage.run(self.waiting, now, self._next_batch_time)
+        self.waiting.remove_many(offloaded + dropped)
         for request in offloaded:
-            self._leave_waiting(request, FinishReason.OFFLOAD)
+            self._finish(request, FinishReason.OFFLOAD)
         for request in dropped:
-            self._leave_waiting(request, FinishReason.DROP)
+            self._finish(request, FinishReason.DROP)
         batch.offloaded, batch.dropped = offloaded, dropped
         return ordered
 
     def _next_batch_time(self) -> float:
         """Predicted seconds until this instance could start a waiting prompt: its decodes."""
-        contexts = [r.num_tokens for r in self.running if r.is_decoding]
+        contexts = [n for r in self.running  # is_decoding, inlined as in _schedule_decodes
+                    if (n := len(r.token_ids)) - r.num_computed_tokens == 1
+                    and n > r.num_prompt_tokens]
         return self.predictor.batch_time(BatchShape.of(decodes=contexts)) if contexts else 0.0
 
     def _max_prefill_tokens(self) -> int:
@@ -195,36 +222,54 @@ class Scheduler:
 
     def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float) -> None:
         """Admit waiting requests by Algorithm 1: stop at the first that does not fit."""
-        if not candidates or budget <= 0:
+        head = next(iter(candidates), None) if budget > 0 else None
+        if head is None:
             return
+        seat_limit = self.max_num_seqs - len(self.running)
+        if seat_limit <= 0 and not head.block_table:
+            return  # the head needs a seat and none is free: no need to reckon KV
         free = self.kv.num_free_blocks
         if self.mode.elastic_batch:
             decoding = [r for r in self.running if r.is_decoding]
             free -= decode_reserve(decoding, self.decode_lengths, self.kv.block_size)
         selected = select_prefills(
             candidates, token_budget=budget, free_blocks=max(free, 0),
-            block_size=self.kv.block_size, seat_limit=self.max_num_seqs - len(self.running),
+            block_size=self.kv.block_size, seat_limit=seat_limit,
             compute_budget=compute_budget, predictor=self.predictor,
             chunked=self.mode.chunked_prefill,
-            cut_to_compute=self.mode.compute_budget)
+            cut_to_compute=self.mode.compute_budget, count_blocks=self.kv.admission_blocks)
+        if self.kv.prefix_caching:
+            selected = self._take_prefixes(selected)
         for request, n in selected:
             self.kv.allocate(request, n)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             batch.add(request, n)
-        self._remove_from_waiting([r for r, _ in selected], in_queue_order=candidates is self.waiting)
+            batch.admitted.append(request)
+        for request, _ in selected:
+            self.waiting.remove(request)
 
-    def _remove_from_waiting(self, admitted: list[Request], in_queue_order: bool) -> None:
-        if in_queue_order:  # admitted are a prefix of the queue
-            for _ in admitted:
-                self.waiting.popleft()
-        elif admitted:
-            taken = set(map(id, admitted))
-            self.waiting = deque(r for r in self.waiting if id(r) not in taken)
-
-    def _leave_waiting(self, request: Request, reason: FinishReason) -> None:
-        self.waiting.remove(request)
-        self._finish(request, reason)
+    def _take_prefixes(self, selected: list[tuple[Request, int]]) -> list[tuple[Request, int]]:
+        """Hold the cached prefix of every selected request before any takes new blocks (a
+        new block may reuse a cached free one, which must not be a prefix about to be
+        taken), each chunk cut to what is left to compute. A prefix found shorter than
+        its hint (evicted since) can leave the blocks short: that request and those
+        after it stay waiting, their hints as they were. Returns what can be admitted."""
+        kv = self.kv
+        hints = [(r.prefix_hit, r.num_computed_tokens, r.num_cached_tokens) for r, _ in selected]
+        for request, _ in selected:
+            kv.claim_prefix(request)
+        free = kv.num_free_blocks
+        for i, (request, n) in enumerate(selected):
+            n = min(n, request.num_uncomputed_tokens)
+            free -= kv.blocks_needed(request, n)
+            if free < 0:
+                for (back, _), hint in zip(selected[i:], hints[i:]):
+                    kv.free(back)
+                    back.prefix_hit, back.num_computed_tokens, back.num_cached_tokens = hint
+                return selected[:i]
+            selected[i] = (request, n)
+        return selected
 
     def _make_room(self, request: Request, num_tokens: int, batch: Batch) -> bool:
         """Allocate blocks for `num_tokens` more tokens, preempting lower-priority requests."""
@@ -250,6 +295,7 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         request.num_preemptions += 1
         self.num_preemptions += 1
+        self.kv.match_prefix(request)  # its own blocks, cached free, until reused
         self.waiting.appendleft(request)
 
     # ---- results ------------------------------------------------------------------------
@@ -257,6 +303,7 @@ class Scheduler:
         """Advance each chunk's request; append sampled tokens; finish what stops."""
         outputs: list[TokenOutput] = []
         tokens = iter(sampled)
+        name_blocks = self.kv.name_full_blocks if self.kv.prefix_caching else None
         for chunk in batch.chunks:
             request = chunk.request
             samples = chunk.samples
@@ -264,6 +311,8 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue  # aborted between schedule and update
             request.num_computed_tokens += chunk.num_tokens
+            if name_blocks is not None:
+                name_blocks(request)  # before it may finish and free them
             if token is None:
                 continue
             request.token_ids.append(token)

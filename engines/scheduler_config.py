@@ -41,6 +41,10 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     drop_expired: Annotated[bool, Meta(description=(
         "Drop a waiting request once its TTFT SLO is lost (the client gets a 503 saying "
         "so)."))] = False
+    prefix_caching: Annotated[bool, Meta(description=(
+        "Automatic prefix caching: full KV blocks are named by their tokens and prefix and "
+        "kept after their request ends (evicted least recently used when memory is needed), "
+        "so a prompt that starts like an earlier one skips computing that part."))] = True
 
     def resolved_max_num_seqs(self) -> int:
         if self.max_num_seqs is not None:

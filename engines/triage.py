@@ -2,19 +2,26 @@
 
 LP instances hand requests that would miss their deadline to an HP instance
 (offload); with `drop_expired`, any instance gives up on requests whose TTFT SLO
-is lost (drop). The decisions are `policies/` functions; this only applies them.
+is lost (drop). The decisions are `policies/` functions; this only applies them,
+over the waiting queue's columns: one numpy pass per step, whatever the queue's length
+(`policies.queue_columns`). They are the decisions of the per-request reference
+functions (`admission.should_drop`, `value.order_by_value`, `offload.plan_offloads`),
+to the last bit.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from engines.modes import Mode
 from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
-from policies.admission import should_drop
-from policies.offload import plan_offloads
+from engines.waiting_queue import WaitingQueue
+from policies.offload import offload_candidates, offload_rows
 from policies.predictor import Predictor
-from policies.value import get_value_function, order_by_value
+from policies.queue_columns import QueueColumns, ttft_lost_rows
+from policies.value import get_value_keys, value_order
 
 
 class Triage:
@@ -22,31 +29,48 @@ class Triage:
         self.mode = mode
         self.config = config
         self.predictor = predictor
-        self.value_fn = get_value_function(mode.value_function or config.value_function)
+        self.value_keys = get_value_keys(mode.value_function or config.value_function)
 
     @property
     def active(self) -> bool:
         return self.mode.offloads or self.config.drop_expired
 
-    def run(self, waiting: Sequence[Request], now: float, next_batch_time: float,
-            ) -> tuple[list[Request], list[Request], list[Request]]:
-        """(waiting in admission order, to offload, to drop)."""
-        budget = self.config.chunk_size
-        dropped = [r for r in waiting if should_drop(r, now, predictor=self.predictor,
-                                                     token_budget=budget,
-                                                     drop_expired=self.config.drop_expired)]
-        gone = set(map(id, dropped))
-        staying = [r for r in waiting if id(r) not in gone]
+    def run(self, waiting: WaitingQueue, now: float, next_batch_time: Callable[[], float],
+            ) -> tuple[Sequence[Request], list[Request], list[Request]]:
+        """(waiting in admission order, to offload, to drop). `next_batch_time()`: the
+        predicted seconds until a waiting prompt could start; asked only if an offload
+        decision needs it. The first is an array of the requests (admission reads only
+        its head)."""
+        queue, requests = waiting.columns()
         if self.mode.by_value:
-            staying = order_by_value(staying, now, self.value_fn, self.predictor, budget,
-                                     demote_lost=self.mode.demote_lost)
+            order = value_order(queue, now, self.value_keys, demote_lost=self.mode.demote_lost)
+        else:
+            order = np.argsort(queue.position)
+        dropped: list[Request] = []
+        if self.config.drop_expired:
+            lost = ttft_lost_rows(queue, now)
+            if lost.any():
+                rows = np.flatnonzero(lost)
+                dropped = requests[rows[np.argsort(queue.position[rows])]].tolist()
+                order = order[~lost[order]]
         offloaded: list[Request] = []
         if self.mode.offloads:
-            offloaded, _hopeless = plan_offloads(
-                staying, now, predictor=self.predictor, token_budget=budget,
-                next_batch_time=next_batch_time, threshold=self.config.offload_threshold,
-                ipc_delay=self.config.offload_ipc_delay)
-            if offloaded:
-                leaving = set(map(id, offloaded))
-                staying = [r for r in staying if id(r) not in leaving]
-        return staying, offloaded, dropped
+            rows = self._offloads(queue, order, now, next_batch_time)
+            if rows:
+                offloaded = requests[rows].tolist()
+                staying = np.ones(len(queue), dtype=bool)
+                staying[rows] = False
+                order = order[staying[order]]
+        return requests[order], offloaded, dropped
+
+    def _offloads(self, queue: QueueColumns, order: np.ndarray, now: float,
+                  next_batch_time: Callable[[], float]) -> list[int]:
+        """Rows of `queue` to hand to an HP instance, in value order."""
+        budget, config = self.config.chunk_size, self.config
+        full_batch = self.predictor.full_batch_time(budget)
+        candidates = offload_candidates(queue, order, now, full_batch=full_batch,
+                                        threshold=config.offload_threshold,
+                                        ipc_delay=config.offload_ipc_delay)
+        return offload_rows(queue, order, candidates, now, next_batch_time=next_batch_time,
+                            full_batch=full_batch, threshold=config.offload_threshold,
+                            ipc_delay=config.offload_ipc_delay)

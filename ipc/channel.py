@@ -16,7 +16,11 @@ message (Ready) is queued until the connection is up and never lost; the control
 may send to an instance once its Ready has arrived.
 
 Frames: instance -> controller is one msgpack frame (the ROUTER prepends the routing
-id); controller -> instance is one msgpack frame. Anything else is dropped and logged.
+id); controller -> instance is one msgpack frame. The one exception is a P/D hand-off's
+KV cache: a `Handoff` (instance -> controller) or `SubmitPrefilled` (controller ->
+instance) whose `kv` header is set is followed by exactly `kv.num_layers` raw frames,
+sent and passed on without a copy; the receiver keeps them in `kv_frames` by request id
+for its driver. Anything else is dropped and logged.
 
 Safety: sockets live in a private runtime directory (mode 0700, `make_runtime_dir`);
 frames over `max_frame_bytes` are refused by ZeroMQ; LINGER is bounded, so closing
@@ -31,11 +35,12 @@ import stat
 import tempfile
 from pathlib import Path
 
+import msgspec
 import zmq
 import zmq.asyncio
 
 from ipc.codec import Encoder, controller_decoder, instance_decoder
-from ipc.messages import ToController, ToInstance
+from ipc.messages import Handoff, SubmitPrefilled, ToController, ToInstance
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +132,19 @@ class InstanceChannel:
         self._sock = sock
         self._encoder = Encoder()
         self._decoder = instance_decoder()
+        #: KV frames of the SubmitPrefilled messages drained, by request id (the driver's).
+        self.kv_frames: dict[str, list] = {}
 
     @property
     def num_bad_frames(self) -> int:
         return self._decoder.num_bad_frames
 
-    def send(self, message: ToController) -> None:
-        self._sock.send(self._encoder.encode(message), copy=False)
+    def send(self, message: ToController, frames=()) -> None:
+        """`frames`: a Handoff's KV frames (buffers, sent without a copy)."""
+        if frames:
+            self._sock.send_multipart([self._encoder.encode(message), *frames], copy=False)
+        else:
+            self._sock.send(self._encoder.encode(message), copy=False)
 
     def drain(self, timeout: float = 0.0, limit: int = 4096) -> list[ToInstance]:
         """Every command that is already queued (up to `limit`), waiting at most `timeout`
@@ -152,11 +163,16 @@ class InstanceChannel:
         return messages
 
     def _decode(self, frames: list) -> ToInstance | None:
-        if len(frames) != 1:
+        if len(frames) != 1 and len(frames) != 1 + _kv_frames_announced(frames[0].buffer,
+                                                                          SubmitPrefilled):
             self._decoder.num_bad_frames += 1
-            log.warning("dropped a %d-part message (commands are one frame)", len(frames))
+            log.warning("dropped a %d-part message (commands are one frame; a prefilled "
+                        "request's KV as many more as its header says)", len(frames))
             return None
-        return self._decoder.decode(frames[0].buffer)
+        message = self._decoder.decode(frames[0].buffer)
+        if message is not None and len(frames) > 1:
+            self.kv_frames[message.request_id] = [f.buffer for f in frames[1:]]
+        return message
 
     def close(self) -> None:
         self._sock.close()
@@ -188,22 +204,27 @@ class ControllerChannel:
         self._sock = sock
         self._encoder = Encoder()
         self._decoder = controller_decoder()
+        #: KV frames of the Handoff messages received, by request id (the driver's).
+        self.kv_frames: dict[str, list] = {}
 
     @property
     def num_bad_frames(self) -> int:
         return self._decoder.num_bad_frames
 
-    async def send(self, instance_id: int, message: ToInstance) -> None:
-        """Hand `message` to instance `instance_id` without waiting for it to be read.
+    async def send(self, instance_id: int, message: ToInstance, frames=()) -> None:
+        """Hand `message` to instance `instance_id` without waiting for it to be read;
+        `frames`: a SubmitPrefilled's KV frames, passed on as received.
 
         Raises InstanceUnreachable when that instance is not connected (never started,
         died, not yet connected) or has CONTROLLER_SNDHWM messages it has not read."""
-        await self.send_frame(instance_id, self._encoder.encode(message))
+        await self.send_frame(instance_id, self._encoder.encode(message), *frames)
 
-    async def send_frame(self, instance_id: int, frame: bytes) -> None:
-        """Send raw bytes as one command frame (tests use it to send garbage)."""
+    async def send_frame(self, instance_id: int, frame: bytes, *more) -> None:
+        """Send raw bytes as one command frame (tests use it to send garbage); `more`:
+        frames that follow it in the same message."""
         try:
-            await self._sock.send_multipart([routing_id(instance_id), frame], zmq.NOBLOCK)
+            await self._sock.send_multipart([routing_id(instance_id), frame, *more], zmq.NOBLOCK,
+                                            copy=not more)
         except zmq.ZMQError as exc:
             if exc.errno == errno.EHOSTUNREACH:
                 raise InstanceUnreachable(f"instance {instance_id} is not connected") from None
@@ -227,7 +248,8 @@ class ControllerChannel:
 
     def _decode(self, frames: list) -> ToController | None:
         ident = frames[0].bytes
-        if len(frames) != 2:
+        if len(frames) != 2 and (len(frames) < 2 or len(frames) != 2 + _kv_frames_announced(
+                frames[1].buffer, Handoff)):
             self._decoder.num_bad_frames += 1
             log.warning("dropped a %d-part message from %r", len(frames), ident)
             return None
@@ -239,12 +261,27 @@ class ControllerChannel:
             log.warning("dropped a %s from %r claiming instance %d",
                         type(message).__name__, ident, message.instance_id)
             return None
+        if len(frames) > 2:
+            self.kv_frames[message.request_id] = frames[2:]
         return message
 
     def close(self) -> None:
         self._sock.close(linger=0)
         if self._own_context:
             self._context.term()
+
+
+_KV_HEADER = msgspec.msgpack.Decoder(Handoff | SubmitPrefilled)
+
+
+def _kv_frames_announced(frame, kind: type) -> int:
+    """How many KV frames follow `frame` in a multi-part message: its header's layer count
+    when it is a `kind` with KV, else 0 (the message is then dropped as multi-part)."""
+    try:
+        message = _KV_HEADER.decode(frame)
+    except msgspec.DecodeError:
+        return 0
+    return message.kv.num_layers if isinstance(message, kind) and message.kv else 0
 
 
 def _require_ipc(endpoint: str) -> None:

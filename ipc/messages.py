@@ -4,15 +4,17 @@ Every message is a `msgspec.Struct` whose msgpack form carries its kind in a "ty
 field, so one typed decoder per direction (`ipc.codec`) turns a frame into exactly
 one of the structs below or rejects it. Unknown fields are refused (strict wire).
 
-Controller -> instance (`ToInstance`): Submit, Abort, Ping, Shutdown.
+Controller -> instance (`ToInstance`): Submit, Abort, Ping, Shutdown, SubmitPrefilled.
 Instance -> controller (`ToController`): Ready, StepOutputs, Finished, RequestError,
-Heartbeat, Offload, Ticket, InstanceFailed.
+Heartbeat, Offload, Ticket, InstanceFailed, Handoff.
 
 Every Submit gets exactly one terminal outcome from the instance:
   * a `TokenOutput` with `finish_reason` set ("stop" | "length") inside a StepOutputs,
   * a `Finished` (the request ended without a new token: ABORT, or DROP when it was
     dropped),
   * an `Offload` naming it (it left for an HP instance; the HP then owes the outcome),
+  * a `Handoff` naming it (a P/D layout's prefill instance passed it, KV and all, to a
+    decode instance, which then owes the outcome),
   * or a `RequestError` (refused: prompt too long, duplicate id, bad token ids, ...).
 After its terminal outcome the request holds no KV blocks in the instance.
 
@@ -67,6 +69,8 @@ class Role(str, enum.Enum):
     LP = "lp"
     HP = "hp"
     PEER = "peer"              # a baseline layout's instance (3xsarathi, 3xvllm)
+    PREFILL = "prefill"        # a P/D layout's prefill instance: prompts to the first token
+    DECODE = "decode"          # a P/D layout's decode instance: takes prefilled requests
 
 
 #: The floor a log-probability is reported at: vLLM's stand-in for -inf (JSON has none).
@@ -104,6 +108,7 @@ class InstanceLoad(msgspec.Struct, array_like=True, frozen=True):
     #: Prompt tokens per second it has been computing while it had more waiting (a moving
     #: average over such steps, decodes sharing them included); 0 until known.
     prefill_rate: Annotated[float, Meta(ge=0.0)] = 0.0
+    num_kv_blocks_used: Count = 0   # KV blocks in use (of Ready.num_kv_blocks)
 
 
 class _Message(msgspec.Struct, tag_field="type", frozen=True, forbid_unknown_fields=True,
@@ -164,6 +169,16 @@ class Ready(_Message, tag="ready"):
     #: performance model's curve, for the controller's own estimates (empty without one).
     prefill_curve: list[tuple[int, float]] = []
     token_budget: Count = 0  # tokens one of its steps may run (its chunk size)
+    #: It keeps full KV blocks by name (policies/prefix_hash.py) and reuses them.
+    prefix_caching: bool = False
+
+
+class CachedPrompt(msgspec.Struct, array_like=True, frozen=True):
+    """A request's first admission on an instance found this many of its prompt tokens in
+    the prefix cache (OpenAI's `usage.prompt_tokens_details.cached_tokens`)."""
+
+    request_id: str
+    num_cached_tokens: Count
 
 
 class StepOutputs(_Message, tag="step_outputs"):
@@ -177,6 +192,8 @@ class StepOutputs(_Message, tag="step_outputs"):
     step_seconds: Seconds
     outputs: list[TokenOutput]
     load: InstanceLoad | None = None
+    #: Requests first admitted this step that found some of their prompt cached.
+    cached: list[CachedPrompt] = []
 
 
 class Finished(_Message, tag="finished"):
@@ -212,6 +229,12 @@ class Heartbeat(_Message, tag="heartbeat"):
     num_offloaded: Count = 0
     num_dropped: Count = 0
     perf_model_mape: float | None = None  # held-out error of the performance model, 0.1 = 10%
+    #: Prefix cache lookups at admission since the start: full blocks and tokens looked
+    #: up, and those found cached.
+    prefix_queried_blocks: Count = 0
+    prefix_hit_blocks: Count = 0
+    prefix_queried_tokens: Count = 0
+    prefix_hit_tokens: Count = 0
 
 
 class OffloadedRequest(msgspec.Struct, array_like=True, frozen=True):
@@ -242,6 +265,60 @@ class InstanceFailed(_Message, tag="instance_failed"):
     message: str
 
 
-ToInstance = Union[Submit, Abort, Ping, Shutdown]
+# ---- P/D disaggregation (DistServe layouts, `<n>P<m>D`) ---------------------------------
+
+class KvLayout(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
+    """The header of a request's KV cache travelling as raw frames after its message: one
+    frame per layer, each the layer's K then V blocks, C-contiguous, of shape
+    (2, num_blocks, block_size, num_kv_heads, head_dim) and `dtype` (a torch dtype name).
+    Only the first `num_tokens` token slots are meaningful."""
+
+    num_layers: Annotated[int, Meta(ge=1)]
+    num_blocks: Annotated[int, Meta(ge=1)]
+    block_size: Annotated[int, Meta(ge=1)]
+    num_kv_heads: Annotated[int, Meta(ge=1)]
+    head_dim: Annotated[int, Meta(ge=1)]
+    dtype: Annotated[str, Meta(max_length=32)]
+    num_tokens: Annotated[int, Meta(ge=1)]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of one layer's frame."""
+        return (2, self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
+
+
+class Handoff(_Message, tag="handoff"):
+    """A prefill instance has run a request's prompt to its first token (already sent in a
+    StepOutputs) and gives the request up, its KV cache with it: `token_ids` is the prompt
+    and every token generated so far, of which the first `num_computed_tokens` are in the
+    KV. `kv` set: `kv.num_layers` raw frames follow this one (torch executor); None: no
+    KV travels (the sim executor has none; a simulator charges its transfer time). The
+    prefill instance holds nothing for it any more."""
+
+    instance_id: InstanceId
+    request_id: RequestId
+    token_ids: Annotated[list[TokenId], Meta(min_length=1)]
+    num_computed_tokens: Annotated[int, Meta(ge=1)]
+    kv: KvLayout | None = None
+
+
+class SubmitPrefilled(_Message, tag="submit_prefilled"):
+    """Controller -> decode instance: a request whose first `num_computed_tokens` of
+    `token_ids` have their KV computed (it follows as `kv.num_layers` raw frames when `kv`
+    is set). The instance allocates blocks for them, writes the KV in and decodes on;
+    without room it recomputes them instead (greedy output is the same). `submit` is
+    the request as first sent (SLOs, sampling, arrival)."""
+
+    submit: Submit
+    token_ids: Annotated[list[TokenId], Meta(min_length=1)]
+    num_computed_tokens: Annotated[int, Meta(ge=1)]
+    kv: KvLayout | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.submit.request_id
+
+
+ToInstance = Union[Submit, Abort, Ping, Shutdown, SubmitPrefilled]
 ToController = Union[Ready, StepOutputs, Finished, RequestError, Heartbeat, Offload, Ticket,
-                     InstanceFailed]
+                     InstanceFailed, Handoff]

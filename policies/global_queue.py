@@ -22,13 +22,18 @@ looks at the whole queue at `now`:
    requests that cost the most are dropped first -- each is a miss wherever it runs, so
    the costliest one frees the most time for the others -- and the rest are demoted.
 4. **Bind.** The queue in order (feasible by deadline, then demoted) is handed out: the
-   LP with the smallest backlog takes the head while its backlog is under `bound`.
+   LP with the smallest backlog takes the head while its backlog is under `bound` -- or,
+   when a prefix of the head's prompt is cached on some instances (`Waiting.cost_on`),
+   the LP that would finish it first (its backlog plus its cost there: prefix-aware
+   routing balanced against queue length), even one past the bound, whose backlog then
+   exceeds it by less than the prefix saves. Rescue picks its HP alike.
 
 Requests of a higher priority class are planned first. Pure: numbers in, decisions out.
 """
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -46,9 +51,19 @@ class Waiting:
     key: str
     arrival: float
     deadline: float
-    cost: float          # predicted seconds to prefill it on an LP
+    cost: float          # predicted seconds to prefill it on an LP (the cheapest one)
     hp_cost: float       # ... on an HP
     priority: int = 0
+    #: (instance id, predicted seconds there) for every instance, when they differ (a
+    #: prefix of its prompt is cached on some): binding and rescue then weigh each
+    #: instance's backlog plus its own cost there. Empty: `cost`/`hp_cost` everywhere.
+    cost_on: tuple[tuple[int, float], ...] = ()
+
+    def seconds_on(self, instance_id: int, default: float) -> float:
+        for i, seconds in self.cost_on:
+            if i == instance_id:
+                return seconds
+        return default
 
 
 @dataclass(slots=True)
@@ -89,20 +104,22 @@ def _deadline_order(w: Waiting) -> tuple:
 
 
 def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
-              ) -> tuple[list[Waiting], list[Waiting]]:
-    """(kept in deadline order, set aside) by Moore-Hodgson on the pooled LPs."""
+              ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
+    """(kept in deadline order, set aside with their places in deadline order) by
+    Moore-Hodgson on the pooled LPs."""
     speed = len(lps)
     clock = now + sum(lane.backlog for lane in lps) / speed
     kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
-    aside: list[Waiting] = []
+    aside: list[tuple[int, Waiting]] = []
+    push, pop = heapq.heappush, heapq.heappop
     for i, w in enumerate(sorted(queue, key=_deadline_order)):
         start = clock  # when an LP of the pool frees up for it ...
-        heapq.heappush(kept, (-w.cost, -i, w))  # ties: set the later one aside
+        push(kept, (-w.cost, -i, w))  # ties: set the later one aside
         clock += w.cost / speed
         if start + w.cost > w.deadline:  # ... and then one LP prefills it alone
-            _, _, longest = heapq.heappop(kept)
+            _, minus_place, longest = pop(kept)
             clock -= longest.cost / speed
-            aside.append(longest)
+            aside.append((-minus_place, longest))
     return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
 
 
@@ -123,18 +140,28 @@ def miss_allowance(budget: float, arrived: int, shed: int) -> int | None:
     return max(int(budget * arrived) - shed, 0)
 
 
-def _rescue(aside: list[Waiting], hps: Sequence[Lane], now: float, out: Plan) -> list[Waiting]:
-    """Send to an HP each set-aside request it can still finish in time; the rest are late."""
+def _rescue(aside: list[tuple[int, Waiting]], hps: Sequence[Lane], now: float, out: Plan,
+            ) -> list[Waiting]:
+    """Send to an HP each set-aside request it can still finish in time (in deadline
+    order: `aside` holds each one's place in it); the rest are late."""
     lanes = [Lane(h.instance_id, h.backlog) for h in hps]
     late = []
-    for w in sorted(aside, key=_deadline_order):
-        lane = min(lanes, key=lambda h: h.backlog, default=None)
-        if lane is not None and now + lane.backlog + w.hp_cost <= w.deadline:
-            lane.backlog += w.hp_cost
+    for _, w in sorted(aside, key=_place):
+        if w.cost_on and lanes:  # the HP that would finish it first (a prefix cached there)
+            lane = min(lanes, key=lambda h: h.backlog + w.seconds_on(h.instance_id, w.hp_cost))
+        else:
+            lane = min(lanes, key=_backlog) if len(lanes) > 1 else (lanes[0] if lanes else None)
+        cost = w.seconds_on(lane.instance_id, w.hp_cost) if lane is not None else 0.0
+        if lane is not None and now + lane.backlog + cost <= w.deadline:
+            lane.backlog += cost
             out.to_hp.append((w, lane.instance_id))
         else:
             late.append(w)
     return late
+
+
+_place = operator.itemgetter(0)
+_backlog = operator.attrgetter("backlog")
 
 
 def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan) -> None:
@@ -145,7 +172,12 @@ def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan) ->
         if lane.backlog >= bound:
             break
         w = ordered[position]
+        cost = w.cost
+        if w.cost_on:  # the LP that would finish it first, a busier one holding its prefix too
+            lane = min(lanes, key=lambda l: (
+                l.backlog + w.seconds_on(l.instance_id, w.cost), l.instance_id))
+            cost = w.seconds_on(lane.instance_id, w.cost)
         out.to_lp.append((w, lane.instance_id))
-        lane.backlog += w.cost
+        lane.backlog += cost
         position += 1
     out.order = ordered[position:]

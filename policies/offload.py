@@ -20,13 +20,22 @@ offload later (below `1 − own / worst_hp` too late to be safe), higher values
 offload sooner and load the HP with requests LP might have served. All times come
 from the performance model, so they follow the GPU and the model: no per-model
 constants.
+
+`plan_offloads` walks a queue of request views: the reference. The engine calls
+`offload_candidates` and `offload_rows`, the same decisions over the queue's columns:
+rules 2 and 3 do not depend on where LP would start a request, so one vector pass finds
+the few that may go, and only the queue up to the last of those is walked, in plain
+floats, to add up when LP would start each of them.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from policies.predictor import Predictor, remaining_prefill_time
+from policies.queue_columns import QueueColumns
 from policies.request_view import WaitingRequest
 
 #: From `ascendra reproduce threshold` (2L1H, ShareGPT, a100-llama3-8b): mean goodput over
@@ -85,3 +94,98 @@ def plan_offloads(waiting_ordered: Iterable[WaitingRequest], now: float, *, pred
             hopeless.append(request)
         lp_start += own
     return offload, hopeless
+
+
+def offload_candidates(queue: QueueColumns, order: np.ndarray, now: float, *, full_batch: float,
+                       threshold: float, ipc_delay: float) -> np.ndarray:
+    """Places in `order` (the queue's rows in value order) of the requests `plan_offloads`
+    might offload: not started, not hopeless, and short of slack (rules 2 and 3, which
+    do not depend on where LP would start them). The rest stay whatever LP's backlog."""
+    own, deadline = queue.own, queue.deadline
+    hopeless = now + ipc_delay + own > deadline
+    slack = deadline - now - own
+    worst_hp = full_batch + own + ipc_delay
+    may_go = ~queue.started & ~hopeless & (slack < threshold * worst_hp)
+    return np.flatnonzero(may_go[order])
+
+
+def offload_rows(queue: QueueColumns, order: np.ndarray, candidates: np.ndarray, now: float, *,
+                 next_batch_time: Callable[[], float], full_batch: float, threshold: float,
+                 ipc_delay: float) -> list[int]:
+    """The rows `plan_offloads` offloads, in its order, given `offload_candidates`.
+    `next_batch_time()` is asked only if the answer needs it.
+
+    Whether a candidate goes depends on when LP would start it, which depends on which
+    candidates ahead of it went. Bounds settle most of them at once: LP starts a
+    candidate no sooner than if all candidates ahead went (and its next batch took no
+    time), and no later than if only those sure to go went (predicted times are >= 0 and
+    float addition is monotone, so this holds to the last bit). One late at the sooner
+    bound goes; one on time at the later bound stays. Only the stretch between the first
+    and the last candidate left open is walked request by request, as `plan_offloads`
+    walks it.
+    """
+    if not candidates.size:
+        return []
+    head = order[:candidates[-1] + 1]
+    own, deadline = queue.own[head], queue.deadline[head]
+    if own.min() < 0:  # no bounds: walk them all
+        goes = np.zeros(candidates.size, dtype=bool)
+        return head[_walk_open(own, deadline, candidates, goes, ~goes, now + next_batch_time(),
+                               now, full_batch, threshold, ipc_delay)].tolist()
+    own_c, deadline_c = own[candidates], deadline[candidates]
+
+    def on_time(start: float, gone: np.ndarray) -> np.ndarray:
+        return _lp_starts(start, _without(own, gone))[candidates] + own_c <= deadline_c
+
+    goes = ~on_time(now, candidates)
+    if goes.all():
+        return head[candidates].tolist()
+    start = now + next_batch_time()
+    goes = ~on_time(start, candidates)
+    open_ = ~(goes | on_time(start, candidates[goes]))
+    places = candidates[goes].tolist()
+    if open_.any():
+        places = sorted(places + _walk_open(own, deadline, candidates, goes, open_, start, now,
+                                            full_batch, threshold, ipc_delay))
+    return head[places].tolist()
+
+
+def _walk_open(own: np.ndarray, deadline: np.ndarray, candidates: np.ndarray, goes: np.ndarray,
+               open_: np.ndarray, start: float, now: float, full_batch: float,
+               threshold: float, ipc_delay: float) -> list[int]:
+    """Places of the open candidates that go: LP's start time added up one request at a
+    time, from the first open candidate (all before it settled) to the last."""
+    open_places = candidates[open_]
+    first, last = int(open_places[0]), int(open_places[-1])
+    gone = candidates[goes]
+    lp_start = float(_lp_starts(start, _without(own[:first + 1], gone[gone < first]))[-1])
+    state = np.zeros(last + 1 - first, dtype=np.int8)  # 0 stays, 1 goes, 2 open
+    sure = gone[(gone >= first) & (gone <= last)]
+    state[sure - first] = 1
+    state[open_places - first] = 2
+    going: list[int] = []
+    walked = zip(own[first:last + 1].tolist(), deadline[first:last + 1].tolist(), state.tolist())
+    for place, (seconds, due, what) in enumerate(walked, start=first):
+        if what == 1:
+            continue
+        if what == 2 and _decide(due, now, seconds, lp_start, full_batch, threshold,
+                                 ipc_delay) is OffloadDecision.OFFLOAD:
+            going.append(place)
+            continue
+        lp_start += seconds
+    return going
+
+
+def _lp_starts(start: float, own: np.ndarray) -> np.ndarray:
+    """When LP would start each request along `own`: `start` plus all before it, added
+    one at a time from the front (a cumulative sum is that same sequence of additions)."""
+    return np.cumsum(np.concatenate(([start], own)))[:-1]
+
+
+def _without(own: np.ndarray, places: np.ndarray) -> np.ndarray:
+    """`own` with the requests at `places` gone: their times 0.0, which adds nothing."""
+    if not places.size:
+        return own
+    kept = own.copy()
+    kept[places] = 0.0
+    return kept

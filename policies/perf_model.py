@@ -16,9 +16,18 @@ Two choices the paper leaves open:
 
 C1 (t_M + t_F) equals C1 t_M + C1 t_F, so only C1+C3, C1+C4, C2 and C5 are pinned down by
 data; NNLS then prefers the fewest non-zero coefficients.
+
+Prefill predictions are linear in the coefficients: a prompt's chunks sum to one row of
+five features, and its time is that row times C1..C5. The schedulers ask for the same
+prompts every step, so the rows are remembered per question and outlive a refit (only
+the five products are redone); `version` changes whenever the coefficients do, for
+callers that keep predictions of their own. Scalar (`prefill_time`) and vector
+(`prefill_times`) answers are equal to the last bit: both sum the same rows in the same
+order and weigh them term by term in the same order.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import asdict
 
@@ -35,6 +44,8 @@ __all__ = ["COEFFICIENT_NAMES", "DEFAULT_COEFFICIENTS", "PerfModel", "calibratio
            "feature_rows"]
 
 COEFFICIENT_NAMES = ("C1_sum", "C2_max", "C3_memory", "C4_compute", "C5_constant")
+#: Prefill questions whose feature rows are remembered (forgotten all at once past this).
+MAX_REMEMBERED_ROWS = 65_536
 #: the roofline, plus 1 ms for launching a step
 DEFAULT_COEFFICIENTS = (0.0, 1.0, 0.0, 0.0, 1e-3)
 
@@ -59,6 +70,7 @@ class PerfModel:
         self._coeffs = np.array(DEFAULT_COEFFICIENTS if coeffs is None else coeffs, np.float64)
         if self._coeffs.shape != (5,) or self._coeffs.min() < 0:
             raise ValueError(f"need 5 non-negative coefficients, got {coeffs!r}")
+        self._c = tuple(self._coeffs.tolist())  # the same, as floats: per-call conversion costs
         self.holdout_every, self.refit_every = holdout_every, refit_every
         self.min_fit_samples = min_fit_samples
         held = max(1, window // holdout_every)
@@ -68,6 +80,10 @@ class PerfModel:
         self._new = 0         # observations since the last refit
         self._fitted_on = 0   # training samples behind the current coefficients (0: none)
         self._mape: float | None = None
+        self._version = 0     # bumped whenever the coefficients change
+        #: summed feature rows of prefill questions (num_tokens, already, token_budget)
+        self._rows: dict[tuple[int, int, int | None], tuple[float, ...]] = {}
+        self._full_batch: dict[int, float] = {}  # full_batch_time, under these coefficients
 
     # -- predictions ----------------------------------------------------------------------
 
@@ -76,15 +92,16 @@ class PerfModel:
         if not shape.num_tokens:
             return 0.0
         t_m, t_f = times(shape, self.model, self.hw)
-        c1, c2, c3, c4, c5 = self._coeffs.tolist()
+        c1, c2, c3, c4, c5 = self._c
         return c1 * (t_m + t_f) + c2 * max(t_m, t_f) + c3 * t_m + c4 * t_f + c5
 
     batch_time = predict
 
-    def prefill_times(self, num_tokens, already=0, token_budget: int | None = None) -> np.ndarray:
-        """Seconds to prefill each request's remaining `num_tokens` after `already` cached
-        ones, alone on the device: in one batch, or with `token_budget` as a run of chunks
-        of at most that many tokens (one batch each). Vectorised over requests."""
+    def prefill_rows(self, num_tokens, already=0, token_budget: int | None = None) -> np.ndarray:
+        """[requests, 5]: each request's regression features summed over the chunks that
+        prefill its remaining `num_tokens` after `already` cached ones, alone on the device:
+        in one batch, or with `token_budget` as a run of chunks of at most that many tokens
+        (one batch each). Independent of the coefficients. Vectorised over requests."""
         c = np.atleast_1d(np.asarray(num_tokens, dtype=np.int64))
         l = np.broadcast_to(np.asarray(already, dtype=np.int64), c.shape)
         requests = c.size
@@ -92,19 +109,80 @@ class PerfModel:
         if token_budget is not None:
             owner, c, l = _chunks(c, l, int(token_budget))
         moved, flops = prefill_bytes_and_flops(c, l, self.model)
-        seconds = feature_rows(moved / self.hw.bandwidth, flops / self.hw.peak_flops) @ self._coeffs
-        seconds = np.where(c > 0, seconds, 0.0)
-        return np.bincount(owner, weights=seconds, minlength=requests)
+        rows = feature_rows(moved / self.hw.bandwidth, flops / self.hw.peak_flops)
+        rows = np.where((c > 0)[:, None], rows, 0.0)
+        return np.stack([np.bincount(owner, weights=rows[:, j], minlength=requests)
+                         for j in range(rows.shape[1])], axis=-1)
+
+    def prefill_times(self, num_tokens, already=0, token_budget: int | None = None) -> np.ndarray:
+        """Seconds to prefill each request's remaining `num_tokens` after `already` cached
+        ones (see `prefill_rows`); element i equals `prefill_time` of request i exactly."""
+        rows = self.prefill_rows(num_tokens, already, token_budget)
+        c1, c2, c3, c4, c5 = self._c
+        f1, f2, f3, f4, f5 = rows.T
+        return f1 * c1 + f2 * c2 + f3 * c3 + f4 * c4 + f5 * c5
 
     def prefill_time(self, num_tokens: int, already: int = 0,
                      token_budget: int | None = None) -> float:
-        return float(self.prefill_times([num_tokens], [already], token_budget)[0])
+        key = (num_tokens, already, token_budget)
+        row = self._rows.get(key)
+        if row is None:
+            if len(self._rows) >= MAX_REMEMBERED_ROWS:
+                self._rows.clear()
+            row = self._rows[key] = self._prefill_row(num_tokens, already, token_budget)
+        f1, f2, f3, f4, f5 = row
+        c1, c2, c3, c4, c5 = self._c
+        return f1 * c1 + f2 * c2 + f3 * c3 + f4 * c4 + f5 * c5
+
+    def _prefill_row(self, num_tokens: int, already: int, token_budget: int | None,
+                     ) -> tuple[float, ...]:
+        """`prefill_rows` of one request in plain floats (numpy's per-call cost is most of
+        the time on one request): chunk by chunk, the same operations in the same order
+        (`_chunk_row`), summed from the first chunk on as `np.bincount` sums them."""
+        if num_tokens <= 0:
+            return (0.0,) * 5
+        budget = num_tokens if token_budget is None else int(token_budget)
+        if budget < 1:
+            raise ValueError(f"token_budget must be >= 1, got {budget}")
+        total = [0.0] * 5
+        for done in range(0, num_tokens, budget):
+            row = self._chunk_row(min(budget, num_tokens - done), already + done)
+            total = [t + r for t, r in zip(total, row)]
+        return tuple(total)
+
+    def _chunk_row(self, c: int, l: int) -> tuple[float, ...]:
+        """The feature row of one prefill chunk of c >= 1 tokens after l cached ones, alone:
+        `perf_features.prefill_bytes_and_flops` and `feature_rows`, operation for
+        operation in float64 (a test holds the two equal to the last bit)."""
+        model, hw = self.model, self.hw
+        q, kv, block = model.q_size, model.kv_size, model.attn_block
+        h, m, w, vocab = model.hidden, model.intermediate, model.layer_weights, model.vocab
+        c, l = float(c), float(l)
+        tiles = float(math.ceil(c / block))
+        keys_read = tiles * l + block * tiles * (tiles - 1) / 2 + c
+        attn_moved = 2 * q * c + 2 * kv * keys_read
+        attn_flops = 4 * q * (c * l + c * (c + 1) / 2)
+        gemm_moved = w + c * (5 * h + 2 * q + 2 * kv + 3 * m)
+        head_moved = vocab * h + c * h + 1.0 * (h + vocab)
+        moved = (model.layers * (gemm_moved + attn_moved) + head_moved) * model.bytes_per_element
+        flops = model.layers * (2 * c * w + attn_flops) + 2 * 1.0 * vocab * h
+        t_m, t_f = moved / hw.bandwidth, flops / hw.peak_flops
+        return (t_m + t_f, max(t_m, t_f), t_m, t_f, 1.0)
 
     def full_batch_time(self, token_budget: int) -> float:
         """Seconds of one batch that fills the token budget with fresh prefill: what an HP
         instance may be busy with when an offloaded request arrives (worst-case HP latency
         = this + the request's own prefill time)."""
-        return self.predict(BatchShape.prefill_only(token_budget))
+        seconds = self._full_batch.get(token_budget)
+        if seconds is None:
+            seconds = self._full_batch[token_budget] = self.predict(
+                BatchShape.prefill_only(token_budget))
+        return seconds
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the coefficients do (so any prediction may have changed)."""
+        return self._version
 
     # -- learning -------------------------------------------------------------------------
 
@@ -135,15 +213,23 @@ class PerfModel:
         fitted = nnls(rows / seconds[:, None], np.ones_like(seconds))
         self._new, self._fitted_on = 0, len(train)
         if not self._holdout:
-            self._coeffs = fitted
+            self._use(fitted)
             return True
         held = np.array(self._holdout)
         rows, seconds = feature_rows(held[:, 0], held[:, 1]), held[:, 2]
         new_mape, old_mape = _mape(fitted, rows, seconds), _mape(self._coeffs, rows, seconds)
         if new_mape <= old_mape:
-            self._coeffs = fitted
+            self._use(fitted)
         self._mape = min(new_mape, old_mape)
         return True
+
+    def _use(self, coeffs: np.ndarray) -> None:
+        """Switch to new coefficients: predictions change (the remembered rows do not)."""
+        if np.array_equal(coeffs, self._coeffs):
+            return
+        self._coeffs, self._c = coeffs, tuple(coeffs.tolist())
+        self._version += 1
+        self._full_batch.clear()
 
     # -- state ----------------------------------------------------------------------------
 

@@ -4,12 +4,18 @@ The policies never import the performance model itself: they depend on this
 protocol, so any model (the fitted one in `perf_model.py`, a profile, a test stub)
 plugs in. `MemoPredictor` lets a caller that asks the same questions every engine
 step (value ordering, offload planning) pay for each distinct question once.
+
+A caller that keeps answers (the scheduler's waiting queue keeps each waiting prompt's
+predicted prefill time) asks again, all at once with `prefill_times`, when `version`
+changes: a predictor's answers change only with its version (a refit).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from policies.batch_shape import BatchShape
 from policies.request_view import WaitingRequest
@@ -21,6 +27,18 @@ class Predictor(Protocol):
         """Predicted seconds to prefill `num_tokens` more prompt tokens after `already`
         cached ones; with `token_budget`, run as chunks of that budget, one per step
         (the sum of those steps)."""
+        ...
+
+    def prefill_times(self, num_tokens: np.ndarray, already: np.ndarray,
+                      token_budget: int | None = None) -> np.ndarray:
+        """`prefill_time` of many requests at once; element i is exactly
+        `prefill_time(num_tokens[i], already[i], token_budget)`."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Changes whenever any answer may have changed (a refit); answers asked at the
+        same version are the same."""
         ...
 
     def full_batch_time(self, token_budget: int) -> float:
@@ -35,9 +53,15 @@ class Predictor(Protocol):
 class ZeroPredictor:
     """Everything is free: for modes that make no time-based decisions (sarathi, vllm)."""
 
+    version = 0
+
     def prefill_time(self, num_tokens: int, already: int = 0,
                      token_budget: int | None = None) -> float:
         return 0.0
+
+    def prefill_times(self, num_tokens: np.ndarray, already: np.ndarray,
+                      token_budget: int | None = None) -> np.ndarray:
+        return np.zeros(np.shape(num_tokens))
 
     def full_batch_time(self, token_budget: int) -> float:
         return 0.0
@@ -59,6 +83,7 @@ class LinearPredictor:
 
     seconds_per_token: float
     fixed: float = 0.0
+    version = 0
 
     def prefill_time(self, num_tokens: int, already: int = 0,
                      token_budget: int | None = None) -> float:
@@ -66,6 +91,14 @@ class LinearPredictor:
             return 0.0
         steps = 1 if token_budget is None else math.ceil(num_tokens / token_budget)
         return steps * self.fixed + num_tokens * self.seconds_per_token
+
+    def prefill_times(self, num_tokens: np.ndarray, already: np.ndarray,
+                      token_budget: int | None = None) -> np.ndarray:
+        tokens = np.asarray(num_tokens, dtype=np.int64)
+        steps = (np.ones(tokens.shape) if token_budget is None
+                 else np.ceil(tokens / token_budget))
+        seconds = steps * self.fixed + tokens * self.seconds_per_token
+        return np.where(tokens > 0, seconds, 0.0)
 
     def full_batch_time(self, token_budget: int) -> float:
         return self.fixed + token_budget * self.seconds_per_token
@@ -81,7 +114,8 @@ class MemoPredictor:
     while they wait), so a costly model is asked once per distinct prompt length.
     The owner (one engine loop) keeps it; call `clear()` whenever the wrapped model
     is refitted, or its answers go stale. Bounded: it forgets everything past
-    `max_entries`.
+    `max_entries`. Its `version` is the wrapped model's (cleared on every refit, its
+    answers are the wrapped model's answers).
     """
 
     def __init__(self, predictor: Predictor, max_entries: int = 65_536) -> None:
@@ -89,6 +123,16 @@ class MemoPredictor:
         self.max_entries = max_entries
         self._prefill: dict[tuple[int, int, int | None], float] = {}
         self._full: dict[int, float] = {}
+
+    @property
+    def version(self) -> int:
+        return self.predictor.version
+
+    def prefill_times(self, num_tokens: np.ndarray, already: np.ndarray,
+                      token_budget: int | None = None) -> np.ndarray:
+        """Not remembered: asked of the wrapped model in one call (its answers are the
+        ones remembered, as long as the owner clears this on every refit)."""
+        return self.predictor.prefill_times(num_tokens, already, token_budget)
 
     def prefill_time(self, num_tokens: int, already: int = 0,
                      token_budget: int | None = None) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from policies.admission import TicketBook
-from policies.routing import Routing, least_loaded, round_robin, route_offload
+from policies.routing import Routing, least_loaded, prefix_aware, round_robin, route_offload
 
 
 class Router:
@@ -25,15 +25,20 @@ class Router:
         self.tickets = TicketBook()
         self._last = -1
 
-    def route_new(self, ready: list[int], in_flight: Mapping[int, int]) -> tuple[int | None, bool]:
+    def route_new(self, ready: list[int], in_flight: Mapping[int, int],
+                  cached: Mapping[int, int] | None = None) -> tuple[int | None, bool]:
         """(instance for a new request, whether it used an HP ticket). With no pool
-        instance ready, any ready instance rather than a refusal."""
+        instance ready, any ready instance rather than a refusal. `cached`: prompt tokens
+        of the request each instance is known to hold (prefix-aware routing)."""
         hp = self.tickets.take()
         if hp is not None:
             return hp, True
         candidates = [i for i in self.pool if i in ready] or list(ready)
         if self.routing is Routing.ROUND_ROBIN:
             choice = round_robin(candidates, self._last)
+        elif self.routing is Routing.PREFIX_AWARE and cached:
+            choice = prefix_aware([(i, in_flight.get(i, 0), cached.get(i, 0))
+                                   for i in candidates], self._last)
         else:
             choice = least_loaded([(i, in_flight.get(i, 0)) for i in candidates], self._last)
         if choice is not None:

@@ -1,8 +1,10 @@
 """Where a request goes, pure: the rules `policies.router.Router` applies. The caller
 passes in what it knows of each instance.
 
-A new request goes to the pool by round-robin or to the least loaded (`Routing`); an
-offloaded one goes to the HP with the shortest waiting queue (paper §4).
+A new request goes to the pool by round-robin, to the least loaded, or -- prefix aware --
+to the instance that holds the longest cached prefix of its prompt when its load is
+within a slack of the least loaded one (`Routing`); an offloaded one goes to the HP with
+the shortest waiting queue (paper §4).
 """
 from __future__ import annotations
 
@@ -15,6 +17,35 @@ class Routing(str, enum.Enum):
 
     ROUND_ROBIN = "round_robin"    # in turn, whatever their load
     LEAST_LOADED = "least_loaded"  # the fewest requests in flight; ties in turn
+    PREFIX_AWARE = "prefix_aware"  # the longest cached prefix while load allows, else as above
+
+
+#: Prefix-aware routing sends a request to an instance holding more of its prompt while that
+#: instance has at most this share more requests in flight than the least loaded one ...
+#: (0.25 / 0.5 / 1.0 held 95.6 / 96.3 / 96.4 % goodput on multi-turn at 30 QPS, 3xsarathi:
+#: a miss recomputes a whole history, a few more requests in flight cost little)
+PREFIX_LOAD_SHARE = 0.5
+#: ... or this many more, whichever is larger (so a lightly loaded pool still keeps
+#: conversations where their history is).
+PREFIX_LOAD_SLACK = 4
+
+
+def prefix_aware(loads: Sequence[tuple[int, int, int]], last: int = -1) -> int | None:
+    """Among the instances whose load is within the slack of the least loaded (module
+    constants), the one with the most cached prompt tokens; ties, and a request nobody has
+    cached, go to the least loaded (`least_loaded`).
+
+    `loads` is (instance id, requests in flight, prompt tokens cached there) for every
+    instance that can take work."""
+    if not loads:
+        return None
+    fewest = min(load for _, load, _ in loads)
+    allowed = fewest + max(PREFIX_LOAD_SLACK, PREFIX_LOAD_SHARE * fewest)
+    near = [(i, load, cached) for i, load, cached in loads if load <= allowed]
+    most = max(cached for _, _, cached in near)
+    if most == 0:
+        return least_loaded([(i, load) for i, load, _ in loads], last)
+    return least_loaded([(i, load) for i, load, cached in near if cached == most], last)
 
 
 def least_loaded(loads: Sequence[tuple[int, int]], last: int = -1) -> int | None:

@@ -16,7 +16,7 @@ left fits (the scheduler may fill its budget exactly).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from policies.predictor import Predictor
 from policies.request_view import WaitingRequest
 
@@ -30,7 +30,9 @@ def blocks_needed(request: WaitingRequest, num_new_tokens: int, block_size: int)
 def select_prefills(ordered: Iterable[WaitingRequest], *, token_budget: int, free_blocks: int,
                     block_size: int, seat_limit: int, compute_budget: float,
                     predictor: Predictor, chunked: bool = True,
-                    cut_to_compute: bool = False) -> list[tuple[WaitingRequest, int]]:
+                    cut_to_compute: bool = False,
+                    count_blocks: Callable[[WaitingRequest, int], int] | None = None,
+                    ) -> list[tuple[WaitingRequest, int]]:
     """(request, tokens to prefill this step) for the prefix of `ordered` that fits.
 
     `token_budget`: tokens left in this step; `free_blocks`: free KV blocks;
@@ -40,7 +42,12 @@ def select_prefills(ordered: Iterable[WaitingRequest], *, token_budget: int, fre
     would outlast the compute budget is cut to what fits it (at least one KV block's
     worth of tokens) and is the last one taken, instead of stopping selection -- else a
     token budget larger than the compute budget allows would never admit a long prompt.
+    `count_blocks(request, tokens)`: the free blocks a candidate takes (default:
+    `blocks_needed`; the scheduler passes its KV cache's, which counts a prefix-cache hit).
     """
+    if count_blocks is None:
+        def count_blocks(request: WaitingRequest, n: int) -> int:
+            return blocks_needed(request, n, block_size)
     selected: list[tuple[WaitingRequest, int]] = []
     tokens, blocks, seats, compute = token_budget, free_blocks, seat_limit, compute_budget
     for request in ordered:
@@ -59,7 +66,7 @@ def select_prefills(ordered: Iterable[WaitingRequest], *, token_budget: int, fre
                 break
             seconds = predictor.prefill_time(n, request.num_computed_tokens)
             last = True  # the compute budget is spent: this cut chunk is the last one
-        need_blocks = blocks_needed(request, n, block_size)
+        need_blocks = count_blocks(request, n)
         need_seat = 0 if request.block_table else 1
         if need_blocks > blocks or need_seat > seats or seconds > compute:
             break

@@ -10,19 +10,27 @@ capacity ruler it ties or beats EDF on every workload measured (docs/figures/val
 +9 % on bursty CV 4), ties SJF within the search's resolution, and unlike SJF it cannot
 starve a long prompt (aging).
 
-Cost: one predictor question per waiting request per call. Wrap a costly model in
-`predictor.MemoPredictor` (owned by the caller) so repeated calls hit a cache.
+Cost: `order_by_value` asks the predictor about each waiting request and sorts in
+Python: the reference, for a few requests. The engine orders its whole queue every step
+with `value_order`, the same order over the queue's columns (`queue_columns`) in one
+numpy sort; each value function has a vector twin in `VALUE_KEYS` that computes the
+same key with the same floating-point operations.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 from policies.admission import ttft_lost
 from policies.predictor import Predictor, remaining_prefill_time
+from policies.queue_columns import QueueColumns, ttft_lost_rows
 from policies.request_view import WaitingRequest
 
 
 ValueFunction = Callable[[WaitingRequest, float, Predictor, "int | None"], float]
+#: A value function's vector twin: (columns, now) -> the key of every request.
+ValueKeys = Callable[[QueueColumns, float], np.ndarray]
 
 
 def fcfs(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
@@ -69,6 +77,15 @@ VALUE_FUNCTIONS: dict[str, ValueFunction] = {"edf": edf, "sjf": sjf, "ljf": ljf,
                                               "slack": slack}
 DEFAULT_VALUE_FUNCTION = "slack"
 
+#: Each value function's key over a whole queue: the same arithmetic, array by array.
+VALUE_KEYS: dict[str, ValueKeys] = {
+    "edf": lambda q, now: q.deadline - q.own,
+    "sjf": lambda q, now: q.own,
+    "ljf": lambda q, now: -q.own,
+    "fcfs": lambda q, now: q.arrival,
+    "slack": lambda q, now: np.minimum(q.own, q.deadline - now - q.own) - AGING * (now - q.arrival),
+}
+
 
 def get_value_function(name: str) -> ValueFunction:
     try:
@@ -76,6 +93,12 @@ def get_value_function(name: str) -> ValueFunction:
     except KeyError:
         raise ValueError(
             f"unknown value function {name!r}; choose one of {sorted(VALUE_FUNCTIONS)}") from None
+
+
+def get_value_keys(name: str) -> ValueKeys:
+    """The vector twin of `get_value_function(name)`."""
+    get_value_function(name)
+    return VALUE_KEYS[name]
 
 
 def order_by_value(waiting: Iterable[WaitingRequest], now: float, value_fn: ValueFunction,
@@ -96,3 +119,54 @@ def order_by_value(waiting: Iterable[WaitingRequest], now: float, value_fn: Valu
                 request.arrival_time)
 
     return sorted(waiting, key=key)
+
+
+def value_order(queue: QueueColumns, now: float, value_keys: ValueKeys,
+                demote_lost: bool = False) -> np.ndarray:
+    """The rows of `queue` most urgent first: `order_by_value`'s order (lost ones last when
+    `demote_lost`, then by priority class, value, arrival and place in the queue).
+
+    One sort by value; arrival and place decide only among equal values, so only those
+    runs are sorted again. Lost requests and lower classes then move back, each group
+    keeping its order."""
+    if not len(queue):
+        return np.arange(0)
+    value = value_keys(queue, now)
+    order = np.argsort(value)
+    ranked = value[order]
+    tied = ranked[1:] == ranked[:-1]
+    if tied.any():
+        order = _break_ties(order, tied, queue)
+    group = _urgency_group(queue, now, demote_lost)
+    if group is not None:
+        if group.max() <= np.iinfo(np.int8).max:
+            group = group.astype(np.int8)  # a stable sort of small integers is a radix sort
+        order = order[np.argsort(group[order], kind="stable")]
+    return order
+
+
+def _break_ties(order: np.ndarray, tied: np.ndarray, queue: QueueColumns) -> np.ndarray:
+    """`order` (sorted by value) with each run of equal values sorted by arrival, then by
+    place in the queue. `tied[i]`: places i and i + 1 hold equal values."""
+    in_run = np.zeros(order.size, dtype=bool)
+    in_run[1:] = tied
+    in_run[:-1] |= tied
+    places = np.flatnonzero(in_run)
+    run = np.concatenate(([0], np.cumsum(~tied)))[places]  # a new run after each break
+    rows = order[places]
+    resorted = np.lexsort((queue.position[rows], queue.arrival[rows], run))
+    order = order.copy()
+    order[places] = rows[resorted]
+    return order
+
+
+def _urgency_group(queue: QueueColumns, now: float, demote_lost: bool) -> np.ndarray | None:
+    """Per row, what ranks before value: lost (when demoted), then priority class, higher
+    first, as one small integer (smaller first); None when it is the same for all."""
+    classes = queue.priority.max() - queue.priority
+    group = classes if classes.any() else None
+    if demote_lost:
+        lost = ttft_lost_rows(queue, now)
+        if lost.any():
+            group = lost * (int(classes.max()) + 1) + classes
+    return group

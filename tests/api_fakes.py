@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from daemon.api import build_app
 from daemon.config import HttpConfig
-from daemon.health import Health
+from daemon.health import Health, Probe
 from daemon.metrics import Metrics
 from daemon.request_handle import RequestHandle
 from ipc.messages import TokenLogprobs, TokenOutput
@@ -66,6 +66,12 @@ class FakeController:
     def health(self) -> Health:
         return Health(status="ok", model=self.model_name, requests_in_flight=len(self.open),
                       queued_requests=0, queued_tokens=0)
+
+    def liveness(self) -> Probe:
+        return Probe(ok=True, reason="", instances_ready=1, instances=1)
+
+    def readiness(self) -> Probe:
+        return Probe(ok=True, reason="", instances_ready=1, instances=1)
 
 
 def fake_config(**overrides) -> HttpConfig:

@@ -12,7 +12,9 @@ def next_token(tokens: list[int], vocab: int = 50) -> int:
 
 
 class FakeExecutor:
-    """Keeps its own copy of each request's cached tokens and checks every chunk against it."""
+    """Keeps what each KV block holds (a token per slot) and checks every chunk against it:
+    the context a chunk attends to, read back through its block table, must be its
+    request's tokens -- whether its own earlier chunks or a shared cached prefix wrote them."""
 
     def __init__(self, num_kv_blocks: int = 64, block_size: int = 4, max_model_len: int = 256,
                  eos_token_ids: frozenset[int] = frozenset()) -> None:
@@ -20,24 +22,35 @@ class FakeExecutor:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
+        self.slots: dict[tuple[int, int], int] = {}   # (block, slot) -> token written there
+        #: KV that arrived from elsewhere for a request (a P/D hand-off), by request id:
+        #: written into its blocks before its next chunk runs.
         self.cache: dict[str, list[int]] = {}
         self.batches: list[Batch] = []
 
+    def _read(self, table: list[int], length: int) -> list:
+        bs = self.block_size
+        return [self.slots.get((table[p // bs], p % bs)) for p in range(length)]
+
     def execute(self, batch: Batch) -> list[int]:
         self.batches.append(batch)
-        owners: dict[int, str] = {}
+        writers: dict[int, str] = {}
         sampled = []
+        bs = self.block_size
         for chunk in batch.chunks:
-            request = chunk.request
-            cached = [] if chunk.start == 0 else self.cache[request.request_id]
-            assert len(cached) == chunk.start, f"{chunk} but {len(cached)} tokens cached"
-            assert len(request.block_table) * self.block_size >= chunk.context_len, "blocks short"
-            for block in request.block_table:
-                assert owners.setdefault(block, request.request_id) == request.request_id, "shared block"
-            cached = cached + chunk.token_ids
-            self.cache[request.request_id] = cached
+            request, table = chunk.request, chunk.request.block_table
+            assert len(table) * bs >= chunk.context_len, "blocks short"
+            for p, token in enumerate(self.cache.pop(request.request_id, [])):
+                self.slots[table[p // bs], p % bs] = token
+            cached = self._read(table, chunk.start)
+            assert cached == request.token_ids[:chunk.start], f"{chunk}: wrong cached context"
+            for p, token in enumerate(chunk.token_ids, start=chunk.start):
+                block = table[p // bs]
+                assert writers.setdefault(block, request.request_id) == request.request_id, \
+                    "two requests write one block"
+                self.slots[block, p % bs] = token
             if chunk.samples:
-                sampled.append(next_token(cached))
+                sampled.append(next_token(self._read(table, chunk.context_len)))
         return sampled
 
 

@@ -40,7 +40,8 @@ async def test_n_fans_out_to_requests_with_their_own_ids_and_seeds(client, contr
     assert controller.request_ids == [f"{body['id']}-{i}" for i in range(3)]
     prompt_len = len(controller.submitted[0][0])
     assert body["usage"] == {"prompt_tokens": prompt_len, "completion_tokens": 6,
-                             "total_tokens": prompt_len + 6}
+                             "total_tokens": prompt_len + 6,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
     assert controller.open == {}  # every choice's handle is closed
 
 

@@ -17,7 +17,7 @@ def test_the_table_tunes_the_baselines_and_compares_every_row_with_the_best():
     rows = {r.label: r for r in table.rows}
     assert set(rows) == {"3xsarathi (upstream)", "3xvllm (upstream)", "3xsarathi (tuned)",
                          "3xsarathi (tuned, drops)", "3xvllm (tuned)", "3xvllm (tuned, drops)",
-                         "2L1H", "1L2H"}
+                         "2L1H", "1L2H", "2P1D", "1P2D"}
     for layout, sizes in SWEEPS.items():
         assert set(table.sweep[layout]) == set(sizes)
         tuned, dropping = rows[f"{layout} (tuned)"], rows[f"{layout} (tuned, drops)"]

@@ -71,7 +71,8 @@ def test_tokens_flow_then_the_last_one_settles_it_completed():
     assert core.requests["a"].state is RequestState.STREAMING and core.queue.requests == 0
     last, settle = core.handle(tokens(target, TokenOutput("a", 8, FinishReason.LENGTH)))
     assert isinstance(last, Token) and last.tbt == 0.0
-    assert settle == Settle("a", Outcome.COMPLETED, None, "", target, 1.0)
+    assert settle == Settle("a", Outcome.COMPLETED, None, "", target, 1.0,
+                             prompt_tokens=3)
     assert "a" not in core.requests
 
 
@@ -168,7 +169,7 @@ def test_a_client_that_leaves_ends_its_request_and_aborts_it_on_its_instance():
     core = core_2l1h()
     [(target, _)] = sends(arrive(core, "a"))
     actions = core.handle(ClientLeft(1.5, "a"))
-    assert actions == [Settle("a", Outcome.CANCELLED, None, "", target, None),
+    assert actions == [Settle("a", Outcome.CANCELLED, None, "", target, None, prompt_tokens=3),
                        Send(target, Abort(request_id="a"))]
     assert core.queue.requests == 0
     assert core.handle(ClientLeft(1.6, "a")) == []  # once only
@@ -326,7 +327,8 @@ def test_a_pending_request_whose_client_leaves_ends_without_an_abort():
         report(core, i, 0.5, accepted=0, queued_seconds=0.5)
     arrive(core, "a", now=1.0, prompt=[5] * 100)
     assert core.requests["a"].state is RequestState.PENDING
-    assert core.handle(ClientLeft(1.5, "a")) == [Settle("a", Outcome.CANCELLED, None, "", None, None)]
+    assert core.handle(ClientLeft(1.5, "a")) == [Settle("a", Outcome.CANCELLED, None, "", None, None,
+                                                              prompt_tokens=100)]
     assert core.queue.requests == 0 and not len(core.room)
 
 

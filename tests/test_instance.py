@@ -134,7 +134,8 @@ async def test_ready_reports_role_and_kv_capacity(start):
     harness = await start()
     assert harness.ready == Ready(instance_id=INSTANCE_ID, role="peer", mode="sarathi",
                                   executor="sim", pid=harness.proc.pid, num_kv_blocks=32,
-                                  block_size=8, max_model_len=128, token_budget=64)
+                                  block_size=8, max_model_len=128, token_budget=64,
+                                  prefix_caching=True)
 
 
 async def test_requests_stream_tokens_and_end_at_max_tokens(start):

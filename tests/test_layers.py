@@ -21,7 +21,7 @@ BOTTOM_ALLOWED = {"policies": set(), "ipc": set()}
 CORES = ("daemon/controller_core.py", "daemon/controller_events.py", "daemon/request_state.py",
          "daemon/core_dispatch.py", "daemon/core_recovery.py", "daemon/waiting_room.py",
          "daemon/recovery.py", "daemon/overload.py", "daemon/controller_config.py",
-         "engines/instance_core.py")
+         "daemon/gateway_view.py", "engines/instance_core.py")
 IO_MODULES = {"asyncio", "zmq", "aiohttp", "socket", "time", "os", "threading", "subprocess",
               "uvloop", "selectors"}
 #: Never anywhere below a core, however indirectly.

@@ -306,6 +306,40 @@ def test_prefill_times_is_vectorised():
         assert got == pytest.approx(want)
 
 
+@pytest.mark.parametrize("model", [LLAMA3_8B, ModelShape(
+    layers=3, hidden=96, heads=6, kv_heads=2, head_dim=16, intermediate=200, vocab=1000,
+    bytes_per_element=4, attn_block=100)])
+def test_one_prediction_and_many_are_equal_to_the_last_bit(model):
+    """The schedulers keep predictions made one at a time beside ones made for a whole
+    queue at once (after a refit); the two must never disagree, even in the last bit."""
+    rng = np.random.default_rng(5)
+    perf = PerfModel(model, A100, coeffs=TRUE)
+    tokens = np.concatenate([[0, 1, 2, 511, 512, 513], rng.integers(1, 5000, 60)])
+    already = rng.integers(0, 20000, tokens.size)
+    for budget in (None, 7, 512, 2048):
+        many = perf.prefill_times(tokens, already, token_budget=budget).tolist()
+        one = [perf.prefill_time(int(n), int(a), budget) for n, a in zip(tokens, already)]
+        assert many == one
+        assert perf.prefill_rows(tokens, already, budget).tolist() == [
+            list(perf._prefill_row(int(n), int(a), budget)) for n, a in zip(tokens, already)]
+
+
+def test_a_refit_moves_the_version_and_every_prediction_at_once():
+    perf = PerfModel(LLAMA3_8B, A100)
+    asked = [(n, 0, 512) for n in (100, 700, 3000)]
+    before = [perf.prefill_time(*q) for q in asked], perf.full_batch_time(512)
+    version = perf.version
+    for shape, seconds in synthetic(200, noise=0.0):
+        perf.observe(shape, seconds)
+    assert perf.refit() and perf.version == version + 1
+    fresh = PerfModel(LLAMA3_8B, A100, coeffs=perf.coefficients)
+    after = [perf.prefill_time(*q) for q in asked], perf.full_batch_time(512)
+    assert after == ([fresh.prefill_time(*q) for q in asked], fresh.full_batch_time(512))
+    assert after != before
+    perf.refit()  # the same data again: the same coefficients, nothing to redo
+    assert perf.version == version + 1
+
+
 # -- synthetic batch sets --------------------------------------------------------------
 
 def test_calibration_shapes_cover_the_three_kinds_within_limits():

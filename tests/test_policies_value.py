@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 
+import numpy as np
 import pytest
 
-from policies.predictor import LinearPredictor, MemoPredictor
+from policies.predictor import LinearPredictor, MemoPredictor, ZeroPredictor
 from policies.value import (
     VALUE_FUNCTIONS, edf, fcfs, get_value_function, ljf, order_by_value, sjf, slack,
 )
@@ -122,3 +123,13 @@ def test_memo_predictor_answers_the_same_and_asks_once_per_question():
     memo.clear()
     order_by_value(requests, 0.0, edf, memo, BUDGET)
     assert CountingPredictor.calls == 6
+
+
+def test_every_predictor_answers_many_questions_as_it_answers_one():
+    tokens, already = np.array([0, 1, 511, 512, 513, 4000]), np.array([0, 9, 0, 100, 0, 7])
+    for predictor in (LinearPredictor(seconds_per_token=0.001, fixed=0.01), ZeroPredictor(),
+                      MemoPredictor(LinearPredictor(seconds_per_token=0.003, fixed=0.002))):
+        for budget in (None, 512):
+            assert predictor.prefill_times(tokens, already, budget).tolist() == [
+                predictor.prefill_time(int(n), int(a), budget) for n, a in zip(tokens, already)]
+

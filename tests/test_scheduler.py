@@ -84,7 +84,7 @@ def test_vllm_admits_prefills_first_and_decodes_wait():
     first = engine.add_request(list(range(2, 12)), SamplingParams(max_tokens=5))
     engine.step()  # first's whole prompt
     assert first.is_decoding
-    engine.add_request(list(range(2, 40)), SamplingParams(max_tokens=5))
+    engine.add_request(list(range(50, 88)), SamplingParams(max_tokens=5))  # nothing shared
     batch = engine.scheduler.schedule(0.0)
     assert [c.is_decode for c in batch.chunks] == [False], "the waiting prompt runs, the decode waits"
     assert batch.chunks[0].num_tokens == 38, "vllm never chunks a prompt"

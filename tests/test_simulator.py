@@ -22,8 +22,8 @@ import pytest
 
 from bench.records import RunResult
 from bench.results import encode_result
-from bench.simulator import Simulation
-from bench.workload import build_workload
+from bench.simulator import PROMPT_SEED, Simulation
+from bench.workload import build_workload, prompt_token_ids, request_prompt
 from daemon.controller_config import ControllerConfig
 from engines.engine import Engine
 from engines.executors.config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
@@ -147,7 +147,7 @@ def _hand_stepped(workload, config, mode: str):
             clock.now = max(clock.now, pending[0][0])
         while pending and pending[0][0] <= clock.now:
             _, _, work, pinned = pending.pop(0)
-            engine.add_request([3] * work.prompt_len,
+            engine.add_request(request_prompt(work, PROMPT_SEED),
                                SamplingParams(max_tokens=work.output_len, ignore_eos=True),
                                request_id=f"r{work.index}", arrival_time=work.arrival,
                                deadline=work.arrival + config.slo.ttft_slo,
@@ -250,21 +250,23 @@ def _counters(daemon) -> tuple[float, float, float, float]:
             _metric(daemon, 'ascendra_dropped_total{reason="ttft_slo_missed"}'))
 
 
-def _send_phase(daemon, phase) -> list[float]:
-    """Each request at its offset (open loop, one thread each); returns when it was sent."""
+def _send_phase(daemon, phase, number: int) -> list[float]:
+    """Each request at its offset (open loop, one thread each); returns when it was sent.
+    Prompts of their own, as the simulator's: no prefix is cached for another."""
     start = time.monotonic()
 
     def one(item):
-        offset, prompt_len = item
+        i, (offset, prompt_len) = item
         time.sleep(max(0.0, start + offset - time.monotonic()))
         sent = time.monotonic() - start
         status, _, raw = daemon.request("POST", "/v1/completions", {
-            "prompt": [3] * prompt_len, "max_tokens": OUTPUT, "ignore_eos": True})
+            "prompt": prompt_token_ids(number, i, prompt_len), "max_tokens": OUTPUT,
+            "ignore_eos": True})
         assert status == 200 or (status == 503 and b"ttft_slo_missed" in raw), raw
         return sent
 
     with ThreadPoolExecutor(max_workers=len(phase)) as pool:
-        return list(pool.map(one, phase))
+        return list(pool.map(one, enumerate(phase)))
 
 
 @pytest.mark.slow
@@ -293,9 +295,9 @@ def test_daemon_and_simulator_route_offload_and_serve_alike(daemon_factory, tmp_
     daemon = daemon_factory(*DAEMON_FLAGS, "--request-log", str(log))
     hp_ticket = lambda: daemon.health()["instances"][1]["ticket_open"]  # noqa: E731
     observed, done = [], 0
-    for start, phase in PHASES:
+    for number, (start, phase) in enumerate(PHASES):
         wait_for(hp_ticket, 15, what="the HP instance's ticket")
-        sent = _send_phase(daemon, phase)
+        sent = _send_phase(daemon, phase, number)
         assert max(sent) - max(o for o, _ in phase) < STEP / 3, (
             f"the client sent the phase late ({sent}): too slow a machine for this test")
         entries = wait_for(lambda: len(e := _entries(log)) >= done + len(phase) and e, 15,

@@ -8,11 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 
+import msgspec
 import pytest
+from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from daemon.batch_histogram import BatchHistogram
 from daemon.controller_events import Token
+from daemon.detokenizer import IncrementalDetokenizer
 from daemon.errors import ApiError
 from daemon.metrics import LATENCY_BUCKETS, Metrics
 from daemon.request_handle import RequestHandle
@@ -75,6 +80,68 @@ async def test_many_queued_tokens_are_one_event_each_in_order(tokenizer):
     assert tokens[0]["object"] == "text_completion"
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 300
     assert controller.open == {}
+
+
+def per_token_events(tokenizer, ids: list[int], first_chunk: dict, chat: bool) -> bytes:
+    """The events `ids` make when each is encoded on its own (as a stream that wrote each
+    token as it came would send them), concatenated."""
+    builder = ResponseBuilder(first_chunk["id"], first_chunk["model"], chat)
+    builder.created = first_chunk["created"]
+    events, detok, raw = StreamEvents(builder), IncrementalDetokenizer(tokenizer), b""
+    for i, token in enumerate(ids):
+        finish = "length" if i == len(ids) - 1 else None
+        text = detok.add(token) + (detok.flush() if finish else "")
+        one = bytearray()
+        events.token(one, 0, text, finish, first=i == 0)
+        raw += one
+    return raw
+
+
+def openai_chunk(first_chunk: dict, text: str, finish: str | None, chat: bool, first: bool) -> dict:
+    """One token's chunk as OpenAI spells it (the shape clients parse)."""
+    if chat:
+        delta = {"role": "assistant", "content": text} if first else \
+            ({"content": text} if text else {})
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    envelope = {k: first_chunk[k] for k in ("id", "object", "created", "model")}
+    return {**envelope, "choices": [choice]}
+
+
+@pytest.mark.parametrize("chat", [False, True])
+async def test_tokens_queued_together_go_out_in_one_write_byte_identical_to_one_by_one(
+        tokenizer, monkeypatch, chat):
+    ids = token_ids(tokenizer, 50)
+    controller = QueuedController(tokenizer, lambda rid, n: ids[:n])
+    writes: list[bytes] = []
+    write = web.StreamResponse.write
+
+    async def recording_write(self, data):
+        writes.append(bytes(data))
+        return await write(self, data)
+
+    monkeypatch.setattr(web.StreamResponse, "write", recording_write)
+    path, body = ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}) \
+        if chat else ("/v1/completions", {"prompt": "Hi"})
+    async with api_client(controller, max_tokens_limit=512) as client:
+        chunks, raw = await stream_events(client, path, {
+            **body, "max_tokens": 50, "stream_options": {"include_usage": True}})
+    assert writes == [raw]  # all 50 were queued at once: one write carries every event
+    per_token = per_token_events(tokenizer, ids, chunks[0], chat)
+    assert raw.startswith(per_token)  # byte for byte what one write per token would send
+    after = raw[len(per_token):]
+    assert after.count(b"\n\n") == 2 and after.endswith(b"data: [DONE]\n\n")  # usage, end
+    *tokens, usage = chunks
+    texts = [c["choices"][0]["delta"].get("content", "") if chat else c["choices"][0]["text"]
+             for c in tokens]
+    assert len(tokens) == len(ids) and "".join(texts) == tokenizer.decode(ids)
+    assert usage["usage"]["completion_tokens"] == len(ids)
+    # each event is the compact JSON of OpenAI's chunk for its token
+    for i, (event, text) in enumerate(zip(raw.split(b"\n\n"), texts)):
+        finish = "length" if i == len(ids) - 1 else None
+        expected = openai_chunk(chunks[0], text, finish, chat, first=i == 0)
+        assert event == b"data: " + json.dumps(expected, separators=(",", ":")).encode()
 
 
 async def test_queued_tokens_of_every_choice_keep_their_order(tokenizer):
@@ -218,6 +285,28 @@ def test_events_have_openai_chunk_shapes(chat):
                                    "code": "instance_lost"}}
 
 
+@settings(max_examples=300, deadline=None)
+@given(chat=st.booleans(), index=st.integers(0, 12), text=st.text(),
+       finish=st.sampled_from([None, "length", "stop"]), first=st.booleans(),
+       logprobs=st.sampled_from([None, {"content": [], "refusal": None}]))
+def test_every_event_is_the_whole_chunk_encoded(chat, index, text, finish, first, logprobs):
+    """Whether only its text is encoded (a plain chunk) or all of it, an event's bytes are
+    those of the OpenAI chunk encoded whole -- any text: quotes, controls, non-ASCII."""
+    builder = ResponseBuilder("chatcmpl-x" if chat else "cmpl-x", "tiny", chat=chat)
+    events, out = StreamEvents(builder), bytearray()
+    events.token(out, index, text, finish, first, logprobs)
+    if chat:
+        delta = {"role": "assistant", "content": text} if first else \
+            ({"content": text} if text else {})
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    else:
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+    chunk = {"id": builder.id, "object": "chat.completion.chunk" if chat else "text_completion",
+             "created": builder.created, "model": "tiny", "choices": [choice]}
+    assert bytes(out) == b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+    assert json.loads(bytes(out)[len(b"data: "):]) == chunk
+
+
 # ---- the handle and the metrics ------------------------------------------------------------
 
 async def test_take_returns_everything_queued_and_a_shared_event_wakes():
@@ -283,3 +372,38 @@ def test_the_bench_counter_counts_events_split_anywhere():
     cut = EventCounter(start=0.0)
     cut.feed(body[:-3], now=1.0)
     assert cut.events == 7 and not cut.done
+
+
+async def test_the_bench_client_opens_its_connections_before_the_clock_starts():
+    """Every stream goes over a connection opened by the untimed warm-up (a burst of
+    connects inside the timed run could wait a second on TCP's SYN retry)."""
+    from aiohttp.test_utils import TestServer
+
+    from bench.stream_client import run_streams
+    ports: dict[str, set[int]] = {"GET": set(), "POST": set()}
+
+    def record(request: web.Request) -> None:
+        ports[request.method].add(request.transport.get_extra_info("peername")[1])
+
+    async def health(request: web.Request) -> web.Response:
+        record(request)
+        await asyncio.sleep(0.01)  # every warm-up request in flight at once
+        return web.json_response({"status": "ok"})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        record(request)
+        tokens = (await request.json())["max_tokens"]
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[{"text":"a"}]}\n\n' * tokens
+                             + b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\n'
+                             % tokens + b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/completions", completions)
+    async with TestServer(app, host="127.0.0.1") as server:
+        run = await run_streams(str(server.make_url("")).rstrip("/"), 8, 5, keep=2)
+    assert run.problems == [] and run.token_events == 8 * 5 and run.texts == ["aaaaa"] * 2
+    assert len(ports["GET"]) == 8 and ports["POST"] <= ports["GET"]

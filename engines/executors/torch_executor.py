@@ -18,6 +18,7 @@ from engines.executors.sampler import Sampler
 from engines.models.attention import SeqSpec, select_attention
 from engines.models.config import ModelConfig, generation_eos_ids
 from engines.models.loader import default_dtype, load_model
+from engines.models.kv_transfer import export_blocks, import_blocks
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,16 @@ class TorchExecutor:
         return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                  torch.zeros(shape, dtype=self.dtype, device=self.device))
                 for _ in range(c.num_hidden_layers)]
+
+    # -- P/D hand-offs (engines/handoff.py) -------------------------------------------------
+
+    def export_kv(self, block_table: list[int], num_tokens: int):
+        """(KvLayout, one frame per layer): the first `num_tokens` tokens' KV of a request."""
+        return export_blocks(self.kv_caches, block_table, num_tokens, self.block_size)
+
+    def import_kv(self, block_table: list[int], layout, frames) -> None:
+        """Write KV exported by `export_kv` (maybe another process's) into `block_table`."""
+        import_blocks(self.kv_caches, block_table, layout, frames, self.block_size)
 
     # -- one step -------------------------------------------------------------------------
 

@@ -13,9 +13,14 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def builtin_tiny_model_dir_name(seed: int = 0) -> str:
+    """The folder name of the tiny checkpoint for `seed` (the name `serve` gives it)."""
+    return f"tiny-llama-seed{seed}"
+
+
 def builtin_tiny_model_dir(seed: int = 0) -> Path:
     """Path of the tiny Llama checkpoint for `seed`, writing it first if it is not there."""
-    target = cache_dir() / f"tiny-llama-seed{seed}"
+    target = cache_dir() / builtin_tiny_model_dir_name(seed)
     if (target / "config.json").exists():
         return target
     from engines.models.tiny import make_tiny_model  # torch: only when it must be made

@@ -18,6 +18,11 @@ from engines.models.config import ModelConfig
 from engines.models.rotary import apply_rotary, rotation_table
 
 
+def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """`layer(x)` without the module call and its hook checks (the step's hot path)."""
+    return F.linear(x, layer.weight, layer.bias)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
@@ -45,15 +50,14 @@ class Attention(nn.Module):
         self.backend = backend
 
     def forward(self, x, rotation, kv_cache, meta) -> torch.Tensor:
-        tokens = x.shape[0]
-        qkv = self.qkv_proj(x)
+        tokens, qk_size = x.shape[0], self.q_size + self.kv_size
+        qkv = _linear(x, self.qkv_proj)
         # rotate q and k in one go: they are adjacent columns of qkv
-        qk = qkv[:, : self.q_size + self.kv_size].view(tokens, -1, self.head_dim)
-        qk = apply_rotary(qk, rotation)
-        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
-        v = qkv[:, self.q_size + self.kv_size:].view(tokens, self.num_kv_heads, self.head_dim)
+        qk = apply_rotary(qkv[:, :qk_size].view(tokens, -1, self.head_dim), rotation)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
+        v = qkv[:, qk_size:].view(tokens, self.num_kv_heads, self.head_dim)
         out = self.backend(q, k, v, kv_cache[0], kv_cache[1], meta)
-        return self.o_proj(out)
+        return _linear(out, self.o_proj)
 
 
 class MLP(nn.Module):
@@ -64,9 +68,9 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate, up = _linear(x, self.gate_up_proj).chunk(2, dim=-1)
         # in place: gate_up is ours alone, and two fewer [tokens, intermediate] temporaries
-        return self.down_proj(F.silu(gate, inplace=True).mul_(up))
+        return _linear(F.silu(gate, inplace=True).mul_(up), self.down_proj)
 
 
 class DecoderLayer(nn.Module):

@@ -1,0 +1,160 @@
+"""The scheduler's waiting requests: a queue with O(1) add and remove anywhere, that keeps
+what the policies read of each request in numpy columns (`policies.queue_columns`).
+
+What a policy reads of a waiting request -- its deadline, arrival, priority class,
+whether its prefill started, and its predicted prefill time -- does not change while it
+waits (a preempted request leaves the running set and comes back as a new entry), so it
+is read once, when the request joins. Only the predictions change, when the predictor's
+`version` does (a refit): then the whole queue is priced again in one vector call
+(`Predictor.prefill_times`), equal to the last bit to asking request by request.
+
+The columns stay packed: row i of every column is the same request, rows 0..n-1 are the
+waiting ones, and a removed request's row is filled with the last one's. Queue order is
+kept by `position` (counting down at the front), and by the dict of rows.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from engines.request import Request
+from policies.predictor import Predictor, remaining_prefill_time
+from policies.queue_columns import QueueColumns
+
+_FIRST_CAPACITY = 64
+#: (attribute, dtype) of each column; `_requests` holds the Request of each row.
+_COLUMNS = (("_own", np.float64), ("_deadline", np.float64), ("_arrival", np.float64),
+            ("_priority", np.int64), ("_started", bool), ("_position", np.int64),
+            ("_uncomputed", np.int64), ("_computed", np.int64), ("_requests", object))
+
+
+class WaitingQueue:
+    def __init__(self, predictor: Predictor, token_budget: int | None) -> None:
+        self.predictor = predictor
+        self.token_budget = token_budget
+        self._rows: dict[Request, int] = {}   # in queue order
+        self._back = 0                        # next position at the back ...
+        self._front = 0                       # ... and the last one taken at the front
+        self._version = predictor.version
+        self._capacity = 0
+        self._grow(_FIRST_CAPACITY)
+
+    # ---- a deque's operations -------------------------------------------------------------
+    def append(self, request: Request) -> None:
+        self._rows[request] = self._fill(request, self._back)
+        self._back += 1
+
+    def appendleft(self, request: Request) -> None:
+        self._front -= 1
+        row = self._fill(request, self._front)
+        self._rows = {request: row, **self._rows}
+
+    def remove(self, request: Request) -> None:
+        row = self._rows.pop(request, None)
+        if row is None:
+            raise ValueError(f"{request!r} is not waiting")
+        last = len(self._rows)
+        if row != last:
+            for name, _ in _COLUMNS:
+                column = getattr(self, name)
+                column[row] = column[last]
+            self._rows[self._requests[row]] = row
+        self._requests[last] = None
+
+    def remove_many(self, requests: list[Request]) -> None:
+        """`remove` each of `requests` (distinct), the rows moved all at once: the last
+        rows still waiting fill the holes the others leave below the new end."""
+        if len(requests) < 2:
+            for request in requests:
+                self.remove(request)
+            return
+        rows = [self._rows.get(request) for request in requests]
+        if None in rows or len(set(rows)) < len(rows):
+            raise ValueError("the requests to remove must be distinct and waiting")
+        for request in requests:
+            del self._rows[request]
+        gone = np.array(rows)
+        end, old_end = len(self._rows), len(self._rows) + gone.size
+        holes = gone[gone < end]
+        stays = np.ones(old_end - end, dtype=bool)
+        stays[gone[gone >= end] - end] = False
+        movers = np.flatnonzero(stays) + end
+        for name, _ in _COLUMNS:
+            column = getattr(self, name)
+            column[holes] = column[movers]
+        for row, request in zip(holes.tolist(), self._requests[holes].tolist()):
+            self._rows[request] = row
+        self._requests[end:old_end] = None
+
+    def popleft(self) -> Request:
+        if not self._rows:
+            raise IndexError("pop from an empty waiting queue")
+        request = next(iter(self._rows))
+        self.remove(request)
+        return request
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, request: object) -> bool:
+        return request in self._rows
+
+    # ---- what the policies read -----------------------------------------------------------
+    def columns(self) -> tuple[QueueColumns, np.ndarray]:
+        """(the columns of every waiting request, those requests), row for row, in no
+        particular order (`QueueColumns.position` holds the queue's). Views: valid until
+        the queue next changes."""
+        self._reprice_if_stale()
+        n = len(self._rows)
+        columns = QueueColumns(own=self._own[:n], deadline=self._deadline[:n],
+                               arrival=self._arrival[:n], priority=self._priority[:n],
+                               started=self._started[:n], position=self._position[:n])
+        return columns, self._requests[:n]
+
+    def predicted_seconds(self) -> np.ndarray:
+        """Each waiting request's predicted prefill seconds, in queue order."""
+        self._reprice_if_stale()
+        return self._own[list(self._rows.values())]
+
+    def uncomputed_tokens(self) -> int:
+        """Prompt tokens of all waiting requests not yet computed."""
+        return int(self._uncomputed[:len(self._rows)].sum())
+
+    # ---- rows -----------------------------------------------------------------------------
+    def _fill(self, request: Request, position: int) -> int:
+        row = len(self._rows)
+        if row == self._capacity:
+            self._grow(2 * self._capacity)
+        self._requests[row] = request
+        self._position[row] = position
+        self._deadline[row] = request.deadline
+        self._arrival[row] = request.arrival_time
+        self._priority[row] = request.priority
+        self._started[row] = request.prefill_started
+        self._uncomputed[row] = request.num_uncomputed_tokens
+        self._computed[row] = request.num_computed_tokens
+        self._own[row] = remaining_prefill_time(request, self.predictor, self.token_budget)
+        return row
+
+    def _grow(self, capacity: int) -> None:
+        for name, dtype in _COLUMNS:
+            column = np.zeros(capacity, dtype=dtype)
+            if self._capacity:
+                column[:self._capacity] = getattr(self, name)
+            setattr(self, name, column)
+        self._capacity = capacity
+
+    def _reprice_if_stale(self) -> None:
+        """Ask the predictor again about every waiting request if its answers changed."""
+        version = self.predictor.version
+        if version == self._version:
+            return
+        self._version = version
+        n = len(self._rows)
+        if n:
+            self._own[:n] = self.predictor.prefill_times(
+                self._uncomputed[:n], self._computed[:n], self.token_budget)

@@ -1,0 +1,90 @@
+"""Workloads with reuse (bench/reuse_workloads.py) and what the simulator makes of them:
+the prompts share exactly the prefixes they say, the reuse ratios are the known ones,
+and caching shows in the simulated run (step times count only uncached prefill)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.reuse_workloads import ideal_reuse
+from bench.simulate import simulate
+from bench.simulator import SimConfig
+from bench.workload import request_prompt
+from bench.workloads import build_requests, workload
+from engines.batch import Batch
+from engines.executors.latency import make_latency
+from engines.request import Request
+from engines.scheduler_config import SchedulerConfig
+from ipc.params import SamplingParams
+
+
+def test_every_system_prompt_request_starts_with_the_same_system_prompt():
+    requests = build_requests(workload("system-prompt", max_prompt_len=64), rate=2.0,
+                              num_requests=40, seed=3, max_model_len=4096)
+    prompts = [request_prompt(r, seed=3) for r in requests]
+    assert all(len(p) == r.prompt_len for p, r in zip(prompts, requests))
+    assert all(p[:1000] == prompts[0][:1000] for p in prompts)
+    assert len({tuple(p[1000:]) for p in prompts}) == 40, "each question its own"
+    mean_question = np.mean([r.prompt_len - 1000 for r in requests])
+    # an unbounded cache finds the system prompt's full blocks after the first request
+    assert ideal_reuse(requests, 16) == pytest.approx(
+        992 * 39 / sum(r.prompt_len for r in requests))
+    assert ideal_reuse(requests, 16) > 992 / (1000 + mean_question) - 0.03
+
+
+def test_a_conversation_turn_starts_with_the_turn_before_it():
+    requests = build_requests(workload("multi-turn"), rate=1.0, num_requests=200, seed=5,
+                              max_model_len=8192)
+    assert requests[0].arrival == 0.0
+    assert [r.arrival for r in requests] == sorted(r.arrival for r in requests)
+    last: dict[int, list[int]] = {}
+    followed = 0
+    for r in requests:
+        conversation = r.prompt_parts[0].key[1]
+        prompt = request_prompt(r, seed=5)
+        if conversation in last:
+            assert prompt[:len(last[conversation])] == last[conversation]
+            assert len(prompt) > len(last[conversation])
+            followed += 1
+        last[conversation] = prompt
+    assert followed > 100
+    assert build_requests(workload("multi-turn"), rate=1.0, num_requests=200, seed=5,
+                          max_model_len=8192) == requests
+
+
+def test_multi_turn_reuse_approaches_the_known_ratio_over_a_long_run():
+    requests = build_requests(workload("multi-turn"), rate=0.5, num_requests=600, seed=0,
+                              max_model_len=8192)
+    assert ideal_reuse(requests, 16) == pytest.approx((5 - 1) / (5 + 1), abs=0.03)
+
+
+def test_a_workload_with_reuse_refuses_what_it_cannot_honour():
+    with pytest.raises(ValueError, match="not both"):
+        build_requests(workload("multi-turn", system_prompt_len=10), rate=1.0, num_requests=5)
+    with pytest.raises(ValueError, match="poisson or gamma"):
+        build_requests(workload("onoff", turns=3), rate=1.0, num_requests=5)
+
+
+def test_the_sim_step_time_counts_only_uncached_prefill():
+    latency = make_latency("profile:a100-llama3-8b")
+    full, cached = Request("a", [3] * 1020, SamplingParams()), Request("b", [3] * 1020,
+                                                                        SamplingParams())
+    full.block_table = list(range(64))
+    cached.block_table, cached.num_computed_tokens = list(range(64)), 992
+    whole, rest = Batch(), Batch()
+    whole.add(full, 1020)
+    rest.add(cached, 28)
+    assert latency(rest) < 0.5 * latency(whole)
+
+
+@pytest.mark.slow
+def test_caching_shows_in_a_simulated_multi_turn_run():
+    requests = build_requests(workload("multi-turn"), rate=12.0, num_requests=900, seed=0,
+                              max_model_len=8192)
+    results = {caching: simulate(SimConfig(layout_modes=("sarathi", "sarathi"),
+                                           scheduler=SchedulerConfig(prefix_caching=caching)),
+                                 requests)
+               for caching in (True, False)}
+    on, off = results[True], results[False]
+    assert on.prompt_cached_pct > 20 and off.prompt_cached_pct == 0
+    assert on.ttft_s.mean < off.ttft_s.mean
