@@ -203,7 +203,6 @@ def test_the_scaling_table_runs_one_box_once_per_seed_and_every_picker_for_fleet
 
 @pytest.mark.slow
 def test_the_scaling_document_round_trips_and_draws(tmp_path):
-    from bench.figures import draw
     from bench.fleet_scaling import FleetScaling, fleet_document, markdown_table
     config = msgspec.structs.replace(default_config(), boxes=(1, 2), loads=(1.0,), seeds=(0,),
                                      pickers=(Picker.EPP, Picker.ROUND_ROBIN),
@@ -219,5 +218,7 @@ def test_the_scaling_document_round_trips_and_draws(tmp_path):
     assert "| 2 | round_robin |" in markdown_table(doc)
     raw = msgspec.json.encode(doc)
     assert msgspec.json.decode(raw, type=FleetScaling, strict=True) == doc
+    pytest.importorskip("matplotlib")  # in the `bench` extra, not the `test` one
+    from bench.figures import draw
     draw(json.loads(raw), tmp_path / "fleet.png")
     assert (tmp_path / "fleet.png").stat().st_size > 0

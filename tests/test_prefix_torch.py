@@ -51,6 +51,7 @@ def test_shared_prefix_through_eviction_and_preemption(executors):
 token = st.integers(3, 250)
 
 
+@pytest.mark.slow  # a few seconds alone, much more on a busy machine
 @settings(max_examples=25, deadline=None)
 @given(shared=st.lists(st.lists(token, min_size=4, max_size=40), min_size=1, max_size=2),
        tails=st.lists(st.tuples(st.integers(0, 1), st.lists(token, min_size=1, max_size=10)),
@@ -66,3 +67,12 @@ def test_caching_equals_no_caching_token_for_token(executors, shared, tails, num
     _, expected = generate(executor, prompts, False, mode, max_tokens)
     _, got = generate(executor, prompts, True, mode, max_tokens)
     assert got == expected
+
+
+def test_the_ttft_bench_runs_both_sides_on_the_same_requests(tiny_models):
+    from bench.prefix_ttft import prefix_ttft
+    result = prefix_ttft(tiny_models["llama"], requests=3, system_prompt_len=100,
+                         question_len=(4, 8), num_kv_blocks=64)
+    assert result.caching.prefix_caching and not result.no_caching.prefix_caching
+    assert result.caching.cached_prompt_pct > 80 and result.no_caching.cached_prompt_pct == 0
+    assert result.median_ratio > 0
