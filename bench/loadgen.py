@@ -122,7 +122,8 @@ async def run_load(url: str, workload: list[WorkloadRequest], *, ttft_slo: float
                         request_fields(model, ttft_slo, tbt_slo, priority), seed, bar, max_concurrency)
         records = [RequestRecord(index=w.index, arrival=w.arrival, prompt_len=w.prompt_len,
                                  output_len=w.output_len, scheduled=w.arrival,
-                                 ttft_slo=w.ttft_slo, tbt_slo=w.tbt_slo, slo_class=w.slo_class)
+                                 ttft_slo=w.ttft_slo, tbt_slo=w.tbt_slo, slo_class=w.slo_class,
+                                 warmup=w.warmup)
                    for w in workload]
         try:
             await _dispatch(client, workload, records, timeout)

@@ -46,6 +46,7 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     ttft_slo: float | None = None       # this request's targets when not the run's
     tbt_slo: float | None = None
     slo_class: str | None = None        # its SLO class in a mixed-SLO workload
+    warmup: bool = False                # sent to prime the server; never measured
     finish_reason: str | None = None
     error: str | None = None            # message of a drop or error
     error_code: str | None = None

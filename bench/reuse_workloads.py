@@ -11,7 +11,10 @@ multi-turn conversations. Seeded like every workload (bench/workloads.py builds 
   row is the whole conversation: its prompt the history, its output every reply).
   Conversations start at `rate`/T per second (Poisson or gamma gaps), and each next
   turn comes an exponential think time (mean `think_time` s) after the one before; a
-  run joins them in steady state (`conversation_requests`).
+  run joins them in steady state (`conversation_requests`): it is primed with the
+  earlier turns of the conversations in progress when it starts (`warmup` requests,
+  never measured), so their next turns find their history cached as they would in
+  steady state instead of arriving all cold at once.
 
 A request names its prompt's parts (`bench.workload.PromptPart`: equal keys are equal
 tokens), so the simulator and a live run send the same structure. `ideal_reuse` says
@@ -55,30 +58,42 @@ def conversation_requests(rows: list[TraceRow], *, turns: int, think_time: float
                           seed: int, length_scale: float, max_prompt_len: int | None,
                           max_model_len: int | None) -> list[WorkloadRequest]:
     """`num_requests` turns (the first to arrive), or every turn arriving within
-    `duration` s, of conversations as the module docstring says, in arrival order.
+    `duration` s, of conversations as the module docstring says, in arrival order --
+    after the priming turns.
 
     The run joins the conversations in steady state: they start from `lead_in` seconds
     before time 0 (long enough for nearly every conversation alive at 0 to have begun),
-    and only the turns from 0 on are sent -- so every stretch of the run has the same mix
-    of first and later turns, at `rate` turns per second."""
+    and the turns from 0 on are the run -- so every stretch of it has the same mix of
+    first and later turns, at `rate` turns per second. Before them come the earlier turns
+    of the conversations the run joins (`warmup`: they fill the prefix cache, and the
+    ruler never measures them; bench/steady_state.py)."""
     lead_in = 3.0 * (turns - 1) * think_time
     horizon = duration if duration is not None else 1.5 * num_requests / rate + 1.0
     while True:
         made = _turns(rows, turns, think_time, rate, burstiness, seed, lead_in, horizon,
                       length_scale, max_prompt_len, max_model_len)
-        if duration is not None or len(made) >= num_requests:
+        if duration is not None or sum(t[0] >= 0 for t in made) >= num_requests:
             break
         horizon *= 2
-    made = made[:num_requests] if num_requests is not None else made
+    made = _primed(made, num_requests)
     first = made[0][0] if made else 0.0  # the run starts with its first arrival
     return [WorkloadRequest(i, arrival - first, sum(p.length for p in parts), output,
-                            prompt_parts=parts)
+                            prompt_parts=parts, warmup=arrival < 0)
             for i, (arrival, _, parts, output) in enumerate(made)]
+
+
+def _primed(made: list[tuple], num_requests: int | None) -> list[tuple]:
+    """The first `num_requests` turns from time 0 on, after the earlier turns (arriving
+    before 0) of the conversations they belong to."""
+    run = [turn for turn in made if turn[0] >= 0]
+    run = run[:num_requests] if num_requests is not None else run
+    joined = {conversation for _, conversation, _, _ in run}
+    return [turn for turn in made if turn[0] < 0 and turn[1] in joined] + run
 
 
 def _turns(rows, turns, think_time, rate, burstiness, seed, lead_in, horizon, length_scale,
            max_prompt_len, max_model_len) -> list[tuple]:
-    """(arrival, conversation, prompt parts, output length) of every turn in [0, horizon)
+    """(arrival, conversation, prompt parts, output length) of every turn before `horizon`
     of the conversations starting in [-lead_in, horizon), in arrival order."""
     starts = arrivals_within(lead_in + horizon, rate / turns, burstiness, seed) - lead_in
     rows = sample_rows(rows, len(starts), seed)
@@ -95,8 +110,7 @@ def _turns(rows, turns, think_time, rate, burstiness, seed, lead_in, horizon, le
                 arrival += float(thinks[c, t - 1])
             if arrival >= horizon:
                 break
-            if arrival >= 0:
-                made.append((arrival, c, parts, output))
+            made.append((arrival, c, parts, output))
     made.sort(key=lambda item: (item[0], item[1]))
     return made
 
@@ -116,9 +130,10 @@ def _history(conversation: int, prompt_len: int, turns: int) -> list[tuple[Promp
 
 
 def ideal_reuse(requests: list[WorkloadRequest], block_size: int) -> float:
-    """Share of all prompt tokens an unbounded prefix cache of `block_size`-token blocks
-    would find: per request, the longest run of leading parts an earlier request's prompt
-    also starts with, in whole blocks and never the last token."""
+    """Share of the run's prompt tokens an unbounded prefix cache of `block_size`-token
+    blocks would find (priming requests fill it but are not counted): per request, the
+    longest run of leading parts an earlier request's prompt also starts with, in whole
+    blocks and never the last token."""
     seen: set[tuple] = set()
     found = total = 0
     for request in requests:
@@ -131,6 +146,8 @@ def ideal_reuse(requests: list[WorkloadRequest], block_size: int) -> float:
             shared = tokens
         for k in range(len(parts)):
             seen.add(tuple(parts[:k + 1]))
+        if request.warmup:
+            continue  # primes the cache; not part of the run
         most = (request.prompt_len - 1) // block_size * block_size
         found += min(shared // block_size * block_size, most)
         total += request.prompt_len

@@ -3,8 +3,9 @@
 The protocol (stated in full by `RulerConfig` and printed with every result):
 
 * **steady state** -- each simulated point runs `MeasureRule.requests_for(measured)`
-  requests (5,625 for 4,500 measured) and is judged on the measured middle only, overall
-  and per window (bench/steady_state.py);
+  requests (5,625 for 4,500 measured), after a workload's priming requests if it has any,
+  and is judged on the measured middle only, overall and per window
+  (bench/steady_state.py);
 * **the same routing for every layout** -- `routing` applies to the LP pool of an
   Ascendra layout and to every instance of a baseline (policies/router.py), by
   construction: there is one field for both;
@@ -102,10 +103,11 @@ def run_point(subject: Subject, config: RulerConfig, qps: float, seed: int) -> P
     cannot hold)."""
     started = time.perf_counter()
     requests = workload_requests(config, qps, seed)
+    primed = sum(r.warmup for r in requests)
     simulation = Simulation(sim_config(subject, config), requests,
-                            watched=range(*config.rule.span(len(requests))))
+                            watched=range(*config.rule.span(len(requests), primed)))
     records = simulation.run(give_up_after=misses_allowed(len(requests), config.target,
-                                                          config.rule))
+                                                          config.rule, primed))
     verdict = judge([r for r in records if r.outcome != "lost"] if simulation.stopped_early
                     else records, config.target, config.slo.ttft_slo, config.slo.tbt_slo,
                     config.rule)

@@ -16,6 +16,12 @@ Two set-ups per mode:
   stays 2,000 deep.
   `after refit` is the call right after each refit.
 
+Every prompt is distinct random tokens (seeded): with prefix caching on (the default), a
+queue of identical prompts would find each other's blocks cached -- no real queue does --
+and price and admit its requests by those hits. The tokens are below 256, CPython's
+cached small integers, so a prompt is a list of shared objects, as the identical prompts
+were: the bench's own work between steps (new arrivals) stays as light as it was.
+
 `--compare DIR` runs the same bench a second time on another checkout (e.g. a git
 worktree of the commit before a change) and prints both side by side with the ratio.
 `--clock cpu` times the calling thread's CPU time instead of wall time: steadier on a
@@ -70,16 +76,21 @@ def busy_scheduler(mode: str, running: int, waiting: int, seed: int = 0):
     return scheduler
 
 
+def prompt(rng: random.Random, low: int, high: int) -> list[int]:
+    """A prompt of `rng.randrange(low, high)` random tokens in [0, 256)."""
+    return list(rng.randbytes(rng.randrange(low, high)))
+
+
 def _fill(scheduler, running: int, waiting: int, rng: random.Random, prefill) -> None:
     """Start `running` decodes (prefilling them with `prefill()` steps), then queue `waiting`
     (no deadlines)."""
     sampling = SamplingParams(max_tokens=10_000, ignore_eos=True)
     for i in range(running):
-        scheduler.add_request(Request(f"r{i}", [1] * rng.randrange(16, 512), sampling))
+        scheduler.add_request(Request(f"r{i}", prompt(rng, 16, 512), sampling))
     while scheduler.waiting or any(not r.is_decoding for r in scheduler.running):
         prefill()
     for i in range(waiting):
-        scheduler.add_request(Request(f"w{i}", [1] * rng.randrange(16, 2048), sampling, i * 1e-3))
+        scheduler.add_request(Request(f"w{i}", prompt(rng, 16, 2048), sampling, i * 1e-3))
 
 
 def timed_schedule(scheduler, now: float) -> float:
@@ -127,7 +138,7 @@ class ModelBench:
             slo = self.rng.choices(TTFT_SLOS, TTFT_SLO_SHARES)[0]
             arrival = self.now - self.rng.uniform(0.0, ARRIVAL_SPREAD)
             self.engine.scheduler.add_request(Request(
-                f"n{self._ids}", [1] * self.rng.randrange(16, 2048), sampling,
+                f"n{self._ids}", prompt(self.rng, 16, 2048), sampling,
                 arrival_time=arrival, deadline=arrival + slo))
 
     def step(self) -> tuple[float, bool]:

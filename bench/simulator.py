@@ -166,4 +166,4 @@ class Simulation:
 def _record(work: WorkloadRequest) -> RequestRecord:
     return RequestRecord(index=work.index, arrival=work.arrival, prompt_len=work.prompt_len,
                          output_len=work.output_len, ttft_slo=work.ttft_slo,
-                         tbt_slo=work.tbt_slo, slo_class=work.slo_class)
+                         tbt_slo=work.tbt_slo, slo_class=work.slo_class, warmup=work.warmup)

@@ -13,6 +13,10 @@ lighter load than the rest. The rule (`MeasureRule`, defaults below):
 
 `requests_for(measured)` says how many requests to simulate for that many measured ones
 (4,500 measured -> 5,625 simulated).
+
+A workload may put priming requests before its run (`warmup` requests: the earlier turns
+of the conversations a multi-turn run joins, filling the prefix cache). They arrive first
+and are never measured; the shares above apply to the requests after them.
 """
 from __future__ import annotations
 
@@ -35,15 +39,17 @@ class MeasureRule(msgspec.Struct, frozen=True, kw_only=True):
         """Requests to run so that `measured` of them are measured."""
         return math.ceil(measured / (1.0 - self.warmup - self.cooldown))
 
-    def span(self, num_requests: int) -> tuple[int, int]:
-        """[start, stop): the positions, in arrival order, of the measured requests."""
-        return (math.floor(num_requests * self.warmup),
-                num_requests - math.floor(num_requests * self.cooldown))
+    def span(self, num_requests: int, primed: int = 0) -> tuple[int, int]:
+        """[start, stop): the positions, in arrival order, of the measured requests of a
+        run whose first `primed` requests are priming ones."""
+        run = num_requests - primed
+        return (primed + math.floor(run * self.warmup),
+                num_requests - math.floor(run * self.cooldown))
 
     def measured(self, records: Sequence[RequestRecord]) -> list[RequestRecord]:
         """The middle of the run, in arrival order."""
         ordered = sorted(records, key=lambda r: (r.arrival, r.index))
-        start, stop = self.span(len(ordered))
+        start, stop = self.span(len(ordered), sum(r.warmup for r in ordered))
         return ordered[start:stop]
 
 
@@ -70,8 +76,10 @@ def judge(records: Sequence[RequestRecord], target: float, ttft_slo: float, tbt_
     return Verdict(overall, windows, holds, len(good))
 
 
-def misses_allowed(num_requests: int, target: float, rule: MeasureRule = MeasureRule()) -> int:
-    """Measured misses beyond which a run of `num_requests` cannot hold `target` any more
-    (a simulator may stop it early then: the point fails whatever comes next)."""
-    start, stop = rule.span(num_requests)
+def misses_allowed(num_requests: int, target: float, rule: MeasureRule = MeasureRule(),
+                   primed: int = 0) -> int:
+    """Measured misses beyond which a run of `num_requests` (`primed` of them priming)
+    cannot hold `target` any more (a simulator may stop it early then: the point fails
+    whatever comes next)."""
+    start, stop = rule.span(num_requests, primed)
     return math.floor((stop - start) * (100.0 - target) / 100.0 + 1e-9)

@@ -51,6 +51,9 @@ class WorkloadRequest(msgspec.Struct, frozen=True):
     #: The prompt as named parts, their lengths summing to `prompt_len`; () = a prompt of
     #: its own (bench/reuse_workloads.py).
     prompt_parts: tuple[PromptPart, ...] = ()
+    #: Sent first to bring the server to steady state (the earlier turns of conversations
+    #: in progress when the run starts, priming the prefix cache); never measured.
+    warmup: bool = False
 
 
 def clamp(prompt_len: int, output_len: int, max_model_len: int | None) -> tuple[int, int]:

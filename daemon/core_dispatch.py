@@ -13,6 +13,8 @@ import msgspec
 from daemon.controller_events import Action, Moved
 from daemon.request_state import EndCode, Outcome, Tracked, Trigger
 from ipc.messages import Origin, Role, Submit
+from policies.global_queue import Plan, Waiting
+from policies.ticket_pick import ticket_pick
 
 #: Seconds between plans of a queue no LP can take more from (rescue and shed decisions).
 PLAN_INTERVAL = 0.05
@@ -22,11 +24,11 @@ class Dispatch:
     _last_plan = -float("inf")
 
     def _dispatch(self, now: float, out: list[Action]) -> None:
-        """Apply a plan of the waiting room: shed, rescue on an HP, bind to LPs, and give
-        an HP that holds a ticket the head of what still waits. A plan looks at the whole
-        queue, so it runs when it can bind something (an LP under its bound, an open
-        ticket) or `PLAN_INTERVAL` after the last one (for rescues and sheds), not on
-        every event of a busy queue."""
+        """Apply a plan of the waiting room: shed, rescue on an HP, give an HP that holds
+        a ticket one request, bind the rest to LPs. A plan looks at the whole queue, so it
+        runs when it can bind something (an LP under its bound, an open ticket) or
+        `PLAN_INTERVAL` after the last one (for rescues and sheds), not on every event of
+        a busy queue."""
         room = self.room
         if room is None or not len(room) or not self._worth_planning(now):
             return
@@ -46,11 +48,25 @@ class Dispatch:
                       "dropped: it was predicted to miss its TTFT SLO on every instance", out)
         for w, target in plan.to_hp:
             self._bind(by_id[w.key], target, Origin.OFFLOAD, out)
+        ticketed = self._serve_ticket(plan, by_id, out)
         for w, target in plan.to_lp:
+            if w is ticketed:
+                continue
             tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
             self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out)
-        if plan.order and self.router.tickets:
-            self._bind(by_id[plan.order[0].key], self.router.tickets.take(), Origin.NEW, out)
+
+    def _serve_ticket(self, plan: Plan, by_id: dict[str, Tracked], out: list[Action],
+                      ) -> Waiting | None:
+        """An HP holding a ticket is idle enough to start a new request now: it takes one
+        before the LPs do (policies/ticket_pick.py picks which), else it would get only
+        what the LPs' bound leaves over. Returns the request it took, if any."""
+        candidates = [w for w, _ in plan.to_lp] + plan.order
+        if not candidates or not self.router.tickets:
+            return None
+        hp = self.router.tickets.take()
+        chosen = candidates[ticket_pick(candidates, hp)]
+        self._bind(by_id[chosen.key], hp, Origin.NEW, out)
+        return chosen
 
     def _worth_planning(self, now: float) -> bool:
         if now - self._last_plan >= PLAN_INTERVAL or self.router.tickets:

@@ -56,6 +56,19 @@ class Batch:
         self.num_tokens += num_tokens
         self.shape_cache = None
 
+    def add_decodes(self, requests: list[Request]) -> None:
+        """`add(request, 1)` for each of `requests`, every one decoding (`is_decoding`): the
+        same chunks, each made without a call to `Chunk.__init__` (whose flags are known
+        here). A step makes one per running decode."""
+        new, chunks = object.__new__, self.chunks
+        for request in requests:
+            chunk = new(Chunk)
+            chunk.request, chunk.start, chunk.num_tokens = request, request.num_computed_tokens, 1
+            chunk.samples = chunk.is_decode = True
+            chunks.append(chunk)
+        self.num_tokens += len(requests)
+        self.shape_cache = None
+
     @property
     def sampling_chunks(self) -> list[Chunk]:
         return [c for c in self.chunks if c.samples]

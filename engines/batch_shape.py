@@ -10,12 +10,8 @@ def batch_shape(batch: Batch) -> BatchShape:
     a one-token last piece of a prompt too, is a prefill chunk (tokens, already cached).
     Computed once per batch contents (the batch keeps it until a chunk is added)."""
     if batch.shape_cache is None:
-        prefills: list[tuple[int, int]] = []
-        decodes: list[int] = []
-        for chunk in batch.chunks:
-            if chunk.is_decode:
-                decodes.append(chunk.start + 1)
-            else:
-                prefills.append((chunk.num_tokens, chunk.start))
+        chunks = batch.chunks
+        decodes = [c.start + 1 for c in chunks if c.is_decode]
+        prefills = [(c.num_tokens, c.start) for c in chunks if not c.is_decode]
         batch.shape_cache = BatchShape.of(prefills=prefills, decodes=decodes)
     return batch.shape_cache

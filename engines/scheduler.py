@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from engines.batch import Batch
 from engines.batch_shape import batch_shape
 from engines.kv_cache import BlockManager
@@ -31,7 +33,7 @@ from engines.scheduler_config import SchedulerConfig
 from engines.triage import Triage
 from engines.waiting_queue import WaitingQueue
 from ipc.messages import TokenOutput
-from policies.admission import DecodeLengthHistory, decode_reserve
+from policies.admission import DecodeLengthHistory, decode_reserve, decode_reserve_columns
 from policies.batch_shape import BatchShape
 from policies.tbt_budget import step_time_allowed
 from policies.predictor import Predictor, ZeroPredictor, remaining_prefill_time
@@ -127,14 +129,15 @@ class Scheduler:
             if not batch:
                 self._schedule_decodes(batch)
         else:
-            self._schedule_decodes(batch)
-            compute = self._compute_budget(batch, now)
-            budget = self._step_tokens(compute) - batch.num_tokens
-            budget, compute = self._continue_prefills(batch, budget, compute)
-            self._admit(batch, candidates, budget, compute)
+            prefilling = self._schedule_decodes(batch)
+            budget = self._step_tokens() - batch.num_tokens
+            if prefilling or self._admission_head(candidates, budget) is not None:
+                compute = self._compute_budget(batch, now)  # else no one would spend it
+                budget, compute = self._continue_prefills(batch, budget, compute, prefilling)
+                self._admit(batch, candidates, budget, compute)
         return batch
 
-    def _step_tokens(self, compute_budget: float) -> int:
+    def _step_tokens(self) -> int:
         """The step's token budget: `chunk_size`, stretched up to STEP_STRETCH times in modes
         that size steps by their decodes' TBT slack (the compute budget then decides how
         much of it the step may use: more while decodes are ahead of their targets)."""
@@ -147,7 +150,6 @@ class Scheduler:
         if not self.waiting or not (self.mode.by_value or self.triage.active):
             return self.waiting
         ordered, offloaded, dropped = self.triage.run(self.waiting, now, self._next_batch_time)
-        self.waiting.remove_many(offloaded + dropped)
         for request in offloaded:
             self._finish(request, FinishReason.OFFLOAD)
         for request in dropped:
@@ -178,27 +180,41 @@ class Scheduler:
             return math.inf
         return max(0.0, allowed - self.predictor.batch_time(batch_shape(batch)))
 
-    def _schedule_decodes(self, batch: Batch) -> None:
-        """Take every running decode, oldest first; preempt from the newest end if short of KV."""
+    def _schedule_decodes(self, batch: Batch) -> list[Request]:
+        """Take every running decode, oldest first; preempt from the newest end if short of KV.
+        Returns the running requests that are not decoding (prefilling), in order."""
         bs, running = self.kv.block_size, RequestStatus.RUNNING
+        # Added to the batch at once, and before a preemption (a failed allocate changes
+        # nothing), which must see them there.
+        decodes: list[Request] = []
+        prefilling: list[Request] = []
         for request in list(self.running):
-            n = len(request.token_ids)  # is_decoding, inlined: this runs for every decode
-            if (request.status is not running or n - request.num_computed_tokens != 1
-                    or n <= request.num_prompt_tokens):
+            computed, n = request.num_computed_tokens, len(request.token_ids)
+            if request.status is not running:
                 continue
-            if request.num_computed_tokens >= len(request.block_table) * bs:
+            if n - computed != 1 or n <= request.num_prompt_tokens:  # is_decoding, inlined
+                prefilling.append(request)
+                continue
+            if computed >= len(request.block_table) * bs and not self.kv.allocate(request, 1):
+                batch.add_decodes(decodes)
+                decodes = []
                 if not self._make_room(request, 1, batch):
                     self._preempt(request, batch)
                     continue
-            batch.add(request, 1)
+            decodes.append(request)
+        batch.add_decodes(decodes)
+        return prefilling
 
-    def _continue_prefills(self, batch: Batch, budget: int,
-                           compute: float = math.inf) -> tuple[int, float]:
-        """Next chunks of prompts already started, in admission order, within the token
-        budget and the compute budget (a chunk is cut to what fits; the first always gets
-        at least one KV block's worth, so a prompt never stalls). Returns both left."""
+    def _continue_prefills(self, batch: Batch, budget: int, compute: float = math.inf,
+                           prefilling: list[Request] | None = None) -> tuple[int, float]:
+        """Next chunks of prompts already started (`prefilling`: the running requests not
+        decoding), in admission order, within the token budget and the compute budget (a
+        chunk is cut to what fits; the first always gets at least one KV block's worth, so
+        a prompt never stalls). Returns both left."""
+        if prefilling is None:
+            prefilling = [r for r in self.running if not r.is_decoding]
         first = True
-        for request in [r for r in self.running if not r.is_decoding]:
+        for request in prefilling:
             if budget <= 0:
                 break
             if request.status is not RequestStatus.RUNNING:
@@ -222,16 +238,12 @@ class Scheduler:
 
     def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float) -> None:
         """Admit waiting requests by Algorithm 1: stop at the first that does not fit."""
-        head = next(iter(candidates), None) if budget > 0 else None
-        if head is None:
+        if self._admission_head(candidates, budget) is None:
             return
         seat_limit = self.max_num_seqs - len(self.running)
-        if seat_limit <= 0 and not head.block_table:
-            return  # the head needs a seat and none is free: no need to reckon KV
         free = self.kv.num_free_blocks
         if self.mode.elastic_batch:
-            decoding = [r for r in self.running if r.is_decoding]
-            free -= decode_reserve(decoding, self.decode_lengths, self.kv.block_size)
+            free -= self._decode_reserve()
         selected = select_prefills(
             candidates, token_budget=budget, free_blocks=max(free, 0),
             block_size=self.kv.block_size, seat_limit=seat_limit,
@@ -248,6 +260,33 @@ class Scheduler:
             batch.admitted.append(request)
         for request, _ in selected:
             self.waiting.remove(request)
+
+    def _admission_head(self, candidates, budget: int) -> Request | None:
+        """The first candidate, if admission may take it: token budget left, and a seat free
+        unless it holds blocks already (no need to reckon KV otherwise). Else None."""
+        head = next(iter(candidates), None) if budget > 0 else None
+        if head is None or (len(self.running) >= self.max_num_seqs and not head.block_table):
+            return None
+        return head
+
+    def _decode_reserve(self) -> int:
+        """`admission.decode_reserve` of the running decodes, over their columns."""
+        decoding = [r for r in self.running  # is_decoding, inlined
+                    if (n := len(r.token_ids)) - r.num_computed_tokens == 1
+                    and n > r.num_prompt_tokens]
+        reserve = None
+        try:
+            n, prompt, max_tokens, held = np.array(
+                ([len(r.token_ids) for r in decoding], [r.num_prompt_tokens for r in decoding],
+                 [r.sampling.max_tokens for r in decoding], [len(r.block_table) for r in decoding]),
+                dtype=np.int64)
+            reserve = decode_reserve_columns(n, n - prompt, max_tokens, held,
+                                             self.decode_lengths, self.kv.block_size)
+        except OverflowError:  # a max_tokens past int64
+            pass
+        if reserve is None:
+            reserve = decode_reserve(decoding, self.decode_lengths, self.kv.block_size)
+        return reserve
 
     def _take_prefixes(self, selected: list[tuple[Request, int]]) -> list[tuple[Request, int]]:
         """Hold the cached prefix of every selected request before any takes new blocks (a

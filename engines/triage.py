@@ -10,11 +10,12 @@ to the last bit.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
 from engines.modes import Mode
+from engines.ordered_requests import OrderedRequests
 from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
 from engines.waiting_queue import WaitingQueue
@@ -36,11 +37,11 @@ class Triage:
         return self.mode.offloads or self.config.drop_expired
 
     def run(self, waiting: WaitingQueue, now: float, next_batch_time: Callable[[], float],
-            ) -> tuple[Sequence[Request], list[Request], list[Request]]:
-        """(waiting in admission order, to offload, to drop). `next_batch_time()`: the
-        predicted seconds until a waiting prompt could start; asked only if an offload
-        decision needs it. The first is an array of the requests (admission reads only
-        its head)."""
+            ) -> tuple[OrderedRequests, list[Request], list[Request]]:
+        """(waiting in admission order, to offload, to drop): the last two have left
+        `waiting`. `next_batch_time()`: the predicted seconds until a waiting prompt could
+        start; asked only if an offload decision needs it. The first looks requests up as
+        it is read (admission reads only its head), until `waiting` next loses one."""
         queue, requests = waiting.columns()
         if self.mode.by_value:
             order = value_order(queue, now, self.value_keys, demote_lost=self.mode.demote_lost)
@@ -53,15 +54,10 @@ class Triage:
                 rows = np.flatnonzero(lost)
                 dropped = requests[rows[np.argsort(queue.position[rows])]].tolist()
                 order = order[~lost[order]]
-        offloaded: list[Request] = []
-        if self.mode.offloads:
-            rows = self._offloads(queue, order, now, next_batch_time)
-            if rows:
-                offloaded = requests[rows].tolist()
-                staying = np.ones(len(queue), dtype=bool)
-                staying[rows] = False
-                order = order[staying[order]]
-        return requests[order], offloaded, dropped
+        going = self._offloads(queue, order, now, next_batch_time) if self.mode.offloads else []
+        offloaded = [requests[row] for row in going]
+        moved = waiting.remove_many(offloaded + dropped)
+        return OrderedRequests(requests, order, set(going), moved), offloaded, dropped
 
     def _offloads(self, queue: QueueColumns, order: np.ndarray, now: float,
                   next_batch_time: Callable[[], float]) -> list[int]:

@@ -23,10 +23,12 @@ from policies.predictor import Predictor, remaining_prefill_time
 from policies.queue_columns import QueueColumns
 
 _FIRST_CAPACITY = 64
-#: (attribute, dtype) of each column; `_requests` holds the Request of each row.
-_COLUMNS = (("_own", np.float64), ("_deadline", np.float64), ("_arrival", np.float64),
-            ("_priority", np.int64), ("_started", bool), ("_position", np.int64),
-            ("_uncomputed", np.int64), ("_computed", np.int64), ("_requests", object))
+#: (attribute, dtype, its columns) of each block: the columns of one dtype are the rows
+#: of one 2-d array (each one contiguous), so moving a row is one operation per block.
+#: `_requests` holds the Request of each row.
+_BLOCKS = (("_floats", np.float64, ("_own", "_deadline", "_arrival")),
+           ("_ints", np.int64, ("_priority", "_position", "_uncomputed", "_computed")),
+           ("_started", bool, ()), ("_requests", object, ()))
 
 
 class WaitingQueue:
@@ -56,36 +58,37 @@ class WaitingQueue:
             raise ValueError(f"{request!r} is not waiting")
         last = len(self._rows)
         if row != last:
-            for name, _ in _COLUMNS:
-                column = getattr(self, name)
-                column[row] = column[last]
+            self._move(row, last)
             self._rows[self._requests[row]] = row
         self._requests[last] = None
 
-    def remove_many(self, requests: list[Request]) -> None:
+    def remove_many(self, requests: list[Request]) -> dict[int, int]:
         """`remove` each of `requests` (distinct), the rows moved all at once: the last
-        rows still waiting fill the holes the others leave below the new end."""
+        rows still waiting fill the holes the others leave below the new end. Returns
+        the rows that moved, old number -> new."""
         if len(requests) < 2:
+            moved = {}
             for request in requests:
+                row, last = self._rows.get(request), len(self._rows) - 1
                 self.remove(request)
-            return
+                if row != last:
+                    moved[last] = row
+            return moved
         rows = [self._rows.get(request) for request in requests]
-        if None in rows or len(set(rows)) < len(rows):
+        gone = set(rows)
+        if None in gone or len(gone) < len(rows):
             raise ValueError("the requests to remove must be distinct and waiting")
         for request in requests:
             del self._rows[request]
-        gone = np.array(rows)
-        end, old_end = len(self._rows), len(self._rows) + gone.size
-        holes = gone[gone < end]
-        stays = np.ones(old_end - end, dtype=bool)
-        stays[gone[gone >= end] - end] = False
-        movers = np.flatnonzero(stays) + end
-        for name, _ in _COLUMNS:
-            column = getattr(self, name)
-            column[holes] = column[movers]
+        # The few rows' numbers in plain Python (numpy's per-call cost is most of it here).
+        end, old_end = len(self._rows), len(self._rows) + len(rows)
+        holes = np.array([row for row in rows if row < end], dtype=np.intp)
+        movers = np.array([row for row in range(end, old_end) if row not in gone], dtype=np.intp)
+        self._move(holes, movers)
         for row, request in zip(holes.tolist(), self._requests[holes].tolist()):
             self._rows[request] = row
         self._requests[end:old_end] = None
+        return dict(zip(movers.tolist(), holes.tolist()))
 
     def popleft(self) -> Request:
         if not self._rows:
@@ -140,12 +143,20 @@ class WaitingQueue:
         self._own[row] = remaining_prefill_time(request, self.predictor, self.token_budget)
         return row
 
+    def _move(self, to, rows) -> None:
+        """Copy row(s) `rows` of every column to `to` (ints, or arrays of them)."""
+        for name, _, _ in _BLOCKS:
+            block = getattr(self, name)
+            block[..., to] = block[..., rows]
+
     def _grow(self, capacity: int) -> None:
-        for name, dtype in _COLUMNS:
-            column = np.zeros(capacity, dtype=dtype)
+        for name, dtype, columns in _BLOCKS:
+            block = np.zeros((len(columns), capacity) if columns else capacity, dtype=dtype)
             if self._capacity:
-                column[:self._capacity] = getattr(self, name)
-            setattr(self, name, column)
+                block[..., :self._capacity] = getattr(self, name)
+            setattr(self, name, block)
+            for i, column in enumerate(columns):
+                setattr(self, column, block[i])
         self._capacity = capacity
 
     def _reprice_if_stale(self) -> None:

@@ -16,6 +16,8 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
+import numpy as np
+
 from policies.predictor import Predictor, remaining_prefill_time
 from policies.request_view import RunningRequest, WaitingRequest
 
@@ -89,6 +91,7 @@ class DecodeLengthHistory:
         self._recent: deque[int] = deque(maxlen=window)
         self._sorted: list[int] = []
         self._suffix_sums: list[int] | None = None  # rebuilt lazily after changes
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None  # the same, for numpy
 
     def observe(self, output_tokens: int) -> None:
         if len(self._recent) == self._recent.maxlen:
@@ -97,6 +100,7 @@ class DecodeLengthHistory:
         self._recent.append(output_tokens)
         bisect.insort(self._sorted, output_tokens)
         self._suffix_sums = None
+        self._arrays = None
 
     def __len__(self) -> int:
         return len(self._recent)
@@ -117,6 +121,26 @@ class DecodeLengthHistory:
             self._suffix_sums = totals[::-1]
         return self._suffix_sums[i]
 
+    def expected_remaining_array(self, generated: np.ndarray, max_tokens: np.ndarray,
+                                 ) -> np.ndarray | None:
+        """`expected_remaining` of each (generated, max_tokens) pair (int64 arrays), the same
+        floats: the quotient of the same two integers, both exact as float64, is the same
+        correctly rounded number. None if the sums are too large to be exact."""
+        if self._suffix_sum(0) >= 2**53:
+            return None
+        if self._arrays is None:
+            self._arrays = (np.array(self._sorted, dtype=np.int64),
+                            np.array(self._suffix_sums, dtype=np.int64))
+        ordered, suffix_sums = self._arrays
+        more = np.maximum(max_tokens - generated, 0).astype(np.float64)
+        i = np.searchsorted(ordered, generated, side="right")
+        longer = ordered.size - i
+        some = longer > 0
+        if some.any():
+            mean_length = suffix_sums[i[some]] / longer[some]
+            more[some] = np.minimum(more[some], mean_length - generated[some])
+        return more
+
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
@@ -131,6 +155,22 @@ def decode_reserve(running_decodes: Iterable[RunningRequest], history: DecodeLen
         final = blocks_for(request.num_tokens + math.ceil(more), block_size)
         reserve += max(0, final - len(request.block_table))
     return reserve
+
+
+def decode_reserve_columns(num_tokens: np.ndarray, generated: np.ndarray, max_tokens: np.ndarray,
+                           held_blocks: np.ndarray, history: DecodeLengthHistory,
+                           block_size: int) -> int | None:
+    """`decode_reserve` over columns, one element per running decode (its tokens, output
+    tokens, max_tokens and blocks held, int64): the same sum, in a few vector operations
+    instead of a Python loop (an elastic step asks it over every decode). None (ask
+    `decode_reserve`) where float64 would not hold the numbers exactly."""
+    if max_tokens.size and max_tokens.max() >= 2**52:
+        return None  # past float64's integers
+    more = history.expected_remaining_array(generated, max_tokens)
+    if more is None:
+        return None
+    final = -(-(num_tokens + np.ceil(more).astype(np.int64)) // block_size)
+    return int(np.maximum(final - held_blocks, 0).sum())
 
 
 # ---- drops -----------------------------------------------------------------------------

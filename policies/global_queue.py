@@ -26,7 +26,10 @@ looks at the whole queue at `now`:
    when a prefix of the head's prompt is cached on some instances (`Waiting.cost_on`),
    the LP that would finish it first (its backlog plus its cost there: prefix-aware
    routing balanced against queue length), even one past the bound, whose backlog then
-   exceeds it by less than the prefix saves. Rescue picks its HP alike.
+   exceeds it by less than the prefix saves. An HP joins that choice for a request it
+   would compute less of than any LP (a conversation it served before, as a rescue or on
+   a ticket): without it every later turn of that conversation would go back to an LP
+   that never saw its history. Rescue picks its HP alike.
 
 Requests of a higher priority class are planned first. Pure: numbers in, decisions out.
 """
@@ -75,7 +78,8 @@ class Lane:
 
 @dataclass
 class Plan:
-    to_lp: list[tuple[Waiting, int]] = field(default_factory=list)   # bound now
+    #: bound now: to an LP, or to an HP holding more of its prefix than any LP
+    to_lp: list[tuple[Waiting, int]] = field(default_factory=list)
     to_hp: list[tuple[Waiting, int]] = field(default_factory=list)   # rescued
     shed: list[Waiting] = field(default_factory=list)                # dropped now
     order: list[Waiting] = field(default_factory=list)               # what stays, in order
@@ -87,15 +91,16 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
     out = Plan()
     if not queue:
         return out
+    hp_lanes = [Lane(h.instance_id, h.backlog) for h in hps]  # rescues add to them
     if shed is Shed.KEEP or not lps:
         ordered, late = sorted(queue, key=_deadline_order), []
     else:
         ordered, late = _feasible(queue, lps, now)
-        late = _rescue(late, hps, now, out)
+        late = _rescue(late, hp_lanes, now, out)
         if shed is Shed.DROP:
             out.shed, late = _costliest(late, shed_allowance)
         late.sort(key=lambda w: (-w.priority, w.arrival))
-    _bind(ordered + late, list(lps), bound, out)
+    _bind(ordered + late, list(lps), bound, out, hp_lanes)
     return out
 
 
@@ -140,11 +145,11 @@ def miss_allowance(budget: float, arrived: int, shed: int) -> int | None:
     return max(int(budget * arrived) - shed, 0)
 
 
-def _rescue(aside: list[tuple[int, Waiting]], hps: Sequence[Lane], now: float, out: Plan,
+def _rescue(aside: list[tuple[int, Waiting]], lanes: list[Lane], now: float, out: Plan,
             ) -> list[Waiting]:
-    """Send to an HP each set-aside request it can still finish in time (in deadline
-    order: `aside` holds each one's place in it); the rest are late."""
-    lanes = [Lane(h.instance_id, h.backlog) for h in hps]
+    """Send to an HP (`lanes`, whose backlogs it adds to) each set-aside request it can
+    still finish in time (in deadline order: `aside` holds each one's place in it); the
+    rest are late."""
     late = []
     for _, w in sorted(aside, key=_place):
         if w.cost_on and lanes:  # the HP that would finish it first (a prefix cached there)
@@ -164,7 +169,8 @@ _place = operator.itemgetter(0)
 _backlog = operator.attrgetter("backlog")
 
 
-def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan) -> None:
+def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan,
+          hp_lanes: list[Lane]) -> None:
     lanes = [Lane(lane.instance_id, lane.backlog) for lane in lanes]
     position = 0
     while position < len(ordered) and lanes:
@@ -173,8 +179,9 @@ def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan) ->
             break
         w = ordered[position]
         cost = w.cost
-        if w.cost_on:  # the LP that would finish it first, a busier one holding its prefix too
-            lane = min(lanes, key=lambda l: (
+        if w.cost_on:  # the instance that would finish it first, holding its prefix or not
+            homes = lanes + [h for h in hp_lanes if w.seconds_on(h.instance_id, w.hp_cost) < w.cost]
+            lane = min(homes, key=lambda l: (
                 l.backlog + w.seconds_on(l.instance_id, w.cost), l.instance_id))
             cost = w.seconds_on(lane.instance_id, w.cost)
         out.to_lp.append((w, lane.instance_id))

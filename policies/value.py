@@ -139,10 +139,18 @@ def value_order(queue: QueueColumns, now: float, value_keys: ValueKeys,
         order = _break_ties(order, tied, queue)
     group = _urgency_group(queue, now, demote_lost)
     if group is not None:
-        if group.max() <= np.iinfo(np.int8).max:
-            group = group.astype(np.int8)  # a stable sort of small integers is a radix sort
-        order = order[np.argsort(group[order], kind="stable")]
+        order = _by_group(order, group)
     return order
+
+
+def _by_group(order: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """`order` stably sorted by `group` (a bool, or small integers >= 0, per row)."""
+    if group.dtype == bool:  # two groups: no sort needed
+        later = group[order]
+        return np.concatenate((order[~later], order[later]))
+    if group.max() <= np.iinfo(np.int8).max:
+        group = group.astype(np.int8)  # a stable sort of small integers is a radix sort
+    return order[np.argsort(group[order], kind="stable")]
 
 
 def _break_ties(order: np.ndarray, tied: np.ndarray, queue: QueueColumns) -> np.ndarray:
@@ -162,11 +170,14 @@ def _break_ties(order: np.ndarray, tied: np.ndarray, queue: QueueColumns) -> np.
 
 def _urgency_group(queue: QueueColumns, now: float, demote_lost: bool) -> np.ndarray | None:
     """Per row, what ranks before value: lost (when demoted), then priority class, higher
-    first, as one small integer (smaller first); None when it is the same for all."""
-    classes = queue.priority.max() - queue.priority
-    group = classes if classes.any() else None
+    first, as one small integer (smaller first), or as a bool (lost) when all are of one
+    class; None when it is the same for all."""
+    priority = queue.priority
+    top = priority.max()
+    classes = top - priority if priority.min() != top else None
+    group = classes
     if demote_lost:
         lost = ttft_lost_rows(queue, now)
         if lost.any():
-            group = lost * (int(classes.max()) + 1) + classes
+            group = lost if classes is None else lost * (int(classes.max()) + 1) + classes
     return group

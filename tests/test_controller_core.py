@@ -332,6 +332,17 @@ def test_a_pending_request_whose_client_leaves_ends_without_an_abort():
     assert core.queue.requests == 0 and not len(core.room)
 
 
+def test_an_hp_ticket_takes_a_new_request_before_lps_with_room_do():
+    core = core_late()
+    for i in (LP0, LP1):
+        report(core, i, 0.5, accepted=0, queued_seconds=0.0)
+    assert core.handle(FromInstance(0.6, Ticket(instance_id=HP))) == [TicketOpened(HP)]
+    [(target, submit)] = sends(arrive(core, "a", now=1.0, prompt=[5] * 100))
+    assert target == HP and submit.origin is Origin.NEW
+    [(target, _)] = sends(arrive(core, "b", now=1.1, prompt=[5] * 100))
+    assert target in (LP0, LP1)  # the ticket is spent
+
+
 def test_an_hp_ticket_takes_the_head_of_what_waits_when_the_lps_are_full():
     core = core_late()
     for i in (LP0, LP1):

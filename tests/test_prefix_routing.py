@@ -21,6 +21,7 @@ from ipc.params import SamplingParams
 from policies.global_queue import Lane, Waiting, plan
 from policies.prefix_hash import block_hashes
 from policies.routing import PREFIX_LOAD_SLACK, Routing, prefix_aware
+from policies.ticket_pick import ticket_pick
 
 BS = 4
 
@@ -48,6 +49,33 @@ def test_binding_weighs_a_cached_prefix_against_backlog():
     # no LP under the bound: nothing binds, whatever is cached
     out = plan([cheap_on_1], [Lane(0, 0.5), Lane(1, 0.5)], [], now=0.0, bound=0.4)
     assert not out.to_lp
+
+
+def test_a_conversation_an_hp_holds_may_bind_there_but_no_other_request_does():
+    held_on_hp = Waiting("a", 0.0, 100.0, cost=1.0, hp_cost=0.2,
+                         cost_on=((0, 1.0), (1, 1.0), (2, 0.2)))
+    out = plan([held_on_hp], [Lane(0, 0.0), Lane(1, 0.0)], [Lane(2, 0.3)], now=0.0, bound=2.0)
+    assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 2)]  # 0.3 + 0.2 < 0 + 1.0
+    # ... unless the HP is so far behind that an LP finishes it first
+    out = plan([held_on_hp], [Lane(0, 0.0), Lane(1, 0.0)], [Lane(2, 0.9)], now=0.0, bound=2.0)
+    assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 0)]
+    # a request cached on an LP (or nowhere) never binds to an idle HP
+    held_on_lp = Waiting("b", 0.0, 100.0, cost=0.2, hp_cost=1.0,
+                         cost_on=((0, 0.2), (1, 1.0), (2, 1.0)))
+    plain = Waiting("c", 0.0, 100.0, cost=1.0, hp_cost=0.5)
+    out = plan([held_on_lp, plain], [Lane(0, 0.0), Lane(1, 0.0)], [Lane(2, 0.0)], now=0.0,
+               bound=2.0)
+    assert sorted((w.key, lane) for w, lane in out.to_lp) == [("b", 0), ("c", 1)]
+
+
+def test_an_hp_ticket_takes_what_costs_it_least_over_an_lp_else_the_head():
+    head = Waiting("head", 0.0, 10.0, cost=1.0, hp_cost=1.0)
+    lp_history = Waiting("lp", 0.0, 11.0, cost=0.3, hp_cost=1.0, cost_on=((0, 0.3), (2, 1.0)))
+    hp_history = Waiting("hp", 0.0, 12.0, cost=1.0, hp_cost=0.3, cost_on=((0, 1.0), (2, 0.3)))
+    assert ticket_pick([head, lp_history, hp_history], hp_id=2) == 2
+    assert ticket_pick([lp_history, head], hp_id=2) == 1   # not the one an LP holds
+    assert ticket_pick([head, Waiting("x", 0.0, 11.0, 5.0, 1.0)], hp_id=2) == 0
+    assert ticket_pick([head, lp_history, hp_history], hp_id=2, lookahead=2) == 0
 
 
 def test_rescue_picks_the_hp_that_finishes_first_counting_its_cached_prefix():

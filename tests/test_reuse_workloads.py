@@ -52,6 +52,24 @@ def test_a_conversation_turn_starts_with_the_turn_before_it():
                           max_model_len=8192) == requests
 
 
+def test_a_multi_turn_run_is_primed_with_the_earlier_turns_of_the_conversations_it_joins():
+    requests = build_requests(workload("multi-turn"), rate=2.0, num_requests=300, seed=4,
+                              max_model_len=8192)
+    priming = [r for r in requests if r.warmup]
+    run = requests[len(priming):]
+    assert priming and requests[:len(priming)] == priming, "priming comes first"
+    assert len(run) == 300 and not any(r.warmup for r in run)
+    conversation = {r.index: r.prompt_parts[0].key[1] for r in requests}
+    joined = {conversation[r.index] for r in run}
+    assert {conversation[r.index] for r in priming} <= joined
+    # every turn of a joined conversation before the run is there: its next turn's
+    # history is all cached (an unbounded cache finds every earlier piece)
+    for r in run:
+        earlier = [p for p in requests if conversation[p.index] == conversation[r.index]
+                   and p.arrival < r.arrival]
+        assert len(earlier) == len(r.prompt_parts) - 1
+
+
 def test_multi_turn_reuse_approaches_the_known_ratio_over_a_long_run():
     requests = build_requests(workload("multi-turn"), rate=0.5, num_requests=600, seed=0,
                               max_model_len=8192)

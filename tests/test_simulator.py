@@ -203,7 +203,7 @@ PHASES = [(0.0, [(0.002 * i, LONG) for i in range(5)]),
           (3.0, [(0.0, LONG)]),
           (5.0, [(0.0, SHORT), (0.003, SHORT)])]
 #: Per phase: (served by the LP, served by the HP, sent to the HP, shed).
-EXPECTED = [(2, 2, 2, 1), (1, 0, 0, 0), (2, 0, 0, 0)]
+EXPECTED = [(2, 2, 1, 1), (0, 1, 0, 0), (1, 1, 0, 0)]
 DAEMON_FLAGS = ("--layout", "1L1H", "--executor", "sim", "--sim-latency", f"constant:{STEP}",
                 "--ttft-slo", str(TTFT_SLO), "--tbt-slo", "1.0", "--chunk-size", "512",
                 "--heartbeat-interval", "0.1")
@@ -274,13 +274,17 @@ def test_daemon_and_simulator_route_offload_and_serve_alike(daemon_factory, tmp_
     """1L1H with the defaults (global queue, HP gate, shed = drop), every step STEP = 0.15 s,
     TTFT SLO 4.5 steps, prompts of 2 chunks (LONG, 2 steps to prefill):
 
-    A. 5 requests within 8 ms wait at the controller. The LP can prefill two of them
-       before their deadline (done at 2 and 4 steps < 4.5), so it is bound those two; the
-       HP is predicted to finish two more in time (2 and 4 steps), so the controller sends
-       it those; the fifth would finish at 6 steps on either and is shed at once (503).
-    B. One request, the LP idle: the LP takes it (an HP gets only what the LPs cannot
-       serve in time).
-    C. Two short requests 3 ms apart: both fit the LP's backlog bound, the LP takes both.
+    Each phase starts with the HP idle, holding a ticket.
+
+    A. 5 requests within 8 ms wait at the controller. The first takes the HP's ticket. The
+       LP can prefill two of the others before their deadline (done at 2 and 4 steps <
+       4.5), so it is bound those two; the HP, 2 steps behind with the first, is predicted
+       to finish one more in time (at 4 steps), so the controller sends it that one (an
+       offload); the fifth would finish at 6 steps on either and is shed at once (503).
+    B. One request: it takes the HP's ticket (an idle HP starts a new request before an
+       LP does, as the ticket rule says).
+    C. Two short requests 3 ms apart: the first takes the ticket, the second goes to the
+       LP (the HP asks again only after its next step).
 
     Every decision point is at least a third of a step (50 ms) from flipping, so the
     daemon's scheduling and messaging delays (a few ms) cannot change them. The daemon

@@ -1,6 +1,8 @@
 """The steady-state rule (bench/steady_state.py): what is measured, and when a point holds."""
 from __future__ import annotations
 
+import msgspec
+
 from bench.records import RequestRecord
 from bench.steady_state import MeasureRule, judge, misses_allowed
 
@@ -28,6 +30,18 @@ def test_warm_up_and_cool_down_are_left_out():
     verdict = judge(records, 90.0, *SLO)
     assert verdict.num_measured == 80 and verdict.goodput_pct == 100.0 and verdict.holds
     assert [r.index for r in rule.measured(list(reversed(records)))] == list(range(10, 90))
+
+
+def test_priming_requests_are_never_measured_and_the_shares_apply_after_them():
+    rule = MeasureRule()
+    assert rule.span(1030, primed=30) == (130, 930)
+    # 30 priming requests that all miss (a cold cache), then 100 as above
+    primed = [msgspec.structs.replace(r, warmup=True) for r in run([False] * 30)]
+    rest = [msgspec.structs.replace(r, index=r.index + 30, arrival=r.arrival + 30)
+            for r in run([False] * 10 + [True] * 80 + [False] * 10)]
+    verdict = judge(primed + rest, 90.0, *SLO)
+    assert verdict.num_measured == 80 and verdict.goodput_pct == 100.0 and verdict.holds
+    assert misses_allowed(130, 90.0, rule, primed=30) == misses_allowed(100, 90.0, rule)
 
 
 def test_a_run_whose_last_window_sinks_fails_though_its_mean_passes():

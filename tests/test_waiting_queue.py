@@ -88,7 +88,12 @@ def test_waiting_queue_behaves_as_a_deque_with_columns_row_for_row(seed):
             model.remove(victim)
         elif action < 0.8:
             victims = rng.sample(list(model), rng.randint(0, min(len(model), 40)))
-            queue.remove_many(victims)
+            rows_before = queue.columns()[1].copy()
+            moved = queue.remove_many(victims)
+            rows_after = queue.columns()[1]
+            assert all(rows_after[new] is rows_before[old] for old, new in moved.items())
+            assert all(rows_after[row] is rows_before[row]  # the rest stayed where they were
+                       for row in range(len(rows_after)) if row not in moved.values())
             for victim in victims:
                 model.remove(victim)
         else:
@@ -180,5 +185,5 @@ def test_triage_decides_as_the_per_request_policies(mode, drop_expired, value_fu
         want = reference_triage(mode, config, predictor, list(queue), now, next_batch_time)
         ordered, offloaded, dropped = triage.run(queue, now, lambda: next_batch_time)
         assert (list(ordered), offloaded, dropped) == want
-        for request in offloaded + dropped + list(ordered[:rng.randint(0, 3)]):
+        for request in list(ordered[:rng.randint(0, 3)]):  # offloads and drops have left
             queue.remove(request)
