@@ -13,6 +13,7 @@ import msgspec
 
 from bench.fleet import GatewayConfig
 from bench.fleet_run import FleetResult, run_fleet
+from bench.json_file import write_json
 from bench.ruler import RulerConfig, Subject
 from bench.workloads import num_requests_or
 from daemon.layout import layout_modes
@@ -71,8 +72,7 @@ def run_fleet_simulate(args: argparse.Namespace, subject: Subject, config: Ruler
     result = run_fleet(subjects, config, gateway, args.qps, n, args.seed)
     print_fleet(result)
     if args.json:
-        with open(args.json, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
+        write_json(args.json, result)
     return 0
 
 

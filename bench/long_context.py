@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from pathlib import Path
 
 import msgspec
 
+from bench.json_file import write_json
 from bench.results import is_good
 from bench.simulate import simulate
 from bench.sim_instances import SimConfig
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
                      "seed": args.seed, "rows": mixed},
            "wall_s": round(time.perf_counter() - started, 1)}
     if args.out:
-        Path(args.out).write_bytes(msgspec.json.format(msgspec.json.encode(doc), indent=2))
+        write_json(args.out, doc)
     return 0
 
 

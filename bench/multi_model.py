@@ -27,10 +27,10 @@ import argparse
 import dataclasses
 import random
 import time
-from pathlib import Path
 
 import msgspec
 
+from bench.json_file import write_json
 from bench.results import is_good
 from bench.sim_instances import SimConfig
 from bench.simulator import Simulation
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     doc = sweep([float(r) for r in args.rates.split(",")], args.share, args.num_requests,
                 args.seed, SloConfig(), SchedulerConfig(chunk_size=2048))
     if args.out:
-        Path(args.out).write_bytes(msgspec.json.format(msgspec.json.encode(doc), indent=2))
+        write_json(args.out, doc)
     return 0
 
 

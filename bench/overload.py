@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
+from bench.json_file import write_json
 from bench.records import RunResult
 from bench.results import is_good
 from bench.ruler import RulerConfig, Subject, sim_config
@@ -99,10 +100,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row.completed:>10} {row.dropped:>8} {row.errored:>8} {row.lost:>5} "
               f"{ratio:>8} {p99:>9} {row.max_wait_slo_multiple:>8.1f}x {moved:>13}")
     if args.json:
-        with open(args.json, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(
-                {"qps": args.qps, "minutes": args.minutes, "seed": args.seed,
-                 "rows": rows})) + b"\n")
+        write_json(args.json, {"qps": args.qps, "minutes": args.minutes, "seed": args.seed,
+                               "rows": rows})
     return 0 if all(row.lost == 0 for row in rows) else 1
 
 

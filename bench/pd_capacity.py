@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import time
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 import msgspec
 
 from bench.capacity_table import ceilings
+from bench.json_file import write_json
 from bench.reproduce import CAPACITY_WORKLOADS
 from bench.ruler import START_GROWTH, RulerConfig, Subject, seed_capacity
 from bench.workloads import workload
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
               set(args.subjects.split(",")) if args.subjects else None)
     print(markdown(doc))
     if args.out:
-        Path(args.out).write_bytes(msgspec.json.format(msgspec.json.encode(doc), indent=2))
+        write_json(args.out, doc)
     return 0
 
 

@@ -6,6 +6,7 @@ import sys
 
 import msgspec
 
+from bench.json_file import write_json
 from bench.sim_flags import add_sim_flags, sim_settings
 
 
@@ -35,6 +36,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {c.layout:>{width}}  {c.capacity_qps:6.2f} QPS  "
               f"({100 * c.fraction_of_ceiling:.0f} % of the ceiling){mark}")
     if args.json:
-        with open(args.json, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(answer), indent=2) + b"\n")
+        write_json(args.json, answer)
     return 0

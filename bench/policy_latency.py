@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.side_by_side import CLOCKS, run_elsewhere
 from engines.request import Request
 from ipc.params import SamplingParams
 from policies.global_queue import Lane, Shed, Waiting, plan as plan_queue
@@ -41,8 +39,7 @@ from policies.value import edf, order_by_value, slack
 TOKEN_BUDGET = 512
 NOW = 1.0
 NEXT_BATCH_TIME, THRESHOLD, IPC_DELAY = 0.05, 1.0, 0.002
-#: What `--clock` reads: seconds as a float.
-CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+#: The clock the bench reads (`--clock`; bench/side_by_side.py).
 clock = CLOCKS["wall"]
 
 
@@ -166,14 +163,6 @@ def measure(waiting_count: int, iters: int) -> dict[str, dict[str, dict]]:
     return sections
 
 
-def _run_elsewhere(checkout: Path, args: argparse.Namespace) -> dict:
-    command = [sys.executable, str(Path(__file__).resolve()), "--waiting", str(args.waiting),
-               "--iters", str(args.iters), "--clock", args.clock, "--emit-json"]
-    env = dict(os.environ, PYTHONPATH=str(checkout.resolve()))
-    done = subprocess.run(command, env=env, cwd=checkout, check=True, capture_output=True,
-                          text=True)
-    return json.loads(done.stdout)
-
 
 def _print(sections: dict, other: dict | None) -> None:
     for section, rows in sections.items():
@@ -203,7 +192,8 @@ def main() -> None:
     if args.emit_json:
         json.dump(sections, sys.stdout)
         return
-    other = _run_elsewhere(args.compare, args) if args.compare else None
+    flags = ["--waiting", str(args.waiting), "--iters", str(args.iters), "--clock", args.clock]
+    other = run_elsewhere(__file__, args.compare, flags) if args.compare else None
     print(f"{args.waiting} waiting requests, token budget {TOKEN_BUDGET}, {args.iters} calls each, "
           f"{args.clock} time"
           + (f"; 'other' = {args.compare}" if args.compare else ""))

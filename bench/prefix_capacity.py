@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 import msgspec
 
 from bench.capacity_table import capacity_table, ceilings
+from bench.json_file import write_json
 from bench.reuse_workloads import ideal_reuse
 from bench.ruler import START_GROWTH, RulerConfig, SeedCapacity, Subject, seed_capacity, \
     workload_requests
@@ -149,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     result = prefix_capacity(config, args.workers, table if args.table else None)
     print_report(result)
     if args.json:
-        with open(args.json, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(result)))
+        write_json(args.json, result)
     return 0
 
 

@@ -20,6 +20,7 @@ import time
 import msgspec
 import numpy as np
 
+from bench.json_file import write_json
 from bench.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID
 from engines.engine import Engine
 from engines.executors.torch_executor import TorchExecutor
@@ -121,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{result.system_prompt_len}-token system prompt, questions of "
           f"{lo}-{hi} tokens)")
     if args.json:
-        with open(args.json, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(result)))
+        write_json(args.json, result)
     return 0
 
 

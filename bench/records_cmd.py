@@ -9,8 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import msgspec
-
+from bench.json_file import write_json
 from bench.records_file import read_records
 from bench.records_report import GroupRow, RecordsReport, cause_text, report
 
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
                     examples=args.examples)
     print_report(result)
     if args.json:
-        Path(args.json).write_bytes(msgspec.json.format(msgspec.json.encode(result)) + b"\n")
+        write_json(args.json, result)
     return 0
 
 

@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from bench.side_by_side import CLOCKS, run_elsewhere
 from engines.engine import Engine
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
@@ -61,8 +59,7 @@ TTFT_SLO_SHARES = (0.3, 0.5, 0.2)
 #: two at the same instant, as in real traffic).
 ARRIVAL_SPREAD = 0.05
 CHUNK_SIZE = 512
-#: What `--clock` reads: seconds as a float.
-CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+#: The clock the bench reads (`--clock`; bench/side_by_side.py).
 clock = CLOCKS["wall"]
 
 
@@ -181,16 +178,6 @@ def measure(running: int, waiting: int, iters: int, profile: str) -> dict[str, d
     return rows
 
 
-def _run_elsewhere(checkout: Path, args: argparse.Namespace) -> dict[str, dict]:
-    """This bench's figures on another checkout's code (the same script, its imports)."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--running", str(args.running),
-               "--waiting", str(args.waiting), "--iters", str(args.iters),
-               "--profile", args.profile, "--clock", args.clock, "--emit-json"]
-    env = dict(os.environ, PYTHONPATH=str(checkout.resolve()))
-    done = subprocess.run(command, env=env, cwd=checkout, check=True, capture_output=True,
-                          text=True)
-    return json.loads(done.stdout)
-
 
 def _print_table(rows: dict[str, dict], other: dict[str, dict] | None, other_name: str) -> None:
     for label, row in rows.items():
@@ -224,7 +211,9 @@ def main() -> None:
     if args.emit_json:
         json.dump(rows, sys.stdout)
         return
-    other = _run_elsewhere(args.compare, args) if args.compare else None
+    flags = ["--running", str(args.running), "--waiting", str(args.waiting), "--iters",
+             str(args.iters), "--profile", args.profile, "--clock", args.clock]
+    other = run_elsewhere(__file__, args.compare, flags) if args.compare else None
     print(f"schedule() with {args.running} running and {args.waiting} waiting requests, "
           f"{args.iters} steps each, {args.clock} time "
           f"(target: p50 <= 0.5 ms; after a refit, max <= 5 ms)")

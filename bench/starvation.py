@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
+from bench.json_file import write_json
 from bench.records_report import report
 from bench.ruler import RulerConfig, Subject, point_rows
 from bench.workloads import workload
@@ -62,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.workload:>11} {r.qps:>5g} {r.layout:>7} {r.goodput_pct:>7.1f}% {p99:>9} "
               f"{wait:>13}")
     if args.json:
-        with open(args.json, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(rows)) + b"\n")
+        write_json(args.json, rows)
     return 0
 
 

@@ -60,8 +60,10 @@ class Dispatch:
         """An HP holding a ticket is idle enough to start a new request now: it takes one
         before the LPs do (policies/ticket_pick.py picks which), else it would get only
         what the LPs' bound leaves over. Returns the request it took, if any."""
+        if not self.router.tickets:
+            return None
         candidates = [w for w, _ in plan.to_lp] + plan.order
-        if not candidates or not self.router.tickets:
+        if not candidates:
             return None
         hp = self.router.tickets.take()
         chosen = candidates[ticket_pick(candidates, hp)]
