@@ -11,6 +11,12 @@ Two workloads: `trace` -- lengths drawn from the packaged ShareGPT trace (bench/
 divided by --scale to fit the tiny model's context; `uniform` -- every request has
 the same prompt and output length (no padding or straggler waste for HF).
 
+On `uniform` HF wastes nothing, so all a serving engine can gain there is the framework's
+own time around the model's matrix products. `--bound` measures how far that goes: our
+run once more under torch.profiler, its matrix products' own time summed (the same
+products HF computes, on the same BLAS); tokens over that time is the speed of an
+executor whose every other op and line of Python took no time, printed as a ratio to HF.
+
 Timings on a shared machine are noisy, so each (workload, concurrency) runs --repeats
 pairs, ours and HF's back to back (the order alternating), and reports min / median / max
 tokens/s of each and of the per-pair ratio. `--clock cpu` times with the process's CPU
@@ -18,7 +24,7 @@ time instead of the wall clock: steadier when other jobs share the cores (with o
 thread it is what an idle machine would show).
 
     python -m bench.offline_throughput [--concurrency 1 4 16] [--workload trace uniform]
-                                       [--repeats 3] [--threads 2] [--clock wall]
+                                       [--repeats 3] [--threads 2] [--clock wall] [--bound]
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ import time
 
 import torch
 
+from bench.decode_step import MATMUL_OPS
 from bench.traces import load_trace, scaled_lengths
 from engines.engine import Engine
 from engines.executors.torch_executor import TorchExecutor
@@ -57,6 +64,15 @@ def ours_tokens_per_s(executor: TorchExecutor, work: Workload, concurrency: int,
     elapsed = clock() - start
     assert [len(c.token_ids) for c in done] == [o for _, o in work]
     return sum(o for _, o in work) / elapsed
+
+
+def matmul_bound_tokens_per_s(executor: TorchExecutor, work: Workload, concurrency: int) -> float:
+    """Tokens/s of our run if only its matrix products took time (see the module doc)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        ours_tokens_per_s(executor, work, concurrency)
+    seconds = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS) / 1e6
+    return sum(o for _, o in work) / seconds
 
 
 def hf_generate(model, batch: Workload, pad_id: int) -> None:
@@ -121,6 +137,8 @@ def main() -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="cpu: process CPU time (sums threads: meant for --threads 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bound", action="store_true",
+                        help="also print the matrix-products-only bound, as a ratio to HF")
     args = parser.parse_args()
 
     import transformers
@@ -157,6 +175,10 @@ def main() -> None:
             ratios[title, c] = spread(ratio, "x")
             print(f"{c:>11}  {spread(ours):>24}  {spread(theirs):>24}  {ratios[title, c]}",
                   flush=True)
+            if args.bound:
+                bound = matmul_bound_tokens_per_s(executor, work, c)
+                print(f"{'':>11}  bound (matrix products alone): {bound:.0f} tok/s, "
+                      f"{bound / statistics.median(theirs):.2f}x HF", flush=True)
 
     print("\nratio to HF generate, median [min-max], side by side")
     print(f"{'concurrency':>11}" + "".join(f"  {t:>26}" for t in titles))

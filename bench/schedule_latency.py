@@ -39,6 +39,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from bench.json_file import write_json
 from bench.side_by_side import CLOCKS, run_elsewhere
 from engines.engine import Engine
 from engines.executors.latency import make_latency
@@ -219,7 +220,9 @@ def main() -> None:
           f"(target: p50 <= 0.5 ms; after a refit, max <= 5 ms)")
     _print_table(rows, other, str(args.compare) if args.compare else "")
     if args.json:
-        args.json.write_text(json.dumps({"this": rows, "compare": other}, indent=2))
+        config = {"running": args.running, "waiting": args.waiting, "iters": args.iters,
+                  "profile": args.profile, "clock": args.clock, "compare": str(args.compare)}
+        write_json(args.json, {"config": config, "this": rows, "compare": other})
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from daemon.model_plan import ModelPlan
 from daemon.served_models import ServedModels
 from daemon.systemd import Notifier
 from engines.executors.config import ExecutorConfig
+from engines.gc_freeze import freeze_startup_heap
 from engines.instance_config import InstanceConfig
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.models.tokenizer import Tokenizer
@@ -141,6 +142,7 @@ async def serve(config: ServeConfig) -> int:
         log.info("model %s on instances %s; model and tokenizer folder: %s (load testers take "
                  "it as their tokenizer)", plan.name,
                  ", ".join(str(spec.index) for spec in plan.instances), _model_dir(plan))
+    freeze_startup_heap()  # never to be scanned again by the garbage collector
     notifier = Notifier()
     notifier.ready(f"serving on port {port}")
     watchdog = asyncio.create_task(_watchdog(notifier, models))

@@ -56,6 +56,7 @@ def serve(config: InstanceConfig) -> int:
     """Connect, build the engine (reporting a failure to the controller), run the loop."""
     from engines.engine import Engine
     from engines.executors.config import build_executor
+    from engines.gc_freeze import freeze_startup_heap
     from engines.instance import EXIT_FAILED, Instance
     from engines.perf_setup import build_perf_model
     from ipc.channel import InstanceChannel
@@ -72,7 +73,9 @@ def serve(config: InstanceConfig) -> int:
             channel.send(InstanceFailed(instance_id=config.instance_id,
                                         message=f"{type(exc).__name__}: {exc}"))
             return EXIT_FAILED
-        return Instance(config, engine, channel).run()
+        instance = Instance(config, engine, channel)
+        freeze_startup_heap()  # the start-up heap, never to be scanned again (engines/gc_freeze.py)
+        return instance.run()
     finally:
         channel.close()
 

@@ -108,6 +108,15 @@ class BlockManager:
             table.append(take())
         return True
 
+    def allocate_one_block(self, request: Request) -> bool:
+        """`allocate(request, 1)` for a running request whose blocks are all full (a decode
+        crossing into a new block, every block-size steps): one more block, or False (and
+        no change) if none is free. A step asks this of its decodes by the dozen."""
+        if not (self._empty or self._evictable):
+            return False
+        request.block_table.append(self._take())
+        return True
+
     def free(self, request: Request) -> None:
         """Release the request's blocks, its last block first: a named block stays cached
         free, and the end of a prefix is reused before its start (which more requests share)."""

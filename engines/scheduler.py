@@ -122,20 +122,38 @@ class Scheduler:
     # ---- scheduling ---------------------------------------------------------------------
     def schedule(self, now: float) -> Batch:
         batch = Batch()
-        candidates = self._candidates(batch, now)
+        decodes, contexts, prefilling = self._split_running()
+        candidates = self._candidates(batch, now, contexts)
         if self.mode.prefill_first:
-            budget, _ = self._continue_prefills(batch, self._max_prefill_tokens())
-            self._admit(batch, candidates, budget, math.inf)
+            budget, _ = self._continue_prefills(batch, prefilling, self._max_prefill_tokens())
+            self._admit(batch, candidates, budget, math.inf, decodes)
             if not batch:
-                self._schedule_decodes(batch)
+                self._schedule_decodes(batch, decodes)
         else:
-            prefilling = self._schedule_decodes(batch)
+            self._schedule_decodes(batch, decodes)
             budget = self._step_tokens() - batch.num_tokens
             if prefilling or self._admission_head(candidates, budget) is not None:
                 compute = self._compute_budget(batch, now)  # else no one would spend it
-                budget, compute = self._continue_prefills(batch, budget, compute, prefilling)
-                self._admit(batch, candidates, budget, compute)
+                budget, compute = self._continue_prefills(batch, prefilling, budget, compute)
+                self._admit(batch, candidates, budget, compute, decodes)
         return batch
+
+    def _split_running(self) -> tuple[list[Request], list[int], list[Request]]:
+        """(decoding, their context lengths, prefilling): the running requests whose next
+        step is one decode (`is_decoding`), and the others, each in running order. Read
+        once per step, before anything changes them: the triage, the decodes and the
+        decode reserve share it."""
+        decodes: list[Request] = []
+        contexts: list[int] = []
+        prefilling: list[Request] = []
+        for request in self.running:
+            n = len(request.token_ids)
+            if n - request.num_computed_tokens == 1 and n > request.num_prompt_tokens:
+                decodes.append(request)
+                contexts.append(n)
+            else:
+                prefilling.append(request)
+        return decodes, contexts, prefilling
 
     def _step_tokens(self) -> int:
         """The step's token budget: `chunk_size`, stretched up to STEP_STRETCH times in modes
@@ -145,11 +163,12 @@ class Scheduler:
             return STEP_STRETCH * self.token_budget
         return self.token_budget
 
-    def _candidates(self, batch: Batch, now: float):
+    def _candidates(self, batch: Batch, now: float, decode_contexts: list[int]):
         """Waiting requests in admission order, after drops and offloads leave the queue."""
         if not self.waiting or not (self.mode.by_value or self.triage.active):
             return self.waiting
-        ordered, offloaded, dropped = self.triage.run(self.waiting, now, self._next_batch_time)
+        ordered, offloaded, dropped = self.triage.run(
+            self.waiting, now, lambda: self._next_batch_time(decode_contexts))
         for request in offloaded:
             self._finish(request, FinishReason.OFFLOAD)
         for request in dropped:
@@ -157,11 +176,9 @@ class Scheduler:
         batch.offloaded, batch.dropped = offloaded, dropped
         return ordered
 
-    def _next_batch_time(self) -> float:
-        """Predicted seconds until this instance could start a waiting prompt: its decodes."""
-        contexts = [n for r in self.running  # is_decoding, inlined as in _schedule_decodes
-                    if (n := len(r.token_ids)) - r.num_computed_tokens == 1
-                    and n > r.num_prompt_tokens]
+    def _next_batch_time(self, contexts: list[int]) -> float:
+        """Predicted seconds until this instance could start a waiting prompt: its decodes
+        (of these context lengths)."""
         return self.predictor.batch_time(BatchShape.of(decodes=contexts)) if contexts else 0.0
 
     def _max_prefill_tokens(self) -> int:
@@ -180,39 +197,32 @@ class Scheduler:
             return math.inf
         return max(0.0, allowed - self.predictor.batch_time(batch_shape(batch)))
 
-    def _schedule_decodes(self, batch: Batch) -> list[Request]:
-        """Take every running decode, oldest first; preempt from the newest end if short of KV.
-        Returns the running requests that are not decoding (prefilling), in order."""
+    def _schedule_decodes(self, batch: Batch, decodes: list[Request]) -> None:
+        """Take every running decode (`decodes`, oldest first); preempt from the newest end
+        if short of KV."""
         bs, running = self.kv.block_size, RequestStatus.RUNNING
         # Added to the batch at once, and before a preemption (a failed allocate changes
         # nothing), which must see them there.
-        decodes: list[Request] = []
-        prefilling: list[Request] = []
-        for request in list(self.running):
-            computed, n = request.num_computed_tokens, len(request.token_ids)
+        taken: list[Request] = []
+        for request in decodes:
             if request.status is not running:
-                continue
-            if n - computed != 1 or n <= request.num_prompt_tokens:  # is_decoding, inlined
-                prefilling.append(request)
-                continue
-            if computed >= len(request.block_table) * bs and not self.kv.allocate(request, 1):
-                batch.add_decodes(decodes)
-                decodes = []
+                continue  # preempted meanwhile, to make room for an earlier one
+            if (request.num_computed_tokens >= len(request.block_table) * bs
+                    and not self.kv.allocate_one_block(request)):
+                batch.add_decodes(taken)
+                taken = []
                 if not self._make_room(request, 1, batch):
                     self._preempt(request, batch)
                     continue
-            decodes.append(request)
-        batch.add_decodes(decodes)
-        return prefilling
+            taken.append(request)
+        batch.add_decodes(taken)
 
-    def _continue_prefills(self, batch: Batch, budget: int, compute: float = math.inf,
-                           prefilling: list[Request] | None = None) -> tuple[int, float]:
+    def _continue_prefills(self, batch: Batch, prefilling: list[Request], budget: int,
+                           compute: float = math.inf) -> tuple[int, float]:
         """Next chunks of prompts already started (`prefilling`: the running requests not
         decoding), in admission order, within the token budget and the compute budget (a
         chunk is cut to what fits; the first always gets at least one KV block's worth, so
         a prompt never stalls). Returns both left."""
-        if prefilling is None:
-            prefilling = [r for r in self.running if not r.is_decoding]
         first = True
         for request in prefilling:
             if budget <= 0:
@@ -236,14 +246,15 @@ class Scheduler:
                 first = False
         return budget, compute
 
-    def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float) -> None:
+    def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float,
+               decodes: list[Request]) -> None:
         """Admit waiting requests by Algorithm 1: stop at the first that does not fit."""
         if self._admission_head(candidates, budget) is None:
             return
         seat_limit = self.max_num_seqs - len(self.running)
         free = self.kv.num_free_blocks
         if self.mode.elastic_batch:
-            free -= self._decode_reserve()
+            free -= self._decode_reserve(decodes)
         selected = select_prefills(
             candidates, token_budget=budget, free_blocks=max(free, 0),
             block_size=self.kv.block_size, seat_limit=seat_limit,
@@ -269,11 +280,11 @@ class Scheduler:
             return None
         return head
 
-    def _decode_reserve(self) -> int:
-        """`admission.decode_reserve` of the running decodes, over their columns."""
-        decoding = [r for r in self.running  # is_decoding, inlined
-                    if (n := len(r.token_ids)) - r.num_computed_tokens == 1
-                    and n > r.num_prompt_tokens]
+    def _decode_reserve(self, decodes: list[Request]) -> int:
+        """`admission.decode_reserve` of the running decodes (`decodes`, less any preempted
+        since), over their columns."""
+        running = RequestStatus.RUNNING
+        decoding = [r for r in decodes if r.status is running]
         reserve = None
         try:
             n, prompt, max_tokens, held = np.array(

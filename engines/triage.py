@@ -44,7 +44,9 @@ class Triage:
         it is read (admission reads only its head), until `waiting` next loses one."""
         queue, requests = waiting.columns()
         if self.mode.by_value:
-            order = value_order(queue, now, self.value_keys, demote_lost=self.mode.demote_lost)
+            order = value_order(queue, now, self.value_keys, demote_lost=self.mode.demote_lost,
+                                near=waiting.last_order())
+            waiting.remember_order(order)
         else:
             order = np.argsort(queue.position)
         dropped: list[Request] = []

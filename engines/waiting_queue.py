@@ -27,7 +27,7 @@ _FIRST_CAPACITY = 64
 #: of one 2-d array (each one contiguous), so moving a row is one operation per block.
 #: `_requests` holds the Request of each row.
 _BLOCKS = (("_floats", np.float64, ("_own", "_deadline", "_arrival")),
-           ("_ints", np.int64, ("_priority", "_position", "_uncomputed", "_computed")),
+           ("_ints", np.int64, ("_priority", "_position", "_uncomputed", "_computed", "_rank")),
            ("_started", bool, ()), ("_requests", object, ()))
 
 
@@ -38,6 +38,7 @@ class WaitingQueue:
         self._rows: dict[Request, int] = {}   # in queue order
         self._back = 0                        # next position at the back ...
         self._front = 0                       # ... and the last one taken at the front
+        self._next_rank = 0                   # `_rank` of the next request to join
         self._version = predictor.version
         self._capacity = 0
         self._grow(_FIRST_CAPACITY)
@@ -118,6 +119,20 @@ class WaitingQueue:
                                started=self._started[:n], position=self._position[:n])
         return columns, self._requests[:n]
 
+    def remember_order(self, order: np.ndarray) -> None:
+        """Keep `order` (every row, as `columns()` numbers them) for `last_order`."""
+        self._rank[order] = np.arange(order.size)
+        self._next_rank = order.size
+
+    def last_order(self) -> np.ndarray:
+        """Every row, in the order last remembered, those that joined since at the end in
+        the order they joined (rows as `columns()` numbers them now): where a sort whose
+        keys move little between steps can start from."""
+        n = len(self._rows)
+        slots = np.full(self._next_rank, -1, dtype=np.intp)
+        slots[self._rank[:n]] = np.arange(n)
+        return slots[slots >= 0]
+
     def predicted_seconds(self) -> np.ndarray:
         """Each waiting request's predicted prefill seconds, in queue order."""
         self._reprice_if_stale()
@@ -140,6 +155,8 @@ class WaitingQueue:
         self._started[row] = request.prefill_started
         self._uncomputed[row] = request.num_uncomputed_tokens
         self._computed[row] = request.num_computed_tokens
+        self._rank[row] = self._next_rank
+        self._next_rank += 1
         self._own[row] = remaining_prefill_time(request, self.predictor, self.token_budget)
         return row
 

@@ -59,13 +59,17 @@ queues = st.lists(fake_requests(), max_size=30)
 
 @settings(**SETTINGS)
 @given(queue=queues, now=times, predictor=st.sampled_from(sorted(PREDICTORS)),
-       value=st.sampled_from(sorted(VALUE_FUNCTIONS)), demote_lost=st.booleans())
-def test_value_order_is_order_by_value(queue, now, predictor, value, demote_lost):
+       value=st.sampled_from(sorted(VALUE_FUNCTIONS)), demote_lost=st.booleans(),
+       shuffle=st.randoms(use_true_random=False))
+def test_value_order_is_order_by_value(queue, now, predictor, value, demote_lost, shuffle):
+    """Whatever order the sort starts from (`near`: the engine passes the last step's)."""
     predictor = PREDICTORS[predictor]
     want = order_by_value(queue, now, VALUE_FUNCTIONS[value], predictor, BUDGET, demote_lost)
     columns = QueueColumns.of(queue, predictor, BUDGET)
-    got = [queue[i] for i in value_order(columns, now, VALUE_KEYS[value], demote_lost)]
-    assert got == want
+    near = np.array(shuffle.sample(range(len(queue)), len(queue)), dtype=np.intp)
+    for start in (None, near, near[::-1]):
+        order = value_order(columns, now, VALUE_KEYS[value], demote_lost, near=start)
+        assert [queue[i] for i in order] == want
 
 
 @settings(**SETTINGS)

@@ -108,6 +108,31 @@ def test_waiting_queue_behaves_as_a_deque_with_columns_row_for_row(seed):
         queue.remove_many([random_request(rng, -2), random_request(rng, -3)])
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_last_order_is_the_remembered_order_then_the_newcomers(seed):
+    """What the triage starts its next sort from: the order it last remembered, less the
+    requests that left, then those that joined since (either end) in the order they
+    joined, whatever rows removals moved them to."""
+    rng = random.Random(seed)
+    queue = WaitingQueue(LinearPredictor(seconds_per_token=0.001), BUDGET)
+    expected: list = []
+    for i in range(400):
+        action = rng.random()
+        if action < 0.5 or not len(queue):
+            request = random_request(rng, i)
+            getattr(queue, rng.choice(["append", "appendleft"]))(request)
+            expected.append(request)
+        elif action < 0.7:
+            victims = rng.sample(list(queue), rng.randint(1, min(len(queue), 10)))
+            queue.remove_many(victims) if len(victims) > 1 else queue.remove(victims[0])
+            expected = [r for r in expected if r not in victims]
+        else:
+            order = np.array(rng.sample(range(len(queue)), len(queue)), dtype=np.intp)
+            queue.remember_order(order)
+            expected = queue.columns()[1][order].tolist()
+        assert queue.columns()[1][queue.last_order()].tolist() == expected
+
+
 def test_an_empty_queue_pops_nothing():
     queue = WaitingQueue(LinearPredictor(seconds_per_token=0.001), BUDGET)
     assert not queue and len(queue) == 0 and list(queue) == []
