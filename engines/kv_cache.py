@@ -98,23 +98,22 @@ class BlockManager:
     def allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Grow the block table for `num_new_tokens` more tokens; False (and no change) if short.
         A request waiting on a prefix hint drops it first (`claim_prefix` takes one)."""
+        table, block_size = request.block_table, self.block_size
+        if table and num_new_tokens == 1 and request.num_computed_tokens == len(table) * block_size:
+            # A decode whose next token opens a new block (each decode, every block-size
+            # steps: the commonest call by far): exactly one block, and no hint to drop.
+            if not (self._empty or self._evictable):
+                return False
+            table.append(self._take())
+            return True
         need = self.blocks_needed(request, num_new_tokens)
         if need > self.num_free_blocks:
             return False
         if self._hinted(request):
             request.prefix_hit, request.num_computed_tokens = [], 0
-        take, table = self._take, request.block_table
+        take = self._take
         for _ in range(need):
             table.append(take())
-        return True
-
-    def allocate_one_block(self, request: Request) -> bool:
-        """`allocate(request, 1)` for a running request whose blocks are all full (a decode
-        crossing into a new block, every block-size steps): one more block, or False (and
-        no change) if none is free. A step asks this of its decodes by the dozen."""
-        if not (self._empty or self._evictable):
-            return False
-        request.block_table.append(self._take())
         return True
 
     def free(self, request: Request) -> None:

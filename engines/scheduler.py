@@ -208,7 +208,7 @@ class Scheduler:
             if request.status is not running:
                 continue  # preempted meanwhile, to make room for an earlier one
             if (request.num_computed_tokens >= len(request.block_table) * bs
-                    and not self.kv.allocate_one_block(request)):
+                    and not self.kv.allocate(request, 1)):
                 batch.add_decodes(taken)
                 taken = []
                 if not self._make_room(request, 1, batch):

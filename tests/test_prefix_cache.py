@@ -109,6 +109,22 @@ def test_a_hint_is_admission_priced_and_dropped_by_a_plain_allocate():
     kv.check()
 
 
+def test_a_decode_past_a_full_table_takes_one_block_reusing_a_cached_one_or_nothing():
+    kv = BlockManager(3, BS, prefix_caching=True)
+    a = request("a", list(range(8)))          # two full blocks, then it decodes
+    run_prompt(kv, a)
+    assert kv.allocate(a, 1) and len(a.block_table) == 3 and kv.num_free_blocks == 0
+    a.num_computed_tokens = 12                # the third block full too: none is left
+    assert not kv.allocate(a, 1) and len(a.block_table) == 3
+    b = request("b", list(range(100, 108)))
+    kv.free(a)                    # a's two named blocks cached free, its third empty
+    run_prompt(kv, b)             # the empty block, then the oldest cached one
+    b.token_ids.append(7)
+    assert kv.allocate(b, 1) and len(b.block_table) == 3  # the last cached one, reused
+    assert kv.stats.evictions == 2 and kv.num_free_blocks == 0
+    kv.check()
+
+
 def test_without_prefix_caching_nothing_is_named_or_found():
     kv = BlockManager(8, BS, prefix_caching=False)
     run_prompt(kv, request("a", list(range(9))))
