@@ -19,7 +19,6 @@ from ipc.messages import (
 )
 from ipc.params import SamplingParams
 from policies.global_queue import Lane, Waiting, plan
-from policies.prefix_hash import block_hashes
 from policies.routing import PREFIX_LOAD_SLACK, Routing, prefix_aware
 from policies.ticket_pick import ticket_pick
 
