@@ -31,28 +31,24 @@ the daemon is a subprocess and everything is read over HTTP, /proc and ZeroMQ.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 
 from bench.bench_cli import raise_open_files_limit
 from bench.chaos_client import Answer, one_request
+from bench.daemon_launcher import ServeProcess
 from bench.garbage_frames import send_garbage
 from bench.processes import alive, instance_pids, is_instance, kill_quietly, rss_mb
 from bench.workload import prompt_token_ids
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-_SERVING = re.compile(r"serving .* on http://([0-9.]+):(\d+) ")
 #: When each fault strikes, as a share of the run's duration.
 FAULT_AT = {"kill_lp": 0.25, "garbage": 0.40, "kill_hp": 0.55, "burst": 0.70}
 
@@ -113,75 +109,16 @@ class Tally:
 
 # ---- the daemon ---------------------------------------------------------------------------
 
-class DaemonProcess:
-    def __init__(self, cfg: ChaosConfig) -> None:
-        self.cfg = cfg
-        self.tmp = Path(tempfile.mkdtemp(prefix="ascchaos-"))  # short: socket path limit
-        self.runtime_dir = self.tmp / "rt"
-        self.log_path = Path(cfg.log_path) if cfg.log_path else self.tmp / "daemon.log"
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
-
-    def command(self) -> list[str]:
-        c = self.cfg
-        cmd = [sys.executable, "-m", "bench.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-               "--runtime-dir", str(self.runtime_dir), "--executor", "sim",
-               "--sim-latency", c.sim_latency, "--layout", c.layout,
-               "--heartbeat-interval", "0.2", "--restart-backoff-max", "1",
-               "--drain-timeout", str(c.drain_timeout),
-               "--max-queued-requests", str(c.max_queued_requests),
-               "--recovery-timeout", "10"]
-        if c.model:
-            cmd += ["--model", c.model]
-        return cmd + list(c.extra_args)
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS")}
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=PROJECT_ROOT, env=env,
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    async def wait_serving(self, session: aiohttp.ClientSession) -> None:
-        deadline = time.monotonic() + self.cfg.start_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the daemon exited with {self.proc.returncode} before "
-                                   f"serving; log:\n{self.log()[-3000:]}")
-            match = _SERVING.search(self.log())
-            if match:
-                self.url = f"http://{match.group(1)}:{match.group(2)}"
-                try:
-                    async with session.get(self.url + "/health") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"the daemon was not serving within {self.cfg.start_timeout:.0f} s")
-
-    def kill_everything(self) -> None:
-        """Last resort: the daemon's process group and its instances (own sessions)."""
-        if self.proc is None:
-            return
-        for pid in instance_pids(self.proc.pid):
-            kill_quietly(pid)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait(10)
+def serve_args(cfg: ChaosConfig) -> list[str]:
+    """`ascendra serve`'s flags for a chaos run (bench/daemon_launcher.py adds host, port,
+    port file and runtime directory)."""
+    args = ["--executor", "sim", "--sim-latency", cfg.sim_latency, "--layout", cfg.layout,
+            "--heartbeat-interval", "0.2", "--restart-backoff-max", "1",
+            "--drain-timeout", str(cfg.drain_timeout),
+            "--max-queued-requests", str(cfg.max_queued_requests), "--recovery-timeout", "10"]
+    if cfg.model:
+        args += ["--model", cfg.model]
+    return args + list(cfg.extra_args)
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -191,7 +128,7 @@ class Chaos:
         self.cfg = cfg
         self.out = out
         self.rng = random.Random(cfg.seed)
-        self.daemon = DaemonProcess(cfg)
+        self.daemon = ServeProcess(serve_args(cfg), log_path=cfg.log_path or None)
         self.tally = Tally()
         self.answers: list[Answer] = []
         self.tasks: list[asyncio.Task] = []
@@ -206,14 +143,13 @@ class Chaos:
     async def run(self) -> Tally:
         self.daemon.start()
         try:
+            await self.daemon.wait_serving_async(self.cfg.start_timeout)
             connector = aiohttp.TCPConnector(limit=0, force_close=True)
             async with aiohttp.ClientSession(connector=connector,
                                              timeout=aiohttp.ClientTimeout(total=None)) as session:
-                await self.daemon.wait_serving(session)
                 await self._load(session)
-        finally:
-            if self.daemon.proc.poll() is None:
-                self.daemon.kill_everything()
+        finally:  # a last resort when it still runs: SIGKILL to it and its instances
+            self.daemon.stop(grace=0)
         return self.tally
 
     async def _load(self, session: aiohttp.ClientSession) -> None:
@@ -328,7 +264,7 @@ class Chaos:
         except subprocess.TimeoutExpired:
             code = None
             self.say("the daemon did not exit in time; killing it")
-            self.daemon.kill_everything()
+            self.daemon.stop(grace=0)
         sampler.cancel()
         self.tally.daemon_exit_code = code
         self.tally.duration_s = round(time.monotonic() - self.start, 2)

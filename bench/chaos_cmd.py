@@ -19,15 +19,12 @@ def _range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     d = ChaosConfig()
-    p = sub.add_parser(
-        "chaos", help="start a daemon (sim executor), load it, inject faults (kill -9 LP and "
-                      "HP instances, garbage frames, client disconnects, a burst, SIGTERM) and "
-                      "tally every request's answer; exit 1 if any was lost",
-        description="Start `ascendra serve --executor sim` as a subprocess, drive open-loop "
-                    "streaming load and inject faults; print the tally: accepted, completed, "
-                    "dropped by reason, errored by message, client-cancelled, lost (must be 0).")
+    p.description = ("Start `ascendra serve --executor sim` as a subprocess, drive open-loop "
+                     "streaming load and inject faults; print the tally: accepted, completed, "
+                     "dropped by reason, errored by message, client-cancelled, lost (must be "
+                     "0).")
     p.add_argument("--duration", type=float, default=d.duration,
                    help="seconds of load before the SIGTERM (default %(default)s)")
     p.add_argument("--qps", type=float, default=d.qps,

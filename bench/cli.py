@@ -1,17 +1,54 @@
 """`ascendra` command line: one subcommand per job -- the top of the import graph.
 
 The daemon's own verbs (serve, generate, make-tiny-model) live in `daemon/*_cmd.py`, the
-evidence verbs (bench, simulate, capacity, records, reproduce, chaos) in `bench/*_cmd.py`;
-only this file imports them.
+evidence verbs (bench, simulate, capacity, plan, records, reproduce, chaos) in
+`bench/*_cmd.py`; only this file names them. It names them as text (`VERBS`) and imports a
+verb's module only when that verb runs or its `--help` is asked for: `ascendra serve`
+loads the daemon and, of bench/, nothing but this file (no simulator, load generator or
+figures; tests/test_cli_imports.py checks it).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import sys
+from collections.abc import Callable
+from typing import NamedTuple
 
-from bench import bench_cmd, chaos_cmd, plan_cmd, records_cmd, reproduce_cmd, simulate_cmd
-from daemon import generate_cmd, serve_cmd, tiny_model_cmd
+
+class Verb(NamedTuple):
+    name: str
+    help: str          # its line in `ascendra --help`
+    #: "module:function" that adds the verb's flags (and description) to its parser and
+    #: sets its `run`; imported only when the verb is chosen.
+    arguments: str
+
+
+VERBS: tuple[Verb, ...] = (
+    Verb("serve", "run the daemon: OpenAI-compatible HTTP API over engine instances",
+         "daemon.serve_cmd:add_arguments"),
+    Verb("generate", "complete prompts offline (continuous batching, one engine)",
+         "daemon.generate_cmd:add_arguments"),
+    Verb("bench", "load-test a server: open-loop arrivals from a trace, TTFT/TBT "
+                  "percentiles, goodput", "bench.bench_cmd:add_arguments"),
+    Verb("simulate", "simulate a layout on a GPU profile (virtual clock)",
+         "bench.simulate_cmd:add_simulate_arguments"),
+    Verb("capacity", "highest QPS holding a goodput target in steady state, by simulation "
+                     "(several seeds)", "bench.simulate_cmd:add_capacity_arguments"),
+    Verb("plan", "simulate every split of --gpus GPUs (all-LP, kLmH, baselines) on a "
+                 "workload and recommend one", "bench.plan_cmd:add_arguments"),
+    Verb("records", "goodput by class, prompt length, instance and offload of a records "
+                    "file, and why requests missed", "bench.records_cmd:add_arguments"),
+    Verb("reproduce", "the paper's figures 9-13 (and the offload-threshold sweep), simulated",
+         "bench.reproduce_cmd:add_arguments"),
+    Verb("chaos", "start a daemon (sim executor), load it, inject faults (kill -9 LP and HP "
+                  "instances, garbage frames, client disconnects, a burst, SIGTERM) and "
+                  "tally every request's answer; exit 1 if any was lost",
+         "bench.chaos_cmd:add_arguments"),
+    Verb("make-tiny-model", "write a small random-weight Llama-family checkpoint in the "
+                            "Hugging Face folder format", "daemon.tiny_model_cmd:add_arguments"),
+)
 
 
 def version() -> str:
@@ -22,14 +59,46 @@ def version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
+def _function(target: str) -> Callable[[argparse.ArgumentParser], None]:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class _LazyVerbs(argparse._SubParsersAction):
+    """Subparsers that get their flags only when argparse dispatches to them."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.pending: dict[str, str] = {}
+
+    def parser_for(self, name: str) -> argparse.ArgumentParser:
+        """Verb `name`'s parser, its flags added (its module imported) on first use."""
+        parser = self.choices[name]
+        target = self.pending.pop(name, None)
+        if target is not None:
+            _function(target)(parser)
+        return parser
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values and values[0] in self.choices:
+            self.parser_for(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascendra", description="Ascendra LLM serving daemon")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.register("action", "parsers", _LazyVerbs)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve_cmd, generate_cmd, bench_cmd, simulate_cmd, plan_cmd, records_cmd,
-                   reproduce_cmd, chaos_cmd, tiny_model_cmd):
-        module.register(sub)
+    for verb in VERBS:
+        sub.add_parser(verb.name, help=verb.help)
+        sub.pending[verb.name] = verb.arguments
     return parser
+
+
+def verb_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of `build_parser()`'s verb `name`, with all its flags (for tests)."""
+    return parser._subparsers._group_actions[0].parser_for(name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,53 +17,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from bench.processes import kill_quietly
+from bench.daemon_launcher import ServeProcess
 from bench.results import read_result
 
 PROFILE = "a100-llama3-8b"
 
 
-def _serve(layout: str, port: int, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "bench.cli", "serve", "--executor", "sim", "--profile",
-               PROFILE, "--layout", layout, "--max-model-len", "8192", "--port", str(port),
-               "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
-    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def _wait_ready(url: str, timeout: float = 120.0) -> None:
-    import urllib.request
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"the daemon at {url} was not ready within {timeout:.0f} s")
+def _serve_args(layout: str) -> list[str]:
+    return ["--executor", "sim", "--profile", PROFILE, "--layout", layout, "--max-model-len",
+            "8192", "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
 
 
 def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int) -> tuple:
     flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", "0"]
     live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
-    daemon = _serve(layout, port, out / f"daemon_{layout}_{workload}.log")
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_ready(url)
-        subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", url, *flags,
+    with ServeProcess(_serve_args(layout), port=port, start_timeout=120,
+                      log_path=out / f"daemon_{layout}_{workload}.log") as daemon:
+        subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url, *flags,
                         "--max-model-len", "8192", "--json", str(live_json), "--disable-tqdm",
                         "--max-error-rate", "1"], check=True, stdout=subprocess.DEVNULL)
-    finally:
-        kill_quietly(daemon.pid, signal.SIGTERM)
-        daemon.wait(timeout=30)
     subprocess.run([sys.executable, "-m", "bench.cli", "simulate", "--layout", layout,
                     "--profile", PROFILE, *flags, "--json", str(sim_json)], check=True,
                    stdout=subprocess.DEVNULL)
@@ -78,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="workload:qps,... (default %(default)s)")
     parser.add_argument("--num-requests", type=int, default=2000)
     parser.add_argument("--out", default="live_check")
-    parser.add_argument("--port", type=int, default=18400)
+    parser.add_argument("--port", type=int, default=0,
+                        help="the daemon's port (default 0: any free one)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,7 @@ from bench.json_file import write_json
 from bench.sim_flags import add_sim_flags, sim_settings
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="simulate every split of --gpus GPUs (all-LP, kLmH, "
-                                    "baselines) on a workload and recommend one")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_flags(p, layout=False)
     p.add_argument("--gpus", type=int, default=3, help="GPUs, one instance each (default 3)")
     p.add_argument("--measured", type=int, default=2000,

@@ -14,9 +14,7 @@ from bench.records_file import read_records
 from bench.records_report import GroupRow, RecordsReport, cause_text, report
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("records", help="goodput by class, prompt length, instance and offload "
-                                       "of a records file, and why requests missed")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a records file (.jsonl or .parquet)")
     p.add_argument("--json", metavar="OUT", help="write the report as JSON here")
     p.add_argument("--all", dest="measured_only", action="store_false",

@@ -7,16 +7,14 @@ import sys
 from bench.reproduce import FIGURES
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "reproduce", help="the paper's figures 9-13 (and the offload-threshold sweep), simulated",
-        description="Simulate one of the paper's evaluation figures and write FIGURE.json and "
-                    "FIGURE.png into --out. fig9: goodput vs QPS and vs SLO scale; fig10: per "
-                    "instance P99 TTFT, mean TBT, throughput, scheduling delay; fig11: EDF vs "
-                    "SJF vs FCFS and HP elastic batch on/off; fig12: overload for 10 simulated "
-                    "minutes with drops; fig13: 1L1H and 2L1H vs 1L2H; threshold: offload "
-                    "threshold sweep; fleet: 1, 4 and 16 boxes behind an inference gateway, "
-                    "by load.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Simulate one of the paper's evaluation figures and write FIGURE.json and "
+                     "FIGURE.png into --out. fig9: goodput vs QPS and vs SLO scale; fig10: per "
+                     "instance P99 TTFT, mean TBT, throughput, scheduling delay; fig11: EDF vs "
+                     "SJF vs FCFS and HP elastic batch on/off; fig12: overload for 10 simulated "
+                     "minutes with drops; fig13: 1L1H and 2L1H vs 1L2H; threshold: offload "
+                     "threshold sweep; fleet: 1, 4 and 16 boxes behind an inference gateway, "
+                     "by load.")
     p.add_argument("figure", choices=[*FIGURES, "all"])
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--num-requests", type=int, default=None,

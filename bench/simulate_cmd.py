@@ -30,8 +30,7 @@ from daemon.layout import layout_modes
 DEFAULT_NUM_REQUESTS = 2000
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="simulate a layout on a GPU profile (virtual clock)")
+def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_flags(p)
     p.add_argument("--num-requests", type=int, default=None,
                    help=f"requests to simulate (default {DEFAULT_NUM_REQUESTS}, or every row of a "
@@ -45,8 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "`ascendra records FILE`")
     add_fleet_flags(p)
     p.set_defaults(run=run_simulate)
-    p = sub.add_parser("capacity", help="highest QPS holding a goodput target in steady state, "
-                                        "by simulation (several seeds)")
+
+
+def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_flags(p)
     p.add_argument("--target", type=float, default=CAPACITY_TARGET,
                    help="goodput %% to hold (default %(default)s)")

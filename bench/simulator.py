@@ -31,7 +31,9 @@ from bench.records import RequestRecord
 from bench.sim_instances import SimConfig, SimInstance, build_instance
 from bench.workload import WorkloadRequest, request_prompt
 from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, FromInstance, Send, StartAccepting, StartTimer, TimerFired
+from daemon.controller_events import (
+    Arrived, FromInstance, Send, StartAccepting, StartTimer, TimerFired, Token,
+)
 from engines.batch import Batch
 from ipc.params import SamplingParams
 
@@ -102,14 +104,19 @@ class Simulation:
                                  sampling, work.ttft_slo, work.tbt_slo))
 
     def _controller(self, event) -> None:
+        now, keeper = self.now, self.keeper
         for action in self.controller.handle(event):
-            self.keeper.observe(action, self.now)
-            if isinstance(action, Send):
+            kind = type(action)
+            if kind is Token:  # the hot path, one per token: as the daemon's driver does
+                keeper.token(action, now)
+                continue
+            keeper.observe(action, now)
+            if kind is Send:
                 delay = self.config.ipc_delay + kv_transfer_seconds(
                     self.config.profile, self.config.interconnect, action.message)
-                self._at(self.now + delay, self._deliver,
+                self._at(now + delay, self._deliver,
                          self.instances[action.instance_id], action.message)
-            elif isinstance(action, StartTimer):
+            elif kind is StartTimer:
                 self._at(action.at, self._timer, action.timer)
 
     def _timer(self, timer) -> None:
@@ -148,6 +155,8 @@ class Simulation:
 
     def _start_step(self, sim: SimInstance, batch: Batch) -> None:
         for chunk in batch.chunks:
+            if chunk.is_decode:
+                continue  # a decode follows the request's prefill: its delay is set
             record = self.records[chunk.request.request_id]
             if record.sched_delay is None:
                 record.sched_delay = self.now - record.arrival

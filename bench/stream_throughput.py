@@ -18,27 +18,17 @@ executor's tokens depend only on the prompt). Prints figures; it does not pass o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import os
-import re
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
-
-from bench.processes import cpu_seconds, instance_pids, kill_quietly
+from bench.daemon_launcher import PROJECT_ROOT, DaemonStartError, ServeProcess, free_port
+from bench.processes import cpu_seconds
 from bench.stream_client import StreamRun, run_streams
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-_SERVING = re.compile(r"serving .* on http://([0-9.]+):(\d+) ")
 START_TIMEOUT = 60.0
 #: Cores this process may run on: the box the daemon, its instance and the client share.
 CPUS = len(os.sched_getaffinity(0))
@@ -54,52 +44,34 @@ class Measured:
 
 @dataclass
 class Daemon:
-    """`ascendra serve` run from checkout `root` (its code on PYTHONPATH, same python)."""
+    """`ascendra serve` run from checkout `root` (its code on PYTHONPATH, same python), by
+    bench/daemon_launcher.py: this checkout's learns its port from its port file, another
+    one (which may predate --port-file) gets a free port picked here."""
     name: str
     root: Path
     args: list[str]
-    proc: subprocess.Popen | None = None
-    url: str = ""
-    tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ascsse-")))
+    serve: ServeProcess | None = None
     runs: list[Measured] = field(default_factory=list)
 
     def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in (
-            "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "ASCENDRA_API_KEY")}
-        env["PYTHONPATH"] = str(self.root)
-        env["PYTHONUNBUFFERED"] = "1"
-        command = [sys.executable, "-m", "bench.cli", "serve", "--host", "127.0.0.1",
-                   "--port", "0", "--runtime-dir", str(self.tmp / "rt"), *self.args]
-        with open(self.tmp / "daemon.log", "wb") as log:
-            self.proc = subprocess.Popen(command, cwd=self.root, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+        ours = self.root == PROJECT_ROOT
+        self.serve = ServeProcess(self.args, root=self.root, port_file=ours,
+                                  port=0 if ours else free_port()).start()
 
-    def log(self) -> str:
-        return (self.tmp / "daemon.log").read_text(errors="replace")
+    @property
+    def url(self) -> str:
+        return self.serve.url
 
-    async def wait_serving(self, session: aiohttp.ClientSession) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name}: the daemon exited with {self.proc.returncode}; "
-                                   f"log:\n{self.log()[-3000:]}")
-            match = _SERVING.search(self.log())
-            if match:
-                self.url = f"http://{match.group(1)}:{match.group(2)}"
-                try:
-                    async with session.get(self.url + "/health") as resp:
-                        if resp.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.name}: not serving within {START_TIMEOUT:.0f} s")
+    async def wait_serving(self) -> None:
+        try:
+            await self.serve.wait_serving_async(START_TIMEOUT)
+        except DaemonStartError as exc:
+            raise RuntimeError(f"{self.name}: {exc}") from None
 
     def cpu(self) -> tuple[float, float]:
         """(the daemon's own CPU seconds, its instances')."""
-        return (cpu_seconds(self.proc.pid),
-                sum(cpu_seconds(pid) for pid in instance_pids(self.proc.pid)))
+        return (cpu_seconds(self.serve.pid),
+                sum(cpu_seconds(pid) for pid in self.serve.instance_pids()))
 
     async def measure(self, requests: int, tokens: int) -> StreamRun:
         daemon_cpu, instance_cpu = self.cpu()
@@ -109,18 +81,8 @@ class Daemon:
         return run
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        children = instance_pids(self.proc.pid)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            kill_quietly(self.proc.pid)
-            self.proc.wait(10)
-        for pid in children:
-            kill_quietly(pid)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.serve is not None:
+            self.serve.stop(grace=30)
 
 
 def daemon_args(requests: int, tokens: int) -> list[str]:
@@ -134,23 +96,22 @@ def daemon_args(requests: int, tokens: int) -> list[str]:
 
 
 async def bench(daemons: list[Daemon], requests: int, tokens: int, repeats: int) -> None:
-    async with aiohttp.ClientSession() as session:
+    for daemon in daemons:
+        daemon.start()
+    try:
         for daemon in daemons:
-            daemon.start()
-        try:
-            for daemon in daemons:
-                await daemon.wait_serving(session)
-            for daemon in daemons:  # warm up: imports, caches, the first connections
-                await run_streams(daemon.url, min(requests, 32), min(tokens, 64), keep=0)
-            for repeat in range(repeats):  # interleaved, the order turning each time
-                turn = repeat % len(daemons)
-                for daemon in daemons[turn:] + daemons[:turn]:
-                    run = await daemon.measure(requests, tokens)
-                    print(f"  {daemon.name} run {repeat + 1}: "
-                          f"{run.token_events / run.seconds:,.0f} tokens/s", flush=True)
-        finally:
-            for daemon in daemons:
-                daemon.stop()
+            await daemon.wait_serving()
+        for daemon in daemons:  # warm up: imports, caches, the first connections
+            await run_streams(daemon.url, min(requests, 32), min(tokens, 64), keep=0)
+        for repeat in range(repeats):  # interleaved, the order turning each time
+            turn = repeat % len(daemons)
+            for daemon in daemons[turn:] + daemons[:turn]:
+                run = await daemon.measure(requests, tokens)
+                print(f"  {daemon.name} run {repeat + 1}: "
+                      f"{run.token_events / run.seconds:,.0f} tokens/s", flush=True)
+    finally:
+        for daemon in daemons:
+            daemon.stop()
 
 
 def _spread(values: list[float], fmt: str = "{:,.0f}") -> str:

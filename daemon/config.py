@@ -26,6 +26,7 @@ from daemon.controller_config import ControllerConfig, SloConfig
 from daemon.layout import layout_modes, parse_layout
 from daemon.model_plan import ModelPlan, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig
+from engines.executors.config import DEFAULT_CUDA_GRAPH_MAX_BATCH
 from engines.executors.latency import make_latency
 
 PositiveInt = Annotated[int, Meta(ge=1)]
@@ -90,6 +91,10 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     num_kv_blocks: Annotated[PositiveInt | None, doc(
         "KV cache size in blocks per instance; unset = sized from free GPU memory (sim: "
         "4096).", example=8192)] = None
+    cuda_graph_max_batch: Annotated[int, Meta(ge=0), doc(
+        "torch on CUDA: decode steps of up to this many sequences (and at most the mode's "
+        "max_num_seqs) replay CUDA graphs captured at start; 0 = always eager (vLLM's "
+        "--enforce-eager).")] = DEFAULT_CUDA_GRAPH_MAX_BATCH
 
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
@@ -116,8 +121,11 @@ class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
         "Address the HTTP API listens on; a warning is logged when it is not loopback and no "
         "API key is set.")] = "127.0.0.1"
     port: Annotated[int, Meta(ge=0, le=65535), doc(
-        'TCP port of the HTTP API; 0 = any free port (the "serving ..." log line names '
-        "it).")] = 8000
+        'TCP port of the HTTP API; 0 = any free port (the "serving ..." log line and '
+        "port_file name it).")] = 8000
+    port_file: Annotated[str, doc(
+        "A file the daemon writes the HTTP port to (one line) once it listens, and removes "
+        'when it stops: how a script learns the port of port = 0; "" = none.')] = ""
     api_key: Annotated[str, doc(
         'Required as "Authorization: Bearer <key>" on the /v1 routes; "" = no key. Rather '
         "than writing it here, give it as $ASCENDRA_API_KEY (e.g. an EnvironmentFile= of the "

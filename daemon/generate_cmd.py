@@ -12,8 +12,7 @@ from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="complete prompts offline (continuous batching, one engine)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Hugging Face model folder (default: the built-in tiny model)")
     p.add_argument("--mode", choices=["sarathi", "vllm", "lp", "hp"], default="sarathi")
     p.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for more")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engines.modes import MODES
 
-_REPEAT = re.compile(r"^(\d+)x([a-z]+)$")
+_REPEAT = re.compile(r"^(\d+)x([a-z][a-z0-9-]*)$")
 _ASCENDRA = re.compile(r"^(\d+)L(\d+)H$")
 _DISAGGREGATED = re.compile(r"^(\d+)P(\d+)D$")
 #: Modes that only make sense together, in a `<n>P<m>D` layout.

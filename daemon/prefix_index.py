@@ -51,9 +51,12 @@ class PrefixIndex:
         held = self._held.get(instance_id)
         if held is None:
             return
-        for name in names:
-            held[name] = None
-            held.move_to_end(name)
+        move_to_end = held.move_to_end
+        for name in names:  # each to the end, in order (a new one is added there)
+            if name in held:
+                move_to_end(name)
+            else:
+                held[name] = None
         capacity = self._capacity[instance_id]
         while len(held) > capacity:
             held.popitem(last=False)

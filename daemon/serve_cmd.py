@@ -40,8 +40,7 @@ from ipc.channel import CONTROLLER_SOCKET, ControllerChannel, make_runtime_dir
 log = logging.getLogger("ascendra")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="run the daemon: OpenAI-compatible HTTP API over engine instances")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML config file; flags override its fields")
     p.add_argument("--print-config", action="store_true",
                    help="print the config (the file and flags applied) as commented TOML and exit")
@@ -92,7 +91,9 @@ def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
     executor = ExecutorConfig(kind=instances.executor, block_size=instances.block_size,
                               num_kv_blocks=instances.num_kv_blocks, model_dir=str(model_dir),
                               device=instances.device, latency=instances.resolved_sim_latency,
-                              max_model_len=config.model.max_model_len)
+                              max_model_len=config.model.max_model_len,
+                              cuda_graph_max_batch=min(instances.cuda_graph_max_batch,
+                                                       scheduler.resolved_max_num_seqs()))
     return InstanceConfig(instance_id=spec.index, endpoint=endpoint, scheduler=scheduler.validate(),
                           executor=executor, gpus=list(spec.gpus) if spec.gpus else None,
                           heartbeat_interval=config.process.heartbeat_interval,
@@ -136,6 +137,14 @@ async def serve(config: ServeConfig) -> int:
         await models.stop()
         return 1
     port = runner.addresses[0][1]
+    if http.port_file:
+        try:
+            _write_port_file(http.port_file, port)
+        except OSError as exc:
+            log.error("cannot write the port file %s: %s", http.port_file, _why(exc))
+            await runner.cleanup()
+            await models.stop()
+            return 1
     log.info("serving %s on http://%s:%d (layout %s, %s executor)", ", ".join(models.names),
              http.host, port, "+".join(p.layout for p in plans), config.instances.executor)
     for plan in plans:
@@ -153,8 +162,18 @@ async def serve(config: ServeConfig) -> int:
     await models.drain(config.process.drain_timeout)
     await runner.cleanup()
     await models.stop()
+    if http.port_file:
+        Path(http.port_file).unlink(missing_ok=True)
     log.info("stopped")
     return 0
+
+
+def _write_port_file(path: str, port: int) -> None:
+    """The port, one line, written whole: a reader never sees half of it."""
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    partial.write_text(f"{port}\n")
+    os.replace(partial, target)
 
 
 async def _port_taken(host: str, port: int) -> str | None:

@@ -47,8 +47,8 @@ def measure(executor, shapes: list[BatchShape], *, repeats: int = 1,
     batch) -> seconds` replaces the wall-clock timing (a sim executor states its latency)."""
     timer = timer or _timed
     blocks = BlockManager(executor.num_kv_blocks, executor.block_size)
-    vocab = getattr(getattr(executor, "config", None), "vocab_size", 2)
-    max_len = getattr(executor, "max_model_len", None)
+    vocab = executor.vocab_size or 2
+    max_len = executor.max_model_len
     rng = random.Random(seed)
     start, timings, skipped, warm = time.perf_counter(), [], 0, False
     for shape in shapes:
@@ -84,8 +84,7 @@ def calibrate(executor, perf_model: PerfModel, shapes: list[BatchShape], *, repe
 
 def _timed(executor, batch: Batch) -> float:
     """Seconds one execute takes, with the GPU's queue drained before and after."""
-    device = getattr(executor, "device", None)
-    sync = _cuda_sync(device)
+    sync = _cuda_sync(executor.device)
     sync()
     begin = time.perf_counter()
     executor.execute(batch)

@@ -52,7 +52,7 @@ class Engine:
         self.perf_model = perf_model
         self.predictor = MemoPredictor(perf_model) if perf_model is not None else None
         self.scheduler = Scheduler(config, self.kv, executor.max_model_len,
-                                   getattr(executor, "eos_token_ids", frozenset()),
+                                   executor.eos_token_ids,
                                    predictor=self.predictor)
         self.clock = clock
         self._ids = itertools.count()

@@ -50,10 +50,7 @@ def hand_off(engine: Engine, outputs: Sequence[TokenOutput], instance_id: int,
 
 
 def _export(engine: Engine, request: Request):
-    export = getattr(engine.executor, "export_kv", None)
-    if export is None:
-        return None, []
-    return export(request.block_table, request.num_computed_tokens)
+    return engine.executor.export_kv(request.block_table, request.num_computed_tokens)
 
 
 def prefilled_request(message: SubmitPrefilled, deadline: float) -> Request:
@@ -134,17 +131,17 @@ def take_in(engine: Engine, item: Prefilled) -> None:
     """Run the request here from its KV (or recompute it: no room, or no usable KV);
     ValueError (and nothing kept) when its KV does not fit this cache."""
     request, kv, frames = item
-    importer = getattr(engine.executor, "import_kv", None)
-    usable = (kv is None and importer is None) or (
-        kv is not None and importer is not None and len(frames) == kv.num_layers)
+    executor = engine.executor
+    usable = (kv is None and not executor.carries_kv) or (
+        kv is not None and executor.carries_kv and len(frames) == kv.num_layers)
     if not usable:
         log.warning("request %s: its KV did not come with it (%d of %s frames); recomputing "
                     "it", request.request_id, len(frames), kv.num_layers if kv else "no")
     cached = request.num_tokens - 1 if usable else 0
     if engine.scheduler.add_prefilled(request, cached):
-        if importer is not None:
+        if cached and executor.carries_kv:
             try:
-                importer(request.block_table, kv, frames)
+                executor.import_kv(request.block_table, kv, frames)
             except ValueError:  # frames that do not fit this cache: refused, nothing kept
                 engine.abort(request.request_id)
                 raise

@@ -111,8 +111,8 @@ class InstanceCore:
                 for request_id, why in self.prefilled.admit(self.engine)]
 
     def _check_token_ids(self, token_ids: list[int]) -> None:
-        """Refuse ids outside the model's vocabulary (an executor may publish `vocab_size`)."""
-        vocab_size = getattr(self.engine.executor, "vocab_size", None)
+        """Refuse ids outside the model's vocabulary (none for the sim executor)."""
+        vocab_size = self.engine.executor.vocab_size
         if vocab_size is not None and max(token_ids) >= vocab_size:
             raise ValueError(f"prompt has token id {max(token_ids)}; the vocabulary has "
                              f"{vocab_size} tokens")

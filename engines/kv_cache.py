@@ -24,7 +24,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from engines.request import Request
-from policies.prefix_hash import extend_block_hashes
+from policies.prefix_hash import block_hashes, extend_block_hashes
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -199,6 +199,8 @@ class BlockManager:
     def _lookup(self, request: Request) -> list[int]:
         """The cached blocks the request's tokens start with, all but its last token's."""
         most = (request.num_tokens - 1) // self.block_size
+        if not request.block_hashes:  # named once, maybe already (`block_hashes`)
+            request.block_hashes = block_hashes(request.prompt_token_ids, self.block_size)
         hashes = extend_block_hashes(request.block_hashes, request.token_ids, self.block_size,
                                      limit=most)
         by_name, hit = self._by_name, []

@@ -42,6 +42,19 @@ class Mode:
     #: max_num_seqs when the config leaves it unset (capped by the token budget in
     #: decode-first modes, where every running decode must fit in one step).
     default_max_num_seqs: int = 256
+    #: Share of the KV cache admission leaves free (vLLM V0's watermark, 1 %): a prompt is
+    #: admitted only if this many blocks stay free after it.
+    admission_watermark: float = 0.0
+    #: False: a step that preempted a running request admits no waiting one (vLLM V1).
+    admit_after_preempt: bool = True
+    #: Admission keeps free KV for the output running requests are expected to write,
+    #: by SGLang's new-token ratio (policies/output_reserve.py).
+    reserve_output: bool = False
+    #: Which running request is preempted when KV runs out: "newest" (vLLM) or
+    #: "fewest_generated" (SGLang's retraction: fewest output tokens, longest prompt first).
+    victim: str = "newest"
+    #: Where a preempted request waits: "head" of the queue (vLLM) or its "tail" (SGLang).
+    requeue: str = "head"
 
     @property
     def uses_perf_model(self) -> bool:
@@ -51,6 +64,20 @@ class Mode:
 
 SARATHI = Mode("sarathi", prefill_first=False, chunked_prefill=True)
 VLLM = Mode("vllm", prefill_first=True, chunked_prefill=False)
+# The baselines as their systems schedule, read from their code (docs/baselines.md).
+#: vLLM V0 (chunked prefill off): whole prompts first, a step is prefills or decodes; a
+#: prompt is admitted only while 1 % of the cache stays free; preempted requests recompute
+#: from the head of the queue.
+VLLM_V0 = Mode("vllm-v0", prefill_first=True, chunked_prefill=False,
+               admission_watermark=0.01)
+#: vLLM V1: running requests first, then waiting ones, chunked, in one token budget; a
+#: step that preempted admits nothing new.
+VLLM_V1 = Mode("vllm-v1", prefill_first=False, chunked_prefill=True, admit_after_preempt=False)
+#: SGLang: a step is prefills (chunked) or decodes; admission reserves running requests'
+#: expected output; a decode step short of KV retracts the requests that generated least
+#: to the tail of the queue.
+SGLANG = Mode("sglang", prefill_first=True, chunked_prefill=True, reserve_output=True,
+              victim="fewest_generated", requeue="tail", default_max_num_seqs=2048)
 LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True, elastic_batch=True,
           compute_budget=True, demote_lost=True, default_max_num_seqs=LP_MAX_BATCH)
 HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_function="edf",
@@ -63,7 +90,8 @@ HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_
 PREFILL = Mode("prefill", prefill_first=False, chunked_prefill=True)
 DECODE = Mode("decode", prefill_first=False, chunked_prefill=True)
 
-MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, LP, HP, PREFILL, DECODE)}
+MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, VLLM_V0, VLLM_V1, SGLANG, LP, HP,
+                                               PREFILL, DECODE)}
 
 
 def role_of_mode(name: str) -> Role:

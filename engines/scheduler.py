@@ -33,6 +33,7 @@ from engines.scheduler_config import SchedulerConfig
 from engines.triage import Triage
 from engines.waiting_queue import WaitingQueue
 from ipc.messages import TokenOutput
+from policies import output_reserve
 from policies.admission import DecodeLengthHistory, decode_reserve, decode_reserve_columns
 from policies.batch_shape import BatchShape
 from policies.tbt_budget import step_time_allowed
@@ -63,6 +64,11 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}  # every unfinished request, by id
         self.num_preemptions = 0
+        #: num_preemptions when the step being scheduled began (modes that admit nothing
+        #: in a step that preempted compare against it)
+        self._preemptions_before_step = 0
+        #: SGLang's new-token ratio (modes with reserve_output; policies/output_reserve.py)
+        self.new_token_ratio = output_reserve.INIT_RATIO
 
     # ---- requests in and out -------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -122,6 +128,7 @@ class Scheduler:
     # ---- scheduling ---------------------------------------------------------------------
     def schedule(self, now: float) -> Batch:
         batch = Batch()
+        self._preemptions_before_step = self.num_preemptions
         decodes, contexts, prefilling = self._split_running()
         candidates = self._candidates(batch, now, contexts)
         if self.mode.prefill_first:
@@ -136,7 +143,25 @@ class Scheduler:
                 compute = self._compute_budget(batch, now)  # else no one would spend it
                 budget, compute = self._continue_prefills(batch, prefilling, budget, compute)
                 self._admit(batch, candidates, budget, compute, decodes)
+        if self.mode.reserve_output:
+            self._update_new_token_ratio(batch)
         return batch
+
+    @property
+    def _preempted_this_step(self) -> bool:
+        return self.num_preemptions > self._preemptions_before_step
+
+    def _update_new_token_ratio(self, batch: Batch) -> None:
+        """SGLang's ratio: back to its start when idle, raised to what the requests kept
+        have used after a retraction, else one decay step per decode step."""
+        if not self.running:
+            self.new_token_ratio = output_reserve.INIT_RATIO
+        elif self._preempted_this_step:
+            self.new_token_ratio = output_reserve.ratio_after_retraction(
+                (r.num_output_tokens for r in self.running),
+                (r.max_total_tokens - r.num_prompt_tokens for r in self.running))
+        elif batch.chunks and batch.chunks[0].is_decode:
+            self.new_token_ratio = output_reserve.decayed(self.new_token_ratio)
 
     def _split_running(self) -> tuple[list[Request], list[int], list[Request]]:
         """(decoding, their context lengths, prefilling): the running requests whose next
@@ -251,16 +276,22 @@ class Scheduler:
         """Admit waiting requests by Algorithm 1: stop at the first that does not fit."""
         if self._admission_head(candidates, budget) is None:
             return
+        if not self.mode.admit_after_preempt and self._preempted_this_step:
+            return
         seat_limit = self.max_num_seqs - len(self.running)
-        free = self.kv.num_free_blocks
+        free = self.kv.num_free_blocks - int(self.mode.admission_watermark * self.kv.num_blocks)
+        count_blocks = self.kv.admission_blocks
         if self.mode.elastic_batch:
             free -= self._decode_reserve(decodes)
+        if self.mode.reserve_output:
+            free -= self._output_reserve_blocks()
+            count_blocks = self._blocks_with_output
         selected = select_prefills(
             candidates, token_budget=budget, free_blocks=max(free, 0),
             block_size=self.kv.block_size, seat_limit=seat_limit,
             compute_budget=compute_budget, predictor=self.predictor,
             chunked=self.mode.chunked_prefill,
-            cut_to_compute=self.mode.compute_budget, count_blocks=self.kv.admission_blocks)
+            cut_to_compute=self.mode.compute_budget, count_blocks=count_blocks)
         if self.kv.prefix_caching:
             selected = self._take_prefixes(selected)
         for request, n in selected:
@@ -271,6 +302,17 @@ class Scheduler:
             batch.admitted.append(request)
         for request, _ in selected:
             self.waiting.remove(request)
+
+    def _output_reserve_blocks(self) -> int:
+        """KV blocks kept for the output running requests are expected to still write."""
+        tokens = output_reserve.running_reserve_tokens(
+            (r.max_total_tokens - len(r.token_ids) for r in self.running), self.new_token_ratio)
+        return -(-tokens // self.kv.block_size)
+
+    def _blocks_with_output(self, request: Request, num_new_tokens: int) -> int:
+        """Blocks admitting `request` takes: its new tokens', and its own output reserve."""
+        output = output_reserve.new_request_reserve(request.max_total_tokens - len(request.token_ids))
+        return self.kv.admission_blocks(request, num_new_tokens) + -(-output // self.kv.block_size)
 
     def _admission_head(self, candidates, budget: int) -> Request | None:
         """The first candidate, if admission may take it: token budget left, and a seat free
@@ -331,12 +373,16 @@ class Scheduler:
         return True
 
     def _pick_victim(self, request: Request, batch: Batch) -> Request | None:
-        """The newest running request that is not `request` and not already in this batch."""
+        """The running request to preempt for `request`, never one already in this batch:
+        the newest, or (SGLang) the one that generated fewest tokens, longest prompt first."""
         scheduled = {id(c.request) for c in batch.chunks}
-        for candidate in reversed(self.running):
-            if candidate is not request and id(candidate) not in scheduled:
-                return candidate
-        return None
+        candidates = [c for c in reversed(self.running)
+                      if c is not request and id(c) not in scheduled]
+        if not candidates:
+            return None
+        if self.mode.victim == "fewest_generated":
+            return min(candidates, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens))
+        return candidates[0]
 
     def _preempt(self, request: Request, batch: Batch) -> None:
         self.running.remove(request)
@@ -346,43 +392,49 @@ class Scheduler:
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.kv.match_prefix(request)  # its own blocks, cached free, until reused
-        self.waiting.appendleft(request)
+        if self.mode.requeue == "tail":
+            self.waiting.append(request)
+        else:
+            self.waiting.appendleft(request)
 
     # ---- results ------------------------------------------------------------------------
     def update(self, batch: Batch, sampled: list[int], now: float) -> list[TokenOutput]:
-        """Advance each chunk's request; append sampled tokens; finish what stops."""
+        """Advance each chunk's request; append sampled tokens; finish what stops.
+
+        Runs once per chunk of every step -- once per token of every decode -- so the
+        per-chunk work (the stop test too) is written out with its lookups hoisted, and a
+        chunk names its request's blocks only when it filled one."""
         outputs: list[TokenOutput] = []
         tokens = iter(sampled)
+        running, block_size, eos = RequestStatus.RUNNING, self.kv.block_size, self.eos_token_ids
         name_blocks = self.kv.name_full_blocks if self.kv.prefix_caching else None
         for chunk in batch.chunks:
             request = chunk.request
-            samples = chunk.samples
-            token = next(tokens) if samples else None
-            if request.status is not RequestStatus.RUNNING:
+            token = next(tokens) if chunk.samples else None
+            if request.status is not running:
                 continue  # aborted between schedule and update
             request.num_computed_tokens += chunk.num_tokens
-            if name_blocks is not None:
+            if (name_blocks is not None
+                    and request.num_computed_tokens // block_size > request.num_named_blocks):
                 name_blocks(request)  # before it may finish and free them
             if token is None:
                 continue
             request.token_ids.append(token)
             if request.first_token_time is None:
                 request.first_token_time = now
-            reason = self._stop_reason(request, token)
+            sampling = request.sampling
+            if (token in eos and not sampling.ignore_eos) or token in sampling.stop_token_ids:
+                reason = FinishReason.STOP
+            elif len(request.token_ids) >= request.max_total_tokens:
+                reason = FinishReason.LENGTH
+            else:
+                reason = None
             if reason is not None:
                 self.running.remove(request)
                 self._finish(request, reason)
             logprobs, request.sampled_logprobs = request.sampled_logprobs, None
             outputs.append(TokenOutput(request.request_id, token, reason, logprobs))
         return outputs
-
-    def _stop_reason(self, request: Request, token: int) -> FinishReason | None:
-        sampling = request.sampling
-        if (token in self.eos_token_ids and not sampling.ignore_eos) or token in sampling.stop_token_ids:
-            return FinishReason.STOP
-        if request.num_tokens >= request.max_total_tokens:
-            return FinishReason.LENGTH
-        return None
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
         self.kv.free(request)

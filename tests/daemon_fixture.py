@@ -1,9 +1,9 @@
 """Run the real daemon (`python -m bench.cli serve`) as a subprocess for end-to-end tests.
 
-`start_daemon(...)` starts it on a free 127.0.0.1 port (`--port 0`; the port is read from
-its log) with a private runtime directory, waits (bounded) until /health says ok and
-returns a `Daemon`. `Daemon.close()` always ends it and every instance process it started
-(found by pid: the daemon's children running `engines.instance_main`).
+`start_daemon(...)` starts it with bench/daemon_launcher.py (the benches' launcher too): on
+a free 127.0.0.1 port (`--port 0`, learnt from its `--port-file`) with a private runtime
+directory, waits (bounded) until /health says ok and returns a `Daemon`. `Daemon.close()`
+always ends it and every instance process it started.
 
 Plain helpers (`request`, `get_json`, `post_json`, `wait_for`) talk HTTP to 127.0.0.1 only.
 """
@@ -13,31 +13,20 @@ import http.client
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.processes import instance_pids, is_instance
+from bench import daemon_launcher
+from bench.daemon_launcher import PROJECT_ROOT, START_TIMEOUT, DaemonExited, ServeProcess
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-#: Seconds a daemon may take from exec to /health ok (a cold torch import on 2 busy cores).
-START_TIMEOUT = 60.0
+__all__ = ["PROJECT_ROOT", "START_TIMEOUT", "DaemonExited", "Daemon", "start_daemon",
+           "daemon_env", "request", "get_json", "post_json", "wait_for", "torch_args",
+           "sim_args"]
+
 #: Seconds one HTTP call may take.
 HTTP_TIMEOUT = 30.0
-_SERVING = re.compile(r"serving .* on http://([0-9.]+):(\d+) ")
-#: Environment the tests must not inherit from a shell that runs under systemd or has a key.
-_SCRUBBED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "RUNTIME_DIRECTORY",
-                 "ASCENDRA_API_KEY", "LISTEN_FDS", "LISTEN_PID")
-
-
-class DaemonExited(RuntimeError):
-    """The daemon ended before it was serving."""
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.05,
@@ -84,33 +73,10 @@ def post_json(base_url: str, path: str, body, **kwargs) -> tuple[int, Any]:
     return status, json.loads(raw)
 
 
-class Daemon:
-    """A running `ascendra serve` subprocess."""
+class Daemon(ServeProcess):
+    """A running `ascendra serve` subprocess (bench.daemon_launcher.ServeProcess), with
+    HTTP helpers."""
 
-    def __init__(self, proc: subprocess.Popen, log_path: Path, runtime_dir: Path,
-                 own_runtime_dir: bool) -> None:
-        self.proc = proc
-        self.log_path = log_path
-        self.runtime_dir = runtime_dir
-        self._own_runtime_dir = own_runtime_dir
-        self.host = "127.0.0.1"
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    # ---- HTTP ------------------------------------------------------------------------
     def request(self, method: str, path: str, body=None, **kwargs):
         return request(self.base_url, method, path, body, **kwargs)
 
@@ -124,111 +90,25 @@ class Daemon:
         """The /health body, whatever its status (503 while degraded or draining)."""
         return self.get_json("/health")[1]
 
-    # ---- lifecycle -------------------------------------------------------------------
-    def wait_serving(self, timeout: float = START_TIMEOUT) -> None:
-        """Wait until the log names the port and /health says ok."""
-        deadline = time.monotonic() + timeout
-
-        def port_known():
-            self._check_alive()
-            match = _SERVING.search(self.log())
-            return match and (match.group(1), int(match.group(2)))
-
-        self.host, self.port = wait_for(port_known, timeout, what="the daemon's port in its log")
-
-        def healthy():
-            self._check_alive()
-            try:
-                status, body = self.get_json("/health", timeout=5)
-            except OSError:
-                return False
-            return status == 200 and body["status"] == "ok"
-
-        wait_for(healthy, max(0.1, deadline - time.monotonic()), what="/health ok")
-
-    def _check_alive(self) -> None:
-        code = self.proc.poll()
-        if code is not None:
-            raise DaemonExited(f"the daemon exited with code {code} before serving; log:\n"
-                               + self.log()[-4000:])
-
-    def signal(self, sig: int = signal.SIGTERM) -> None:
-        self.proc.send_signal(sig)
-
-    def wait_exit(self, timeout: float = 30.0) -> int:
-        """The daemon's exit code; fails (after killing it) when it outlives `timeout`."""
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.close()
-            raise AssertionError(f"the daemon did not exit within {timeout} s; log:\n"
-                                 + self.log()[-4000:]) from None
-
-    def close(self, grace: float = 10.0) -> None:
-        """End the daemon (SIGTERM, then SIGKILL after `grace`) and every process it started."""
-        instances = instance_pids(self.proc.pid) if self.proc.poll() is None else []
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                pass
-        _kill_group(self.proc.pid)  # the daemon, if still alive, and anything in its group
-        if self.proc.poll() is None:
-            self.proc.wait(10)
-        for pid in instances:  # instances run in sessions of their own
-            if is_instance(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if self._own_runtime_dir:
-            shutil.rmtree(self.runtime_dir, ignore_errors=True)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
 
 def daemon_env(cache_dir: str | os.PathLike, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
-    env["ASCENDRA_CACHE"] = os.fspath(cache_dir)  # never write to ~/.cache
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
+    """The launcher's scrubbed environment, with ASCENDRA_CACHE = `cache_dir` (never
+    ~/.cache), then `extra`."""
+    return daemon_launcher.daemon_env({"ASCENDRA_CACHE": os.fspath(cache_dir), **(extra or {})})
 
 
 def start_daemon(log_dir: str | os.PathLike, *args: str, cache_dir: str | os.PathLike,
-                 env: dict[str, str] | None = None, runtime_dir: str | os.PathLike | None = None,
-                 wait: bool = True, timeout: float = START_TIMEOUT) -> Daemon:
-    """Start `python -m bench.cli serve --port 0 --runtime-dir DIR ARGS...`.
+                 env: dict[str, str] | None = None, wait: bool = True,
+                 timeout: float = START_TIMEOUT) -> Daemon:
+    """Start `python -m bench.cli serve --port 0 --port-file F --runtime-dir DIR ARGS...`.
 
     `args` come last, so a test may override the port or add `--config`. With `wait`
     (default) this returns once /health is ok; on any failure the daemon is ended.
     """
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    own = runtime_dir is None
-    # A short path of its own: the socket path must stay under 108 bytes.
-    rt = Path(tempfile.mkdtemp(prefix="ascrt-")) if own else Path(runtime_dir)
-    log_path = log_dir / f"daemon-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", "bench.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-           "--runtime-dir", str(rt / "rt"), *args]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=daemon_env(cache_dir, env),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    daemon = Daemon(proc, log_path, rt, own)
-    if wait:
-        try:
-            daemon.wait_serving(timeout)
-        except BaseException:
-            daemon.close(grace=2.0)
-            raise
-    return daemon
+    log_path = Path(log_dir) / f"daemon-{time.monotonic_ns()}.log"
+    daemon = Daemon(args, log_path=log_path, start_timeout=timeout,
+                    env={"ASCENDRA_CACHE": os.fspath(cache_dir), **(env or {})})
+    return daemon_launcher.launch_started(daemon) if wait else daemon.start()
 
 
 def torch_args() -> list[str]:

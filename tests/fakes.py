@@ -22,11 +22,20 @@ class FakeExecutor:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
+        self.vocab_size = None
+        self.device = None
+        self.carries_kv = False
         self.slots: dict[tuple[int, int], int] = {}   # (block, slot) -> token written there
         #: KV that arrived from elsewhere for a request (a P/D hand-off), by request id:
         #: written into its blocks before its next chunk runs.
         self.cache: dict[str, list[int]] = {}
         self.batches: list[Batch] = []
+
+    def export_kv(self, block_table: list[int], num_tokens: int) -> tuple[None, list]:
+        return None, []
+
+    def import_kv(self, block_table: list[int], layout, frames: list) -> None:
+        """A hand-off's tokens come through `cache` instead (see execute)."""
 
     def _read(self, table: list[int], length: int) -> list:
         bs = self.block_size

@@ -246,3 +246,16 @@ async def test_no_ready_instance_is_503_not_a_prompt_limit(client, controller):
     controller.max_model_len = 0  # e.g. the only instance is restarting
     error = await expect_error(client, "POST", "/v1/completions", HI, 503, "no instance")
     assert error["code"] == "unavailable"
+
+
+def test_nesting_limit_is_the_servers_own_whatever_the_python():
+    """128 levels parse, 129 are refused, brackets inside strings are text (Python 3.12's
+    msgspec took the 1,000 levels that 3.11's refused: the limit must not follow the stack)."""
+    from daemon.openai_schema import MAX_NESTING, CompletionRequest, nesting_depth, parse_body
+    inner = "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1)
+    assert nesting_depth(('{"x": ' + inner + "}").encode()) == MAX_NESTING
+    assert parse_body(('{"prompt": "hi", "x": ' + inner + "}").encode(), CompletionRequest)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_body(('{"prompt": "hi", "x": [' + inner + "]}").encode(), CompletionRequest)
+    text = '"' + "[{" * 500 + '\\"' + '"'
+    assert nesting_depth(('{"prompt": ' + text + "}").encode()) == 1

@@ -76,6 +76,24 @@ def test_tokens_flow_then_the_last_one_settles_it_completed():
     assert "a" not in core.requests
 
 
+def test_one_step_of_tokens_first_middle_last_and_stale_in_order():
+    """A step's tokens, whatever mix: a first token (TTFT), a next one (TBT), a last one
+    (then its Settle, in place), and one of a request its instance no longer holds."""
+    core = core_2l1h(routing="round_robin")
+    [(lp, _)] = sends(arrive(core, "a"))
+    [(other, _)] = sends(arrive(core, "b"))
+    core.handle(tokens(lp, TokenOutput("a", 1)))
+    step = FromInstance(2.5, StepOutputs(instance_id=lp, step=2, time=2.5, step_seconds=0.01,
+                                         outputs=[TokenOutput("a", 2), TokenOutput("b", 3),
+                                                  TokenOutput("a", 4, FinishReason.LENGTH)]))
+    a_next, a_last, settle = core.handle(step)
+    assert other != lp  # b's token came from an instance that does not hold it: dropped
+    assert (a_next.ttft, a_next.tbt) == (None, pytest.approx(0.5))
+    assert (a_last.ttft, a_last.tbt, a_last.output.finish_reason) == (None, 0.0, FinishReason.LENGTH)
+    assert isinstance(settle, Settle) and settle.e2e == pytest.approx(1.5)
+    assert core.requests["b"].token_ids == []
+
+
 def test_an_open_hp_ticket_takes_the_next_new_request_only():
     core = core_2l1h()
     assert core.handle(FromInstance(1.0, Ticket(instance_id=HP))) == [TicketOpened(HP)]

@@ -85,7 +85,7 @@ def daemon(tmp_path_factory, daemon_cache, tiny_models):
 
 
 def socket_dir(daemon) -> str:
-    return os.path.join(daemon.runtime_dir, "rt")  # start_daemon's --runtime-dir
+    return str(daemon.runtime_dir)  # start_daemon's --runtime-dir
 
 
 @pytest.mark.slow

@@ -293,10 +293,8 @@ def test_partial_failures_exit_1_only_past_the_max_error_rate():
 
 
 def test_bench_subcommand_registers_the_same_flags():
-    import argparse
-    from bench import bench_cmd
-    parser = argparse.ArgumentParser()
-    bench_cmd.register(parser.add_subparsers(dest="command"))
+    from bench.cli import build_parser as ascendra_parser
+    parser = ascendra_parser()
     args = parser.parse_args(["bench", "--url", "http://127.0.0.1:1", "--qps", "3",
                               "--duration", "5", "--json", "x.json"])
     assert (args.qps, args.duration, args.json, args.trace) == (3.0, 5.0, "x.json", "sharegpt")

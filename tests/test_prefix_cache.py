@@ -5,14 +5,14 @@ block ever leaks."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from engines.kv_cache import BlockManager
 from engines.request import Request
 from ipc.params import SamplingParams
-from policies.prefix_hash import block_hashes
+from policies.prefix_hash import ROOT, block_hash, block_hashes, extend_block_hashes
 
 BS = 4
 PARAMS = SamplingParams(max_tokens=8)
@@ -144,6 +144,48 @@ def test_requests_without_hashes_allocate_and_free_as_before():
 def test_block_names_chain_on_the_prefix():
     assert block_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4)[1] != block_hashes([0, 0, 0, 0, 5, 6, 7, 8], 4)[1]
     assert block_hashes([1, 2, 3, 4, 5], 4) == block_hashes([1, 2, 3, 4, 6], 4)
+
+
+def _names_block_by_block(tokens: list[int], block_size: int) -> list[bytes]:
+    """The names as they were made before: one `block_hash` per block, chained."""
+    names, parent = [], ROOT
+    for i in range(len(tokens) // block_size):
+        parent = block_hash(parent, tokens[i * block_size:(i + 1) * block_size])
+        names.append(parent)
+    return names
+
+
+@given(st.lists(st.integers(0, 2**63 - 1), max_size=40), st.integers(1, 8), st.integers(0, 6))
+def test_shared_and_extended_names_equal_the_block_by_block_ones(tokens, block_size, known):
+    """One conversion of the tokens to bytes (and a prompt named once, then looked up)
+    names every block as one `block_hash` per block did."""
+    expected = _names_block_by_block(tokens, block_size)
+    assert block_hashes(tokens, block_size) == expected
+    assert block_hashes(list(tokens), block_size) == expected  # the kept names, a new list
+    start = expected[:known]
+    assert extend_block_hashes(list(start), tokens, block_size) == expected
+    assert extend_block_hashes(list(start), tokens, block_size, limit=3) == expected[:max(3, known)]
+
+
+def test_a_looked_up_prompt_gives_its_own_list():
+    """The kept names are never handed out to be extended in place."""
+    first = block_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4)
+    first.append(b"changed")
+    assert block_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4) == _names_block_by_block(list(range(1, 9)), 4)
+
+
+def test_a_token_past_64_bits_is_refused_as_before():
+    with pytest.raises(OverflowError):
+        block_hashes([2**64], 1)
+
+
+def test_an_instance_finds_the_names_the_controller_made():
+    """The kv cache's lookup names a prompt as the controller does (`block_hashes`)."""
+    kv = BlockManager(16, BS, prefix_caching=True)
+    r = request("a", list(range(11)))
+    kv.match_prefix(r)
+    assert r.block_hashes[:2] == block_hashes(list(range(11)), BS)[:2]
+    assert r.block_hashes == _names_block_by_block(list(range(11)), BS)
 
 
 # ---- random sequences of admissions, growth and releases -----------------------------------

@@ -67,10 +67,8 @@ def test_default_host_is_loopback_everywhere():
 
 def _serve_parser() -> argparse.ArgumentParser:
     """`ascendra serve`'s flags, as bench.cli registers them."""
-    from daemon import serve_cmd
-    parser = argparse.ArgumentParser()
-    serve_cmd.register(parser.add_subparsers(dest="command"))
-    return parser
+    from bench.cli import build_parser
+    return build_parser()
 
 
 @pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("::1", True),

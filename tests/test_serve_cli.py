@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from bench.cli import build_parser, main
+from bench.cli import build_parser, main, verb_parser
 from daemon.config import ServeConfig, config_from_args, field_docs, load_config, toml_value
 from daemon.config_toml import render_toml
 from tests.daemon_fixture import PROJECT_ROOT, daemon_env, sim_args, start_daemon
@@ -35,9 +35,7 @@ def test_version_comes_from_the_package_metadata(capsys):
 
 def test_serve_help_explains_every_field_with_its_default(monkeypatch):
     monkeypatch.setenv("COLUMNS", "100000")  # one line per option: no wrapping to undo
-    parser = build_parser()
-    serve = next(a for a in parser._subparsers._group_actions[0].choices.values()
-                 if a.prog.endswith(" serve"))
+    serve = verb_parser(build_parser(), "serve")
     text = serve.format_help()
     # one block per option: its line, and the help argparse moves to the next line
     blocks = {}

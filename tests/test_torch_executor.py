@@ -28,7 +28,8 @@ GREEDY = SamplingParams(max_tokens=20)
 
 @pytest.fixture(scope="module")
 def executors(tiny_models):
-    return {arch: TorchExecutor(tiny_models[arch], block_size=BLOCK_SIZE, num_kv_blocks=NUM_BLOCKS)
+    return {arch: TorchExecutor(tiny_models[arch], block_size=BLOCK_SIZE, num_kv_blocks=NUM_BLOCKS,
+                                device="cpu")
             for arch in ARCHS}
 
 
@@ -165,7 +166,8 @@ def test_executor_properties_and_errors(executors, tiny_models):
 
 
 def test_cpu_kv_cache_is_sized_from_the_budget(tiny_models):
-    executor = TorchExecutor(tiny_models["llama"], block_size=16, cpu_kv_cache_bytes=2**20)
+    executor = TorchExecutor(tiny_models["llama"], block_size=16, cpu_kv_cache_bytes=2**20,
+                             device="cpu")
     assert executor.num_kv_blocks == 2**20 // executor.kv_block_bytes
     assert executor.kv_caches[0][0].shape == (executor.num_kv_blocks, 16, 2, 32)
 

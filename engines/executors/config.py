@@ -16,6 +16,9 @@ PositiveInt = Annotated[int, Meta(ge=1)]
 
 #: KV capacity of a sim executor when the config does not say.
 SIM_DEFAULT_KV_BLOCKS = 4096
+#: torch on CUDA: decode steps of up to this many sequences replay captured CUDA graphs
+#: (vLLM captures up to 512 by default; 256 is our default max_num_seqs' ceiling).
+DEFAULT_CUDA_GRAPH_MAX_BATCH = 256
 #: Context limit of a sim executor that has no model folder to read it from.
 SIM_DEFAULT_MAX_MODEL_LEN = 4096
 
@@ -36,6 +39,9 @@ class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: config.json: max_position_embeddings, capped at a sliding window); a sim without
     #: a model folder: SIM_DEFAULT_MAX_MODEL_LEN. torch refuses more than the model's.
     max_model_len: PositiveInt | None = None
+    #: torch on CUDA: the largest decode batch run by CUDA graph replay; 0 = every step
+    #: runs eagerly (vLLM's --enforce-eager).
+    cuda_graph_max_batch: Annotated[int, Meta(ge=0)] = DEFAULT_CUDA_GRAPH_MAX_BATCH
 
 
 def build_executor(config: ExecutorConfig):
@@ -54,7 +60,8 @@ def build_executor(config: ExecutorConfig):
     model_dir = config.model_dir or builtin_tiny_model_dir()
     return TorchExecutor(model_dir, block_size=config.block_size,
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None,
-                         max_model_len=config.max_model_len)
+                         max_model_len=config.max_model_len,
+                         cuda_graph_max_batch=config.cuda_graph_max_batch)
 
 
 def _sim_max_model_len(config: ExecutorConfig) -> int:

@@ -37,7 +37,17 @@ class SimExecutor:
         self.vocabulary: tuple[int, ...] = tuple(vocabulary)
         #: No EOS: only max_tokens (or max_model_len) ends a request.
         self.eos_token_ids: frozenset[int] = frozenset()
+        self.vocab_size = None  # it runs no model: any prompt id will do
+        self.device = None
+        self.carries_kv = False
         self.busy_time = 0.0  # total latency charged so far, seconds
+
+    def export_kv(self, block_table: list[int], num_tokens: int) -> tuple[None, list]:
+        """No KV to move: a simulated hand-off carries only the request."""
+        return None, []
+
+    def import_kv(self, block_table: list[int], layout, frames: list) -> None:
+        """Nothing arrives (see export_kv)."""
 
     def execute(self, batch: Batch) -> list[int]:
         seconds = self.latency(batch)

@@ -4,6 +4,8 @@ Each step flattens the batch's chunks into one token sequence (one-token chunks 
 then longest context first: the layout the attention backend wants), runs one forward
 pass that writes every chunk's K/V into its request's blocks, and samples one token for
 each chunk that reaches its request's newest token, returned in `batch.chunks` order.
+On CUDA a step of decodes only replays a captured CUDA graph instead
+(engines/executors/decode_graphs.py).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 import torch
 
 from engines.batch import Batch, Chunk
+from engines.executors.config import DEFAULT_CUDA_GRAPH_MAX_BATCH
 from engines.executors.sampler import Sampler
 from engines.models.attention import SeqSpec, select_attention
 from engines.models.config import ModelConfig, generation_eos_ids
@@ -35,11 +38,14 @@ class StepInput:
 
 
 class TorchExecutor:
+    carries_kv = True  # export_kv/import_kv move the real cache (P/D hand-offs)
+
     def __init__(self, model_dir: str | Path, *, block_size: int = 16,
                  num_kv_blocks: int | None = None, device: str | torch.device | None = None,
                  dtype: torch.dtype | None = None, kv_cache_memory_fraction: float = 0.9,
                  cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
-                 num_threads: int | None = None, max_model_len: int | None = None) -> None:
+                 num_threads: int | None = None, max_model_len: int | None = None,
+                 cuda_graph_max_batch: int = DEFAULT_CUDA_GRAPH_MAX_BATCH) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -56,13 +62,23 @@ class TorchExecutor:
                              f" (the model's context length)")
         self.eos_token_ids = frozenset(config.eos_token_ids) | frozenset(
             generation_eos_ids(model_dir))
+        #: decode steps replay CUDA graphs (engines/executors/decode_graphs.py) where the
+        #: attention backend reads the paged cache in place
+        self.uses_graphs = (cuda_graph_max_batch > 0 and self.device.type == "cuda"
+                            and self.attention.name == "triton-paged")
         self.num_kv_blocks = num_kv_blocks or self._auto_num_blocks(kv_cache_memory_fraction,
                                                                     cpu_kv_cache_bytes)
         self.kv_caches = self._allocate_kv_cache()
         self.sampler = Sampler()
-        log.info("torch executor: %s on %s (%s), attention %s, %d KV blocks of %d tokens",
+        self.graphs = self._capture_graphs(cuda_graph_max_batch) if self.uses_graphs else None
+        log.info("torch executor: %s on %s (%s), attention %s, %d KV blocks of %d tokens, %s",
                  config.model_type, self.device, self.dtype, self.attention.name,
-                 self.num_kv_blocks, block_size)
+                 self.num_kv_blocks, block_size,
+                 f"decode graphs up to batch {self.graphs.max_batch}" if self.graphs else "eager")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
 
     # -- KV cache -------------------------------------------------------------------------
 
@@ -80,17 +96,28 @@ class TorchExecutor:
             budget = int(free * fraction)
         else:
             budget = cpu_bytes
-        blocks = budget // self.kv_block_bytes
+        blocks = budget // self.kv_block_bytes - int(self.uses_graphs)  # and a padding block
         if blocks < 1:
             raise RuntimeError(f"no memory left for the KV cache ({budget} bytes)")
         return blocks
 
     def _allocate_kv_cache(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`num_kv_blocks` blocks for requests, and with CUDA graphs one more that no
+        request owns: where a captured decode step writes the K/V of its padding rows."""
         c = self.config
-        shape = (self.num_kv_blocks, self.block_size, c.num_key_value_heads, c.head_dim)
+        shape = (self.num_kv_blocks + int(self.uses_graphs), self.block_size, c.num_key_value_heads,
+                 c.head_dim)
         return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                  torch.zeros(shape, dtype=self.dtype, device=self.device))
                 for _ in range(c.num_hidden_layers)]
+
+    def _capture_graphs(self, max_batch: int):
+        from engines.executors.decode_graphs import DecodeGraphs  # Triton: CUDA only
+        graphs = DecodeGraphs(self.model, self.kv_caches, max_batch=max_batch,
+                              max_model_len=self.max_model_len, block_size=self.block_size,
+                              pad_block=self.num_kv_blocks, device=self.device, dtype=self.dtype)
+        graphs.capture()
+        return graphs
 
     # -- P/D hand-offs (engines/handoff.py) -------------------------------------------------
 
@@ -137,9 +164,28 @@ class TorchExecutor:
             sampling=[c.request for c in sampling],
         )
 
+    def _replay_decodes(self, batch: Batch) -> tuple[torch.Tensor, list] | None:
+        """A batch of one-token chunks that a captured graph holds: its sampling chunks'
+        logits by graph replay; None for any other batch."""
+        chunks = batch.chunks
+        if (self.graphs is None or not self.graphs.fits(len(chunks))
+                or any(c.num_tokens != 1 for c in chunks)):
+            return None
+        for chunk in chunks:
+            self._check(chunk)
+        seqs = [SeqSpec(c.start, 1, c.request.block_table) for c in chunks]
+        logits = self.graphs.run([c.request.token_ids[c.start] for c in chunks], seqs)
+        rows = [i for i, c in enumerate(chunks) if c.samples]
+        if len(rows) < len(chunks):
+            logits = logits[torch.tensor(rows, device=self.device)]
+        return logits, [chunks[i].request for i in rows]
+
     @torch.inference_mode()
     def compute_logits(self, batch: Batch) -> tuple[torch.Tensor, list]:
         """Run the forward pass of `batch`; the logits of its sampling chunks, in order."""
+        replayed = self._replay_decodes(batch)
+        if replayed is not None:
+            return replayed
         step = self.prepare(batch)
         logits = self.model(step.input_ids, step.positions, self.kv_caches, step.meta,
                             step.logits_indices)

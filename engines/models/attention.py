@@ -7,10 +7,11 @@ its new tokens sit at positions start .. start+num_tokens-1 and attend to every 
 up to their own. The cache layout is engines/models/paged_kv.py's. Each backend writes
 the step's new K/V there first, then attends over the cached context.
 
-Two backends share one interface: `build(seqs) -> metadata` once per step (all
+Three backends share one interface: `build(seqs) -> metadata` once per step (all
 index tensors, masks and offsets, so the per-layer work is only tensor ops), and
 `backend(q, k, v, k_cache, v_cache, metadata) -> [tokens, heads*head_dim]` per layer:
-`SdpaAttention` (engines/models/sdpa_attention.py) and `FlashAttention` below.
+`SdpaAttention` (engines/models/sdpa_attention.py; CPU), `TritonAttention`
+(engines/models/triton_attention.py; CUDA) and `FlashAttention` below (CUDA without Triton).
 """
 from __future__ import annotations
 
@@ -92,12 +93,19 @@ class FlashAttention:
 
 
 def select_attention(device: torch.device, dtype: torch.dtype, block_size: int):
-    """flash-attn on CUDA with fp16/bf16 when it imports; SDPA otherwise (says why)."""
+    """On CUDA with fp16/bf16: the Triton paged backend (decodes read the cache in place,
+    and the executor can capture them in CUDA graphs) when Triton imports, else flash-attn
+    when it imports; SDPA otherwise (says why)."""
     if device.type != "cuda":
         return SdpaAttention(block_size, device, dtype)
     if dtype not in (torch.float16, torch.bfloat16):
-        log.info("attention: SDPA (flash-attn needs fp16/bf16, model runs in %s)", dtype)
+        log.info("attention: SDPA (the CUDA kernels need fp16/bf16, model runs in %s)", dtype)
         return SdpaAttention(block_size, device, dtype)
+    try:
+        from engines.models.triton_attention import TritonAttention
+        return TritonAttention(block_size, device, dtype)
+    except ImportError as exc:
+        log.warning("attention: Triton not importable (%s); trying flash-attn", exc)
     try:
         from flash_attn import flash_attn_varlen_func
     except ImportError as exc:

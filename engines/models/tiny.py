@@ -1,5 +1,9 @@
 """A tiny Llama / Qwen2 / Mistral checkpoint with seeded random weights, in the real
 Hugging Face folder format, so tests and the demo daemon exercise the real loading path.
+The same code writes a full-size shape (`SHAPES`, e.g. Llama-3-8B's) for GPU runs: its
+weights are drawn on the GPU in the model's dtype and saved in shards with an index, as
+the hub's checkpoints are; its tokenizer is still the tiny one (token ids past it decode
+to no text).
 
 The weights are random but chosen to give peaked next-token distributions (greedy decoding
 has clear winners, which keeps HF-parity tests meaningful) and attention that actually
@@ -45,17 +49,34 @@ _ARCH = {
     },
 }
 
+#: config.json fields of full-size shapes, over the arch's (Llama-3-8B: Meta's config).
+SHAPES = {
+    "tiny": {},
+    "llama3-8b": {
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
+        "vocab_size": 128256, "rope_theta": 500000.0, "rope_scaling": None,
+        "torch_dtype": "bfloat16",
+    },
+}
+#: Largest safetensors shard of a full-size checkpoint.
+SHARD_BYTES = 5 * 2**30
+
 # std of the random matrices: large enough for confident logits and sharp attention
 # (a tied embedding is also the LM head, so it takes the head's std)
 _STD = {"embed": 1.0, "attn": 0.1, "mlp": 0.06, "lm_head": 0.25, "bias": 0.1}
 
 
-def tiny_config(arch: str = "llama") -> dict:
+def tiny_config(arch: str = "llama", shape: str = "tiny") -> dict:
     if arch not in _ARCH:
         raise ValueError(f"unknown tiny model arch {arch!r} (choose from {', '.join(ARCHS)})")
+    if shape not in SHAPES:
+        raise ValueError(f"unknown model shape {shape!r} (choose from {', '.join(SHAPES)})")
     ids = tiny_tokenizer.token_ids()
-    return {**_COMMON, **_ARCH[arch], "vocab_size": tiny_tokenizer.VOCAB_SIZE,
-            "bos_token_id": ids[tiny_tokenizer.BOS], "eos_token_id": ids[tiny_tokenizer.EOS]}
+    raw = {**_COMMON, **_ARCH[arch], "vocab_size": tiny_tokenizer.VOCAB_SIZE,
+           "bos_token_id": ids[tiny_tokenizer.BOS], "eos_token_id": ids[tiny_tokenizer.EOS],
+           **SHAPES[shape]}
+    return {key: value for key, value in raw.items() if value is not None}
 
 
 def _shapes(config: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -81,31 +102,65 @@ def _shapes(config: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     return shapes
 
 
-def random_weights(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
+def random_weights(config: ModelConfig, seed: int, device: str = "cpu",
+                   dtype: torch.dtype = torch.float32, std: float | None = None,
+                   ) -> dict[str, torch.Tensor]:
+    """Seeded random weights; `std` (default: per kind, for the tiny model's peaked
+    distributions) for every matrix."""
+    generator = torch.Generator(device=device).manual_seed(seed)
     weights = {}
     for name, (shape, kind) in _shapes(config).items():
         if kind == "norm":
-            weights[name] = torch.ones(shape)
+            weights[name] = torch.ones(shape, device=device, dtype=dtype)
         else:
-            weights[name] = torch.randn(shape, generator=generator) * _STD[kind]
+            draw = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+            weights[name] = draw.mul_(_STD[kind] if std is None else std)
     return weights
+
+
+def _save_shards(weights: dict[str, torch.Tensor], out_dir: Path) -> None:
+    """model-0000k-of-0000n.safetensors of at most SHARD_BYTES each, and their index."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in weights.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    weight_map = {}
+    for k, shard in enumerate(shards, 1):
+        file = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        save_file({n: t.cpu() for n, t in shard.items()}, str(out_dir / file),
+                  metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, file))
+    total = sum(t.numel() * t.element_size() for t in weights.values())
+    _write_json(out_dir / "model.safetensors.index.json",
+                {"metadata": {"total_size": total}, "weight_map": weight_map})
 
 
 def _write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def make_tiny_model(out_dir: str | Path, seed: int = 0, arch: str = "llama") -> Path:
-    """Write a tiny `arch` checkpoint (config, weights, tokenizer) into `out_dir`."""
+def make_tiny_model(out_dir: str | Path, seed: int = 0, arch: str = "llama",
+                    shape: str = "tiny", device: str = "cpu") -> Path:
+    """Write an `arch` checkpoint (config, weights, tokenizer) of `shape` into `out_dir`;
+    a full-size shape's weights are drawn on `device` (a GPU: seconds, not minutes)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    raw = tiny_config(arch)
+    raw = tiny_config(arch, shape)
     config = ModelConfig.from_dict(raw)
     _write_json(out_dir / "config.json", raw)
     _write_json(out_dir / "generation_config.json", {
         "bos_token_id": raw["bos_token_id"], "eos_token_id": raw["eos_token_id"]})
-    save_file(random_weights(config, seed), str(out_dir / "model.safetensors"),
-              metadata={"format": "pt"})
+    if shape == "tiny":
+        save_file(random_weights(config, seed), str(out_dir / "model.safetensors"),
+                  metadata={"format": "pt"})
+    else:
+        dtype = getattr(torch, raw["torch_dtype"])
+        _save_shards(random_weights(config, seed, device, dtype, std=raw["initializer_range"]),
+                     out_dir)
     tiny_tokenizer.write_tokenizer_files(out_dir, model_max_length=config.max_model_len)
     return out_dir
