@@ -3,14 +3,14 @@ their own best, beside the hardware ceiling.
 
 Per workload, in three phases over a process pool (each phase's jobs run in parallel):
 
-1. **scout**: vLLM at its upstream budget, each Ascendra layout and each P/D split
+1. **scout**: vLLM V0 at its upstream budget, each Ascendra layout and each P/D split
    (`DISAGGREGATED`, DistServe) on seed 0, searched
    from the hardware ceiling (bench/ceiling.py) with a wide step;
 2. **tune**: the other baseline settings on seed 0 -- Sarathi-Serve at each chunk size
-   in `SARATHI_CHUNKS`, vLLM at each prefill token budget in `VLLM_BUDGETS` -- each
-   searched from the scout's vLLM capacity with a narrow step; and Ascendra's other
-   seeds, from its seed 0;
-3. **measure**: the best-tuned Sarathi and vLLM on the other seeds, and both again with
+   in `SARATHI_CHUNKS`, vLLM V0, vLLM V1 and SGLang at each token budget of theirs
+   (`SWEEPS`) -- each searched from the scout's capacity with a narrow step; and
+   Ascendra's other seeds, from its seed 0;
+3. **measure**: each baseline's best-tuned setting on the other seeds, and both again with
    a drop rule (`drop_expired`: a request whose TTFT target is lost is dropped, so it
    delays no one), on every seed -- Ascendra sheds predicted misses, so the baselines
    get their own way of giving up on the hopeless.
@@ -36,12 +36,18 @@ from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
 SARATHI_CHUNKS = (512, 1024, 2048)
-#: vLLM's prefill batches run whole prompts: its budget is at least the context limit.
-VLLM_BUDGETS = (8192, 16384)
-SWEEPS = {"3xsarathi": SARATHI_CHUNKS, "3xvllm": VLLM_BUDGETS}
-#: Upstream defaults: Sarathi-Serve's paper runs chunk 512 (strict SLOs) and vLLM's
-#: max_num_batched_tokens defaults to max_model_len without chunked prefill.
-UPSTREAM = {"3xsarathi": 512, "3xvllm": 8192}
+#: vLLM V0's prefill batches run whole prompts: its budget is at least the context limit.
+VLLM_V0_BUDGETS = (8192, 16384)
+#: vLLM V1's token budget: its A100-class server default, and its H100-class one.
+VLLM_V1_BUDGETS = (2048, 8192)
+#: SGLang's chunked prefill size: its A100-40GB default, and its default on 80 GB cards.
+SGLANG_CHUNKS = (4096, 8192)
+SWEEPS = {"3xsarathi": SARATHI_CHUNKS, "3xvllm-v0": VLLM_V0_BUDGETS,
+          "3xvllm-v1": VLLM_V1_BUDGETS, "3xsglang": SGLANG_CHUNKS}
+#: Upstream defaults on an A100-80GB (docs/baselines.md): Sarathi-Serve's paper runs chunk
+#: 512 (strict SLOs); vLLM V0's max_num_batched_tokens is max_model_len without chunked
+#: prefill; V1's OpenAI server takes 2,048 on A100-class cards; SGLang chunks at 8,192.
+UPSTREAM = {"3xsarathi": 512, "3xvllm-v0": 8192, "3xvllm-v1": 2048, "3xsglang": 8192}
 ASCENDRA = ("2L1H", "1L2H")
 #: DistServe's prefill/decode disaggregation on the same three GPUs (issue #18): each split
 #: at the default chunk size, its KV moving over the profile GPU's NVLink.
@@ -134,7 +140,7 @@ def capacity_table(configs: Sequence[RulerConfig], ascendra_chunk: int | None = 
     chunk = ascendra_chunk or SchedulerConfig().chunk_size
     ascendra = [Subject(label=layout, layout=layout, scheduler=SchedulerConfig(chunk_size=chunk))
                 for layout in ASCENDRA + DISAGGREGATED]
-    scout = _subject("3xvllm", UPSTREAM["3xvllm"])
+    scout = _subject("3xvllm-v0", UPSTREAM["3xvllm-v0"])
     starts = {c.workload.name: 0.8 * ceilings(c)[0] for c in configs}
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         found = _Results(pool, progress)

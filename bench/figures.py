@@ -11,8 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.fleet_figure import fleet_figure  # noqa: E402
 
-COLORS = {"2L1H": "tab:red", "3xsarathi": "tab:blue", "3xvllm": "tab:green",
-          "1L1H": "tab:red", "2xsarathi": "tab:blue", "2xvllm": "tab:green",
+COLORS = {"2L1H": "tab:red", "3xsarathi": "tab:blue", "3xvllm-v0": "tab:green",
+          "3xvllm-v1": "tab:olive", "3xsglang": "tab:purple",
+          "1L1H": "tab:red", "2xsarathi": "tab:blue", "2xvllm-v0": "tab:green",
           "1L2H": "tab:purple", "2L1H-sjf": "tab:orange", "2L1H-edf": "tab:red",
           "2L1H-fcfs": "tab:gray", "elastic-on": "tab:red", "elastic-off": "tab:gray"}
 DPI = 90

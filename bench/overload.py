@@ -28,7 +28,7 @@ from bench.workloads import build_requests, workload
 from daemon.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
 
-BASELINES = ("3xvllm", "3xsarathi")
+BASELINES = ("3xvllm-v0", "3xvllm-v1", "3xsglang", "3xsarathi")
 
 
 class OverloadRow(msgspec.Struct, kw_only=True):
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps", type=float, default=15.0)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layouts", default="2L1H,3xvllm,3xsarathi")
+    parser.add_argument("--layouts", default="2L1H," + ",".join(BASELINES))
     parser.add_argument("--json", help="write the rows (OverloadRow) here")
     args = parser.parse_args(argv)
     n = round(args.qps * args.minutes * 60)

@@ -26,7 +26,7 @@ from engines.scheduler_config import SchedulerConfig
 
 SUBJECTS = (
     Subject(label="3xsarathi@2048", layout="3xsarathi", scheduler=SchedulerConfig(chunk_size=2048)),
-    Subject(label="3xvllm@8192 drops", layout="3xvllm",
+    Subject(label="3xvllm-v0@8192 drops", layout="3xvllm-v0",
             scheduler=SchedulerConfig(chunk_size=8192, drop_expired=True)),
     Subject(label="2L1H", layout="2L1H"),
     Subject(label="2P1D", layout="2P1D"),

@@ -2,7 +2,8 @@
 
 Every candidate split of the GPUs -- all LP (`NL0H`), each `kLmH`, each prefill/decode
 split `kPmD` (DistServe's placement idea: the P:D ratio that holds the most goodput for
-this workload and these SLOs), and the baselines `Nxsarathi` and `Nxvllm` -- gets its steady-state capacity on the ruler (bench/ruler.py:
+this workload and these SLOs), and the baselines `Nxsarathi`, `Nxvllm-v0`, `Nxvllm-v1` and
+`Nxsglang` -- gets its steady-state capacity on the ruler (bench/ruler.py:
 same workload, SLOs, routing, warm-up rule) with one seed, searched from the hardware
 ceiling; the recommendation is the highest, printed with every candidate beside the
 ceiling so the gap to the best possible is plain.
@@ -16,6 +17,7 @@ import msgspec
 
 from bench.capacity_table import ceilings
 from bench.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
+from engines.modes import BASELINES as BASELINE_MODES
 
 
 class Candidate(msgspec.Struct, kw_only=True):
@@ -38,7 +40,7 @@ def candidate_layouts(num_gpus: int) -> list[str]:
         raise ValueError(f"--gpus must be >= 1, got {num_gpus}")
     splits = [f"{lp}L{num_gpus - lp}H" for lp in range(num_gpus, 0, -1)]
     disaggregated = [f"{p}P{num_gpus - p}D" for p in range(num_gpus - 1, 0, -1)]
-    return splits + disaggregated + [f"{num_gpus}xsarathi", f"{num_gpus}xvllm"]
+    return splits + disaggregated + [f"{num_gpus}x{mode}" for mode in BASELINE_MODES]
 
 
 def plan(config: RulerConfig, num_gpus: int, workers: int | None = None,

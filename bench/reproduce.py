@@ -8,7 +8,7 @@ Each `figN(...)` runs its simulations (in parallel over the machine's cores), wr
 Settings follow the paper's Table 2 on the `a100-llama3-8b` profile: ShareGPT with a
 1 s TTFT SLO, arxiv summarisation (this repo's long-prompt trace, standing in for
 LongBench) with 2.5 s, TBT 0.15 s (mean per request, as the paper's goodput), three
-instances: Ascendra `2L1H` against `3xsarathi` and `3xvllm`. Every layout uses the
+instances: Ascendra `2L1H` against `3xsarathi` and `3xvllm-v0`. Every layout uses the
 same token budget (`chunk_size`, default `DEFAULT_CHUNK`).
 
 Defaults are sized so that each figure takes a few minutes on a 2-core machine;
@@ -38,7 +38,7 @@ from policies.value import DEFAULT_VALUE_FUNCTION
 PROFILE = "a100-llama3-8b"
 TRACES = {"sharegpt": 1.0, "arxiv": 2.5}       # trace -> TTFT SLO (Table 2)
 TBT_SLO = SloConfig().tbt_slo                  # the daemon's default, the paper's 0.15 s
-BASELINES = ("3xsarathi", "3xvllm")
+BASELINES = ("3xsarathi", "3xvllm-v0")
 LAYOUTS = ("2L1H", *BASELINES)
 #: fig 9's lines: (layout, value function, label); Ascendra with its default value
 #: function and with SJF (the baselines run FCFS whatever it says).
@@ -208,12 +208,12 @@ def fig12(n: int | None = None, quick: bool = False, qps: float = 10.0,
 
 
 def fig13(n: int | None = None, quick: bool = False, **kw) -> dict:
-    """Left: two instances (1L1H vs 2xsarathi, 2xvllm) on arxiv. Right: 2L1H vs 1L2H."""
+    """Left: two instances (1L1H vs 2xsarathi, 2xvllm-v0) on arxiv. Right: 2L1H vs 1L2H."""
     n = _requests(n, quick, 600)
     left_qps = [4, 5, 6, 7, 8] if not quick else [5, 7]
     right_qps = [7, 8, 9, 10, 11] if not quick else [8, 10]
     points = [Point(layout, "arxiv", q, n, TRACES["arxiv"], label=layout)
-              for layout in ("1L1H", "2xsarathi", "2xvllm") for q in left_qps]
+              for layout in ("1L1H", "2xsarathi", "2xvllm-v0") for q in left_qps]
     points += [Point(layout, "sharegpt", q, n, TRACES["sharegpt"], label=layout)
                for layout in ("2L1H", "1L2H") for q in right_qps]
     rows = run_points(points, **kw)

@@ -21,7 +21,7 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     """The flags of a simulated box: its layout (unless the command chooses it), profile,
     workload, and the scheduler, SLO and controller settings `serve` takes."""
     if layout:
-        p.add_argument("--layout", default="2L1H", help="e.g. 2L1H, 3xsarathi, 3xvllm")
+        p.add_argument("--layout", default="2L1H", help="e.g. 2L1H, 3xsarathi, 3xvllm-v1, 3xsglang")
     p.add_argument("--profile", default="a100-llama3-8b", choices=profile_names())
     p.add_argument("--trace", default="sharegpt", help="sharegpt, arxiv, or a CSV/JSONL path")
     p.add_argument("--burstiness", type=float, default=1.0,

@@ -21,9 +21,9 @@ from bench.ruler import RulerConfig, Subject, point_rows
 from bench.workloads import workload
 from engines.scheduler_config import SchedulerConfig
 
-#: The tuned baseline's capacity per workload (docs/figures/capacity.json, 3xvllm @ 8192).
+#: The tuned baseline's capacity per workload (docs/figures/capacity.json, 3xvllm-v0 @ 8192).
 DEFAULT_POINTS = "poisson:8.6,bursty-cv2:7.0,bursty-cv4:1.65,onoff:3.85,mixed-slo:8.45"
-LAYOUTS = {"2L1H": SchedulerConfig(), "3xvllm": SchedulerConfig(chunk_size=8192)}
+LAYOUTS = {"2L1H": SchedulerConfig(), "3xvllm-v0": SchedulerConfig(chunk_size=8192)}
 
 
 class StarvationRow(msgspec.Struct, kw_only=True):

@@ -14,7 +14,8 @@ from ipc.params import SamplingParams
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Hugging Face model folder (default: the built-in tiny model)")
-    p.add_argument("--mode", choices=["sarathi", "vllm", "lp", "hp"], default="sarathi")
+    p.add_argument("--mode", choices=["sarathi", "vllm-v0", "vllm-v1", "sglang", "lp", "hp"],
+                   default="sarathi")
     p.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for more")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")

@@ -1,6 +1,8 @@
 """Layouts: how many engine instances of which mode, and which GPUs each one gets.
 
-`3xsarathi` is three Sarathi-Serve instances, `1xvllm` one vLLM-style instance;
+`3xsarathi` is three Sarathi-Serve instances, `1xvllm-v1` one instance scheduling as vLLM
+V1 does (`vllm-v0`, `sglang`: the other baselines, docs/baselines.md; `vllm` is
+`vllm-v0`'s deprecated name);
 `2L1H` is Ascendra's two low-priority (LP) and one high-priority (HP) instance,
 and any `<n>L<m>H` works the same way. `<n>P<m>D` (`1P1D`, `2P1D`, `1P2D`, ...) is
 DistServe's prefill/decode disaggregation: n prefill instances run prompts to the first
@@ -8,10 +10,14 @@ token and hand each request, KV cache and all, to one of m decode instances.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import re
 from dataclasses import dataclass
 
-from engines.modes import MODES
+from engines.modes import ALIASES, MODES
+
+log = logging.getLogger(__name__)
 
 _REPEAT = re.compile(r"^(\d+)x([a-z][a-z0-9-]*)$")
 _ASCENDRA = re.compile(r"^(\d+)L(\d+)H$")
@@ -64,12 +70,23 @@ def layout_modes(layout: str) -> list[str]:
     if not match:
         raise ValueError(f"layout: cannot read {layout!r}; write it as <count>x<mode> "
                          f"(e.g. 3xsarathi), <n>L<m>H (e.g. 2L1H) or <n>P<m>D (e.g. 2P1D)")
-    count, mode = int(match.group(1)), match.group(2)
+    count, mode = int(match.group(1)), _current_name(match.group(2))
     if mode in _PD_MODES:
         raise ValueError(f"layout: {mode} instances come in pairs with the other kind; "
                          f"write <n>P<m>D (e.g. 1P1D), not {layout!r}")
     if mode not in MODES:
-        raise ValueError(f"layout: unknown mode {mode!r} in {layout!r}; modes: {sorted(MODES)}")
+        raise ValueError(f"layout: unknown mode {mode!r} in {layout!r}; modes: "
+                         f"{sorted(MODES)}")
     if count < 1:
         raise ValueError(f"layout: {layout!r} has no instances")
     return [mode] * count
+
+
+@functools.cache
+def _current_name(mode: str) -> str:
+    """`mode`, or the mode an old name stands for (said once per process)."""
+    if mode in ALIASES:
+        log.warning("layout: mode %r is deprecated; it now runs as %r (docs/baselines.md)",
+                    mode, ALIASES[mode])
+    return ALIASES.get(mode, mode)
+

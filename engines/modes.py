@@ -63,7 +63,6 @@ class Mode:
 
 
 SARATHI = Mode("sarathi", prefill_first=False, chunked_prefill=True)
-VLLM = Mode("vllm", prefill_first=True, chunked_prefill=False)
 # The baselines as their systems schedule, read from their code (docs/baselines.md).
 #: vLLM V0 (chunked prefill off): whole prompts first, a step is prefills or decodes; a
 #: prompt is admitted only while 1 % of the cache stays free; preempted requests recompute
@@ -90,8 +89,13 @@ HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_
 PREFILL = Mode("prefill", prefill_first=False, chunked_prefill=True)
 DECODE = Mode("decode", prefill_first=False, chunked_prefill=True)
 
-MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM, VLLM_V0, VLLM_V1, SGLANG, LP, HP,
+MODES: dict[str, Mode] = {m.name: m for m in (SARATHI, VLLM_V0, VLLM_V1, SGLANG, LP, HP,
                                                PREFILL, DECODE)}
+#: The baselines' modes, as layouts `<n>x<mode>` run them.
+BASELINES = (SARATHI.name, VLLM_V0.name, VLLM_V1.name, SGLANG.name)
+#: Old names still accepted: `vllm` was vLLM V0 without its watermark, which let a
+#: prefill-first instance admit, preempt and re-admit in a loop (docs/baselines.md).
+ALIASES = {"vllm": VLLM_V0.name}
 
 
 def role_of_mode(name: str) -> Role:
@@ -103,6 +107,6 @@ def role_of_mode(name: str) -> Role:
 
 def get_mode(name: str) -> Mode:
     try:
-        return MODES[name]
+        return MODES[ALIASES.get(name, name)]
     except KeyError:
         raise ValueError(f"unknown scheduler mode {name!r}; choose one of {sorted(MODES)}") from None

@@ -20,10 +20,11 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     flags), the simulator and the instance processes; the layout sets each one's `mode`."""
 
     mode: Annotated[str, Meta(description=(
-        "sarathi | vllm | lp | hp: set per instance by the layout, never by hand."))] = "sarathi"
+        "sarathi | vllm-v0 | vllm-v1 | sglang | lp | hp | prefill | decode: set per instance "
+        "by the layout, never by hand."))] = "sarathi"
     chunk_size: Annotated[int, Meta(ge=1, description=(
-        "Token budget of one engine step (Sarathi-Serve's chunk size); in vllm mode the most "
-        "prompt tokens one prefill step may batch (at least the context limit)."))] = 2048
+        "Token budget of one engine step (Sarathi-Serve's chunk size); in vllm-v0 mode the "
+        "most prompt tokens one prefill step may batch (at least the context limit)."))] = 2048
     max_num_seqs: Annotated[Annotated[int, Meta(ge=1)] | None, Meta(examples=[128], description=(
         "Most requests holding KV blocks at once per instance; unset = the mode's default "
         "(LP 256, HP 1024, else 256, at most chunk_size in decode-first modes)."))] = None

@@ -151,3 +151,14 @@ def test_sglang_ratio_decays_per_decode_step_to_its_floor():
     assert ratio == output_reserve.MIN_RATIO
     assert output_reserve.ratio_after_retraction([100, 0], [200, 200]) == (100 + 40) / 400
     assert output_reserve.ratio_after_retraction([1000], [1000]) == 1.0
+
+
+def test_the_old_vllm_layout_runs_as_vllm_v0_and_says_so(caplog):
+    from daemon.layout import layout_modes
+    from engines.modes import get_mode
+    assert layout_modes("2xvllm-v1") == ["vllm-v1"] * 2
+    assert get_mode("vllm") is get_mode("vllm-v0")
+    with caplog.at_level("WARNING"):
+        assert layout_modes("3xvllm") == ["vllm-v0"] * 3
+    # said once per process: the first parse may have been another test's
+    assert all("deprecated" in r.message for r in caplog.records)

@@ -15,9 +15,10 @@ def test_the_table_tunes_the_baselines_and_compares_every_row_with_the_best():
     config = RulerConfig(workload=workload("poisson"), measured=60, seeds=(0, 1), tolerance=0.1)
     [table] = capacity_table([config], workers=2)
     rows = {r.label: r for r in table.rows}
-    assert set(rows) == {"3xsarathi (upstream)", "3xvllm (upstream)", "3xsarathi (tuned)",
-                         "3xsarathi (tuned, drops)", "3xvllm (tuned)", "3xvllm (tuned, drops)",
-                         "2L1H", "1L2H", "2P1D", "1P2D"}
+    baselines = {f"{layout} ({kind})" for layout in SWEEPS
+                 for kind in ("upstream", "tuned", "tuned, drops")}
+    assert set(rows) == baselines | {"2L1H", "1L2H", "2P1D", "1P2D"}
+    assert set(SWEEPS) == {"3xsarathi", "3xvllm-v0", "3xvllm-v1", "3xsglang"}
     for layout, sizes in SWEEPS.items():
         assert set(table.sweep[layout]) == set(sizes)
         tuned, dropping = rows[f"{layout} (tuned)"], rows[f"{layout} (tuned, drops)"]

@@ -176,14 +176,14 @@ def test_toml_config_and_a_flag_that_overrides_it(daemon_factory, tmp_path):
     config = tmp_path / "ascendra.toml"
     config.write_text('\n'.join([
         '[model]', 'served_model_name = "from-toml"',
-        '[instances]', 'executor = "sim"', 'layout = "2xvllm"', 'num_kv_blocks = 300',
+        '[instances]', 'executor = "sim"', 'layout = "2xvllm-v1"', 'num_kv_blocks = 300',
         '[process]', 'heartbeat_interval = 0.2', '[http]', 'max_tokens_limit = 50', '']))
     daemon = daemon_factory("--config", str(config), "--served-model-name", "from-flag")
     models = daemon.get_json("/v1/models")[1]["data"]
     assert [m["id"] for m in models] == ["from-flag"]  # the flag wins over the file
     health = daemon.health()
     assert [(i["id"], i["mode"], i["kv_blocks_total"]) for i in health["instances"]] == [
-        (0, "vllm", 300), (1, "vllm", 300)]
+        (0, "vllm-v1", 300), (1, "vllm-v1", 300)]
     status, body = daemon.post_json("/v1/completions", {"prompt": "Hi", "max_tokens": 51})
     assert status == 400 and "50" in body["error"]["message"]
 
