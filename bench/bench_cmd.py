@@ -1,9 +1,9 @@
-"""`ascendra bench`: the open-loop load generator (bench/bench_cli.py) against a server."""
+"""`ascendra bench`: the open-loop load generator (bench/loadgen/bench_cli.py) against a server."""
 from __future__ import annotations
 
 import argparse
 
-from bench.bench_cli import DESCRIPTION, add_bench_flags, run
+from bench.loadgen.bench_cli import DESCRIPTION, add_bench_flags, run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -42,12 +42,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from bench.bench_cli import raise_open_files_limit
 from bench.chaos_client import Answer, one_request
 from bench.daemon_launcher import ServeProcess
 from bench.garbage_frames import send_garbage
+from bench.loadgen.bench_cli import raise_open_files_limit
+from bench.loadgen.workload import prompt_token_ids
 from bench.processes import alive, instance_pids, is_instance, kill_quietly, rss_mb
-from bench.workload import prompt_token_ids
 
 #: When each fault strikes, as a share of the run's duration.
 FAULT_AT = {"kill_lp": 0.25, "garbage": 0.40, "kill_hp": 0.55, "burst": 0.70}

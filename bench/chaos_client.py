@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from bench.sse import sse_data
+from bench.loadgen.sse import sse_data
 from daemon.errors import REFUSAL_CODES
 from daemon.request_state import EndCode
 

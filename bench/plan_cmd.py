@@ -7,7 +7,7 @@ import sys
 import msgspec
 
 from bench.json_file import write_json
-from bench.sim_flags import add_sim_flags, sim_settings
+from bench.sim.sim_flags import add_sim_flags, sim_settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.plan import plan
+    from bench.ruler.plan import plan
     _, config = sim_settings(args)
     config = msgspec.structs.replace(config, measured=args.measured, seeds=(args.seed,))
     answer = plan(config, args.gpus, progress=lambda line: print(line, file=sys.stderr))

@@ -118,7 +118,8 @@ class Percentiles(msgspec.Struct):
 
 
 class ClassResult(msgspec.Struct, kw_only=True):
-    """Goodput of one SLO class of a run whose requests carry classes (bench/workloads.py)."""
+    """Goodput of one SLO class of a run whose requests carry classes
+    (bench/loadgen/workloads.py)."""
     slo_class: str
     num_requests: int
     good: int

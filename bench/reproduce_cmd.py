@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench.reproduce import FIGURES
+from bench.studies.reproduce import FIGURES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    from bench.reproduce import reproduce
+    from bench.studies.reproduce import reproduce
 
     figures = FIGURES if args.figure == "all" else (args.figure,)
     for figure in figures:

@@ -2,9 +2,9 @@
 
 Both take the scheduler, SLO and controller settings as `serve` does -- the same flags
 from the same structs (daemon/config.py `add_config_flags`), so a simulated run has the
-daemon's defaults unless told otherwise -- plus the workload flags (bench/workload_flags.py).
-`capacity` measures by the ruler's protocol (bench/ruler.py) and prints the configuration
-it used with its answer.
+daemon's defaults unless told otherwise -- plus the workload flags
+(bench/loadgen/workload_flags.py). `capacity` measures by the ruler's protocol
+(bench/ruler/ruler.py) and prints the configuration it used with its answer.
 """
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
-from bench.capacity import CAPACITY_TARGET
-from bench.capacity_table import ceilings
-from bench.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
+from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.records_file import record_rows, write_records
 from bench.results import print_summary, write_result
-from bench.ruler import (
+from bench.ruler.capacity import CAPACITY_TARGET
+from bench.ruler.capacity_table import ceilings
+from bench.ruler.ruler import (
     RulerConfig, SeedCapacity, Subject, point_rows, run_point, seed_capacity, sim_config,
 )
-from bench.simulate import simulate
-from bench.sim_flags import add_sim_flags, sim_settings
-from bench.workloads import build_requests, num_requests_or
+from bench.sim.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
+from bench.sim.sim_flags import add_sim_flags, sim_settings
+from bench.sim.simulate import simulate
 from daemon.layout import layout_modes
 
 DEFAULT_NUM_REQUESTS = 2000

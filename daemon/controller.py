@@ -79,7 +79,7 @@ class Controller:
             await self._drained.wait()
 
     async def stop(self) -> None:
-        for instance_id in self.supervisor.ready_ids():
+        for instance_id in self.core.ready_ids():
             try:
                 await self.channel.send(instance_id, Shutdown())
             except InstanceUnreachable:

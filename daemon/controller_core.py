@@ -9,7 +9,7 @@ requests of an instance that died (`core_recovery`, `daemon.recovery`), bounds t
 waiting queue (`daemon.overload`) and drains on shutdown. It opens no socket, reads
 no clock and never sleeps: every event carries `now`, and waits are `StartTimer`
 actions. The daemon (`daemon/controller.py`, asyncio + ZeroMQ) and the simulator
-(`bench/simulator.py`, an event heap) are its two drivers, so both make the same
+(`bench/sim/simulator.py`, an event heap) are its two drivers, so both make the same
 decisions for the same events.
 
 It raises only on misuse (an unknown event, a duplicate request id, an illegal state

@@ -5,7 +5,7 @@ scores each model server by a few Prometheus gauges named after vLLM's
 (docs/gateway_protocol.md). A box of several instances behind one controller is one
 endpoint, so the values are the box's, computed here from the controller core's state
 alone -- no clock, no I/O -- so the daemon's /metrics (daemon/metrics.py) and the
-simulator (bench/simulator.py drives the same core) show a gateway the same numbers:
+simulator (bench/sim/simulator.py drives the same core) show a gateway the same numbers:
 
 * running: per ready instance, the requests in its batch as of its latest report (a
   step's load or a heartbeat), capped by the requests the controller knows it holds;

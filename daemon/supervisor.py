@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from engines.instance_config import InstanceConfig
 from engines.instance_launch import instance_command, instance_env, with_parent
-from ipc.messages import Heartbeat, Ready
+from ipc.messages import Ready
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ class InstanceSlot:
     config: InstanceConfig
     state: InstanceState = InstanceState.STARTING
     process: asyncio.subprocess.Process | None = None
-    ready: Ready | None = None
-    stats: Heartbeat | None = None
     restarts: int = 0
     started_at: float = 0.0
     backoff: float = 1.0
@@ -91,17 +89,14 @@ class Supervisor:
         slot = self.slots.get(ready.instance_id)
         if slot is None or slot.state is InstanceState.STOPPED:
             return
-        slot.ready, slot.state = ready, InstanceState.READY
+        slot.state = InstanceState.READY  # its Ready itself lives in the core's InstanceView
         slot.became_ready.set()
         log.info("instance %d (%s) ready: pid %d, %d KV blocks", ready.instance_id, ready.role,
                  ready.pid, ready.num_kv_blocks)
 
-    def ready_ids(self) -> list[int]:
-        return [i for i, s in self.slots.items() if s.state is InstanceState.READY]
-
     async def _spawn(self, slot: InstanceSlot) -> None:
         config = with_parent(slot.config)
-        slot.state, slot.ready = InstanceState.STARTING, None
+        slot.state = InstanceState.STARTING
         slot.became_ready.clear()
         # A session of its own: a terminal's Ctrl-C (SIGINT to the foreground process group)
         # reaches only the controller, which drains and then stops the instances itself.
@@ -128,7 +123,6 @@ class Supervisor:
             log.error("instance %d (pid %s) exited with %s; restarting in %.0f s",
                       slot.instance_id, slot.pid, code, slot.backoff)
             slot.state = InstanceState.RESTARTING
-            slot.stats = None  # the dead process's queues and KV blocks are gone with it
             self.on_exit(slot, code)
             if time.monotonic() - slot.started_at > STABLE_AFTER_S:
                 slot.backoff = 1.0

@@ -1,6 +1,6 @@
 """One engine instance in-process: scheduler + executor, stepped by its caller.
 
-The loop is the one from DESIGN.md section 3: schedule -> execute -> update, then
+The loop is the one of docs/design.md §3: schedule -> execute -> update, then
 feed the step's measured time to the performance model (when the mode uses one).
 `generate` runs a set of prompts to completion with continuous batching (offline
 use); the instance process calls `step` from its socket loop.

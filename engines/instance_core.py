@@ -8,8 +8,8 @@
 It owns the engine and what the controller must hear about it: every Submit gets
 exactly one terminal answer (a finishing token, Finished, an Offload, a Handoff
 from a P/D layout's prefill instance, or a RequestError), and an HP with nothing waiting and room to spare holds one ticket
-(paper §6.1). The instance process (`engines/instance.py`) and the simulator
-(`bench/simulator.py`) drive the same object; neither makes a decision of its own.
+(docs/design.md §5.5). The instance process (`engines/instance.py`) and the simulator
+(`bench/sim/simulator.py`) drive the same object; neither makes a decision of its own.
 """
 from __future__ import annotations
 

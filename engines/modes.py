@@ -19,9 +19,9 @@ HP_MAX_BATCH = 1024
 @dataclass(frozen=True)
 class Mode:
     name: str
-    #: True: admit waiting prompts first and let decodes wait (vLLM, HP). False: every
+    #: True: admit waiting prompts first and let decodes wait (vLLM V0, SGLang). False: every
     #: running decode first, then prefill chunks in what is left of the token budget
-    #: (Sarathi-Serve, LP).
+    #: (Sarathi-Serve, vLLM V1, LP, HP).
     prefill_first: bool
     #: Split prompts into chunks to fit the token budget (else a prompt runs whole, and a
     #: prefill-first step may exceed the budget to fit the longest prompt).

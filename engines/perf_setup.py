@@ -15,7 +15,7 @@ from policies.perf_model import PerfModel
 
 log = logging.getLogger(__name__)
 
-#: What a sim executor's batches are modelled on until issue #5's GPU profiles name one.
+#: What a sim executor's batches are modelled on when no GPU profile names one.
 SIM_HARDWARE = "a100"
 
 

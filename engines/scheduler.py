@@ -3,15 +3,18 @@
 `schedule(now)` builds a batch, `update(batch, sampled, now)` applies the step's
 results. Derived from Sarathi-Serve's stall-free batching: in decode-first modes
 every running decode is taken, then prefill chunks fill what is left of the token
-budget; in prefill-first modes (vLLM, HP) whole prompts are admitted while any fit
-and decodes wait. Waiting prompts are admitted by the paper's Algorithm 1
+budget; in prefill-first modes (vLLM V0, SGLang) waiting prompts are admitted while any
+fit and decodes wait. Waiting prompts are admitted by Algorithm 1 (docs/design.md §5.3)
 (`policies.selection`), in arrival or value order as the mode says; LP modes first
 hand requests that would miss their deadline to an HP instance (`batch.offloaded`)
 and, with `drop_expired`, give up on hopeless ones (`batch.dropped`).
 
-When KV blocks run out, the lowest-priority running request (the last admitted) is
-preempted by recompute: it frees its blocks, keeps its tokens (the generated ones
-join the prompt) and goes back to the front of the waiting queue.
+When KV blocks run out, a running request is preempted by recompute: it frees its
+blocks, keeps its tokens and goes back to the waiting queue -- the last admitted, to the
+front of the queue (vLLM), or, in SGLang's mode, the one that generated fewest tokens, to
+its back. The baseline modes' admission rules (a watermark, no admission in a step that
+preempted, room kept for running requests' output) are in engines/modes.py and
+docs/baselines.md.
 
 With prefix caching (engines/kv_cache.py) a request joins the queue with the cached
 prefix it would find as its computed tokens (a hint the policies price it by), takes
@@ -273,7 +276,7 @@ class Scheduler:
 
     def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float,
                decodes: list[Request]) -> None:
-        """Admit waiting requests by Algorithm 1: stop at the first that does not fit."""
+        """Admit waiting requests by Algorithm 1 (docs/design.md §5.3): stop at the first that does not fit."""
         if self._admission_head(candidates, budget) is None:
             return
         if not self.mode.admit_after_preempt and self._preempted_this_step:

@@ -1,11 +1,11 @@
-"""What an instance lets in, and what it gives up on (paper §6.1–6.3).
+"""What an instance lets in, and what it gives up on (docs/design.md §5.5, §5.7, §5.8).
 
-* Tickets (§6.1): an idle HP asks for the next new request; at most one open
+* Tickets (§5.5): an idle HP asks for the next new request; at most one open
   ticket per HP, so an urgent offload that arrives meanwhile waits one batch at most.
-* Elastic batch (§6.2): HP admits prefills while the free KV left afterwards still
+* Elastic batch (§5.7): HP admits prefills while the free KV left afterwards still
   covers what its running decodes are predicted to need, from the observed decode
-  lengths. LP keeps a fixed batch limit (`LP_MAX_BATCH`) instead.
-* Drops (§6.3): under overload, give up on a waiting request once its TTFT SLO is
+  lengths; LP does the same and also caps its batch at `LP_MAX_BATCH`.
+* Drops (§5.8): under overload, give up on a waiting request once its TTFT SLO is
   lost -- missed, or out of reach even if it started now on an idle instance.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from policies.predictor import Predictor, remaining_prefill_time
 from policies.request_view import RunningRequest, WaitingRequest
 
 #: The paper's LP batch is a fixed 128; on ShareGPT (long outputs) that cap filled up and
-#: left prompts waiting with budget to spare: at 10 QPS on 2L1H (issue #5 simulations)
+#: left prompts waiting with budget to spare: at 10 QPS on 2L1H (simulated)
 #: 256 cut LP scheduling delay from ~1 s to ~0.4 s and raised goodput, with no preemption.
 LP_MAX_BATCH = 256
 #: The batch limit an HP's ticket rule measures against: its KV-bound (elastic) batch can

@@ -17,7 +17,7 @@ llm-d-inference-scheduler, where the EPP now lives):
   endpoint has cached, and the simulated prompts carry no shared prefixes, so it would
   add the same 0 to every box and change no pick;
 * the views are **scraped** every `refresh-metrics-interval` (default 50 ms), so they are
-  up to one interval old; the scraping is the driver's (bench/fleet.py), not this file's;
+  up to one interval old; the scraping is the driver's (bench/sim/fleet.py), not this file's;
 * **admission** is left out: with flow control off (its feature gate's default) the EPP
   turns away only sheddable requests (priority < 0) while every endpoint is saturated
   (`requestcontrol/admission.go`, the legacy admission controller), and the simulated

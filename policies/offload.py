@@ -1,4 +1,4 @@
-"""Request offload (paper §5.3): which LP waiting requests should move to an HP instance.
+"""Request offload (docs/design.md §5.4): which LP waiting requests should move to an HP instance.
 
 Only a request whose prefill has not started may move (then only its prompt tokens
 travel, never KV cache). For such a request, with `own` = its predicted prefill time

@@ -7,6 +7,10 @@ expected to actually use. The ratio starts at 0.7, falls by a small step every d
 step while nothing goes wrong (memory turns out to be plentiful), and is raised again
 when a decode step runs out of memory and requests must be retracted: to the share the
 remaining requests have used so far, plus a margin of 20 tokens each.
+
+Not modelled: SGLang's per-step cap on prefill input (16,384 tokens; our mode's chunk
+size bounds a step instead) and its pause after a failed memory test until the running
+set shrinks.
 """
 from __future__ import annotations
 
@@ -33,8 +37,9 @@ def new_request_reserve(max_tokens: int) -> int:
 
 
 def running_reserve_tokens(remaining: Iterable[int], ratio: float) -> int:
-    """Output tokens reserved for running requests with `remaining` tokens left each."""
-    return math.ceil(sum(max(0, r) for r in remaining) * ratio)
+    """Output tokens reserved for running requests with `remaining` tokens left each
+    (each clipped as a new request's own reserve is)."""
+    return math.ceil(sum(min(max(0, r), CLIP_MAX_NEW_TOKENS) for r in remaining) * ratio)
 
 
 def ratio_after_retraction(generated: Iterable[int], max_tokens: Iterable[int]) -> float:

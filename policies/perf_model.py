@@ -1,4 +1,4 @@
-"""How long a batch takes: roofline features and an online non-negative regression (§5.1).
+"""How long a batch takes: roofline features and an online non-negative regression (docs/design.md §5.1).
 
     t = C1 (t_M + t_F) + C2 max(t_M, t_F) + C3 t_M + C4 t_F + C5
 

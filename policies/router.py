@@ -3,7 +3,7 @@
 Pure bookkeeping around `policies.routing` (open tickets, the round-robin cursor);
 the caller says which instances are ready and how loaded they are.
 
-A new request takes an HP instance's open ticket (Ascendra layouts, paper §6.1), else
+A new request takes an HP instance's open ticket (Ascendra layouts, docs/design.md §5.5), else
 goes to the pool -- the LP instances of an Ascendra layout, every instance of a
 baseline one -- by the configured `Routing` rule, the same for every layout. A request
 an LP offloads goes to the HP instance with the shortest queue.

@@ -4,7 +4,7 @@ passes in what it knows of each instance.
 A new request goes to the pool by round-robin, to the least loaded, or -- prefix aware --
 to the instance that holds the longest cached prefix of its prompt when its load is
 within a slack of the least loaded one (`Routing`); an offloaded one goes to the HP with
-the shortest waiting queue (paper §4).
+the shortest waiting queue (docs/design.md §5.6).
 """
 from __future__ import annotations
 

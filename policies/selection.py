@@ -1,4 +1,4 @@
-"""Out-of-order prefill selection (the paper's Algorithm 1), over an already-ordered list.
+"""Out-of-order prefill selection (the paper's Algorithm 1; docs/design.md §5.3), over an already-ordered list.
 
 Walk the candidates most urgent first and take each while every budget still
 covers its cost:

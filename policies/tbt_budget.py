@@ -1,6 +1,6 @@
 """How long an LP step may take without costing a running request its TBT target.
 
-Goodput (paper §8.2) counts a request whose *mean* time between tokens is within its TBT
+Goodput (docs/design.md §2) counts a request whose *mean* time between tokens is within its TBT
 SLO. A request that has produced g tokens since its first one at t0 keeps its mean within
 `slo` after one more step ending at `now + step` while
 

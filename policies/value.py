@@ -1,4 +1,4 @@
-"""Value functions (paper §5.2): which waiting prefill is most urgent.
+"""Value functions (docs/design.md §5.2): which waiting prefill is most urgent.
 
 A value function maps (request, now, predictor, token_budget) to a sort key:
 smaller runs sooner. `order_by_value` sorts a waiting queue by a request's priority

@@ -7,15 +7,15 @@ from pathlib import Path
 import msgspec
 
 from bench.records import RunResult
-from bench.simulate import simulate
-from bench.simulator import SimConfig
+from bench.sim.simulate import simulate
+from bench.sim.simulator import SimConfig
 from daemon.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.scheduler_config import SchedulerConfig
 
 
 def length_trace() -> str:
-    """The trace the simulator tests run: ShareGPT, packaged with bench (bench/trace_data)."""
+    """The trace the simulator tests run: ShareGPT, packaged with bench (bench/data/trace_data)."""
     return "sharegpt"
 
 

@@ -1,4 +1,4 @@
-"""bench/arrivals.py: rates, burstiness (gamma gaps) and seeding."""
+"""bench/loadgen/arrivals.py: rates, burstiness (gamma gaps) and seeding."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.arrivals import arrival_offsets, arrivals_within, gaps
+from bench.loadgen.arrivals import arrival_offsets, arrivals_within, gaps
 
 
 def _cv(x: np.ndarray) -> float:

@@ -1,11 +1,11 @@
-"""bench/workload.py: traces from files, sampling, replayed arrivals, clamping, prompts."""
+"""bench/loadgen/workload.py: traces from files, sampling, replayed arrivals, clamping, prompts."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from bench.workload import (HIGH_TOKEN_ID, LOW_TOKEN_ID, TraceRow, build_workload, clamp,
+from bench.loadgen.workload import (HIGH_TOKEN_ID, LOW_TOKEN_ID, TraceRow, build_workload, clamp,
                             load_rows, prompt_token_ids)
 
 

@@ -1,13 +1,13 @@
-"""The capacity table's protocol (bench/capacity_table.py) on a short ruler: every baseline
+"""The capacity table's protocol (bench/ruler/capacity_table.py) on a short ruler: every baseline
 setting swept on seed 0, the best of each measured on every seed with and without a drop
 rule, the best baseline chosen among the tuned rows, ratios against it."""
 from __future__ import annotations
 
 import pytest
 
-from bench.capacity_table import SWEEPS, UPSTREAM, capacity_table
-from bench.ruler import RulerConfig
-from bench.workloads import workload
+from bench.loadgen.workloads import workload
+from bench.ruler.capacity_table import SWEEPS, UPSTREAM, capacity_table
+from bench.ruler.ruler import RulerConfig
 
 
 @pytest.mark.slow

@@ -1,10 +1,10 @@
-"""The hardware ceiling (bench/ceiling.py): the fluid bound every capacity is read against."""
+"""The hardware ceiling (bench/ruler/ceiling.py): the fluid bound every capacity is read against."""
 from __future__ import annotations
 
 import pytest
 
-from bench.ceiling import BUDGETS, ceiling_qps
-from bench.workload import build_workload
+from bench.loadgen.workload import build_workload
+from bench.ruler.ceiling import BUDGETS, ceiling_qps
 from engines.executors.profiles.registry import get_profile
 from policies.batch_shape import BatchShape
 

@@ -11,12 +11,12 @@ import msgspec
 import pytest
 
 from bench.cli import main as ascendra
-from bench.fleet import Fleet, GatewayConfig
-from bench.fleet_run import FleetResult
-from bench.fleet_scaling import NO_PICKER, ScalingConfig, _jobs, default_config
-from bench.record_keeper import RecordKeeper
-from bench.simulator import Simulation
-from bench.workloads import build_requests, workload
+from bench.loadgen.workloads import build_requests, workload
+from bench.sim.fleet import Fleet, GatewayConfig
+from bench.sim.fleet_run import FleetResult
+from bench.sim.record_keeper import RecordKeeper
+from bench.sim.simulator import Simulation
+from bench.studies.fleet_scaling import NO_PICKER, ScalingConfig, _jobs, default_config
 from daemon.controller_events import Refuse, Settle
 from daemon.gateway_view import gateway_view
 from policies.endpoint_picker import (
@@ -203,7 +203,7 @@ def test_the_scaling_table_runs_one_box_once_per_seed_and_every_picker_for_fleet
 
 @pytest.mark.slow
 def test_the_scaling_document_round_trips_and_draws(tmp_path):
-    from bench.fleet_scaling import FleetScaling, fleet_document, markdown_table
+    from bench.studies.fleet_scaling import FleetScaling, fleet_document, markdown_table
     config = msgspec.structs.replace(default_config(), boxes=(1, 2), loads=(1.0,), seeds=(0,),
                                      pickers=(Picker.EPP, Picker.ROUND_ROBIN),
                                      requests_per_box=20)
@@ -219,6 +219,6 @@ def test_the_scaling_document_round_trips_and_draws(tmp_path):
     raw = msgspec.json.encode(doc)
     assert msgspec.json.decode(raw, type=FleetScaling, strict=True) == doc
     pytest.importorskip("matplotlib")  # in the `bench` extra, not the `test` one
-    from bench.figures import draw
+    from bench.studies.figures import draw
     draw(json.loads(raw), tmp_path / "fleet.png")
     assert (tmp_path / "fleet.png").stat().st_size > 0

@@ -25,7 +25,7 @@ from policies.perf_model import PerfModel
 
 @pytest.fixture(scope="module")
 def refs():
-    from bench.profile_refs import load_refs
+    from bench.data.profile_refs import load_refs
     return load_refs()
 
 
@@ -95,7 +95,7 @@ def test_kv_capacity_is_vllms_budget_after_the_reserve():
 
 
 def test_kv_capacity_matches_vllms_published_figures():
-    from bench.profile_check import PUBLISHED_ACTIVATION, PUBLISHED_KV_BLOCKS
+    from bench.studies.profile_check import PUBLISHED_ACTIVATION, PUBLISHED_KV_BLOCKS
     for name, tokens, seqs, published, _ in PUBLISHED_KV_BLOCKS:
         assert PROFILES[name].num_kv_blocks(16, tokens, seqs) == pytest.approx(published,
                                                                                rel=0.02)

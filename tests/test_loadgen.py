@@ -1,4 +1,4 @@
-"""bench/loadgen.py against an in-process fake of the daemon's SSE API, and once against
+"""bench/loadgen/loadgen.py against an in-process fake of the daemon's SSE API, and once against
 the real daemon (sim executor).
 
 The fake picks what to do by `max_tokens` (see BEHAVIOUR), so a workload can ask for
@@ -19,11 +19,11 @@ import pytest
 from aiohttp import web
 
 from daemon.health import Health, InstanceHealth
-from bench.bench_cli import build_parser
-from bench.loadgen import CHAT_WORDS, run_load
+from bench.loadgen.bench_cli import build_parser
+from bench.loadgen.loadgen import CHAT_WORDS, run_load
+from bench.loadgen.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID, WorkloadRequest
 from bench.records import RequestRecord
 from bench.results import read_result, summarize
-from bench.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID, WorkloadRequest
 from tests.daemon_fixture import PROJECT_ROOT, sim_args
 
 HTTP_DROP, SSE_ERROR, SSE_DROP, HTTP_500, HANG, CHUNKED, NO_FINISH = 7, 8, 9, 10, 11, 12, 13
@@ -224,7 +224,7 @@ async def test_bench_command_end_to_end(tmp_path, capsys):
         "--num-prompts", "12", "--ttft-slo", "1", "--tbt-slo", "0.1", "--api-key", "k",
         "--save-result", str(out), "--save-detailed", "--disable-tqdm"])
     try:
-        from bench.bench_cli import run
+        from bench.loadgen.bench_cli import run
         assert await asyncio.to_thread(run, args) == 0
     finally:
         await runner.cleanup()
@@ -259,7 +259,7 @@ def bench_args(url: str, *extra: str):
 
 
 async def test_a_run_that_only_errors_exits_1_and_says_why(fake, capsys):
-    from bench.bench_cli import run
+    from bench.loadgen.bench_cli import run
     code = await asyncio.to_thread(run, bench_args(fake.url, "--endpoint", "/v1/nothing"))
     err = capsys.readouterr().err
     assert code == 1
@@ -272,14 +272,14 @@ async def test_a_run_that_only_errors_exits_1_and_says_why(fake, capsys):
 
 
 async def test_a_chat_run_against_the_chat_endpoint_succeeds(fake, capsys):
-    from bench.bench_cli import run
+    from bench.loadgen.bench_cli import run
     code = await asyncio.to_thread(run, bench_args(fake.url, "--endpoint", "/v1/chat/completions"))
     assert code == 0 and "FAILED" not in capsys.readouterr().err
     assert all("messages" in b for b in fake.bodies) and len(fake.bodies) == 6
 
 
 def test_partial_failures_exit_1_only_past_the_max_error_rate():
-    from bench.bench_cli import report_failures
+    from bench.loadgen.bench_cli import report_failures
     records = [RequestRecord(index=i, arrival=0.0, prompt_len=1, output_len=1,
                              outcome="completed" if i >= 2 else "errored",
                              error="HTTP 503: queue full" if i < 2 else None) for i in range(10)]

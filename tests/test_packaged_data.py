@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import derive_profile_refs, derive_traces
-from bench.profile_refs import REFS_FILE, from_readme, load_refs
-from bench.traces import ENV_VAR as TRACES_VAR
-from bench.traces import RAW_DEFAULT_DIR as RAW_TRACES
-from bench.traces import TRACE_DATA_DIR, TRACE_FILES, load_trace, read_lengths, trace_file
+from bench.data import derive_profile_refs, derive_traces
+from bench.data.profile_refs import REFS_FILE, from_readme, load_refs
+from bench.loadgen.traces import ENV_VAR as TRACES_VAR
+from bench.loadgen.traces import RAW_DEFAULT_DIR as RAW_TRACES
+from bench.loadgen.traces import TRACE_DATA_DIR, TRACE_FILES, load_trace, read_lengths, trace_file
 from engines.executors.profiles import ENV_VAR as PROFILES_VAR
 from engines.executors.profiles import derive_tables
 from engines.executors.profiles.data import RAW_DEFAULT_DIR as RAW_PROFILES
@@ -165,8 +165,8 @@ def test_a_copy_without_shared_passes_its_tests(tmp_path):
         assert done.returncode == 0, (args, done.stdout[-4000:], done.stderr[-2000:])
         return done.stdout
 
-    where = run("-c", "import bench.traces, engines.executors.profiles as p; "
-                      "print(bench.traces.__file__); print(p.__file__)")
+    where = run("-c", "import bench.loadgen.traces, engines.executors.profiles as p; "
+                      "print(bench.loadgen.traces.__file__); print(p.__file__)")
     assert all(line.startswith(str(copy)) for line in where.split()), where  # the copy's code
     # one -q whatever setup.cfg's addopts say: -qq would drop the "N passed ..." summary line
     out = run("-m", "pytest", "-o", "addopts=", "-q", "-rs", "-p", "no:cacheprovider",
@@ -180,4 +180,4 @@ def test_a_copy_without_shared_passes_its_tests(tmp_path):
     assert skipped and all("no raw" in line for line in skipped), out[-4000:]
     run("-m", "bench.cli", "simulate", "--layout", "2L1H", "--profile", "a100-llama3-8b",
         "--trace", "arxiv", "--qps", "2", "--num-requests", "20")
-    assert "ratio" in run("-m", "bench.profile_check")
+    assert "ratio" in run("-m", "bench.studies.profile_check")

@@ -304,7 +304,7 @@ def test_a_simulated_pd_layout_serves_every_request_through_both_kinds():
 
 
 def test_kv_transfer_time_is_kv_bytes_over_the_link():
-    from bench.kv_transfer_time import kv_transfer_seconds
+    from bench.sim.kv_transfer_time import kv_transfer_seconds
     from engines.executors.profiles.interconnect import SETUP_SECONDS, get_interconnect
     from engines.executors.profiles.registry import get_profile
     _, prefilled = handed_off()

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bench.cli import main
-from bench.plan import candidate_layouts
+from bench.ruler.plan import candidate_layouts
 
 
 BASELINES = ["xsarathi", "xvllm-v0", "xvllm-v1", "xsglang"]

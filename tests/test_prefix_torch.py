@@ -70,7 +70,7 @@ def test_caching_equals_no_caching_token_for_token(executors, shared, tails, num
 
 
 def test_the_ttft_bench_runs_both_sides_on_the_same_requests(tiny_models):
-    from bench.prefix_ttft import prefix_ttft
+    from bench.studies.prefix_ttft import prefix_ttft
     result = prefix_ttft(tiny_models["llama"], requests=3, system_prompt_len=100,
                          question_len=(4, 8), num_kv_blocks=64)
     assert result.caching.prefix_caching and not result.no_caching.prefix_caching

@@ -1,4 +1,4 @@
-"""Workloads with reuse (bench/reuse_workloads.py) and what the simulator makes of them:
+"""Workloads with reuse (bench/loadgen/reuse_workloads.py) and what the simulator makes of them:
 the prompts share exactly the prefixes they say, the reuse ratios are the known ones,
 and caching shows in the simulated run (step times count only uncached prefill)."""
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.reuse_workloads import ideal_reuse
-from bench.simulate import simulate
-from bench.simulator import SimConfig
-from bench.workload import request_prompt
-from bench.workloads import build_requests, workload
+from bench.loadgen.reuse_workloads import ideal_reuse
+from bench.loadgen.workload import request_prompt
+from bench.loadgen.workloads import build_requests, workload
+from bench.sim.simulate import simulate
+from bench.sim.simulator import SimConfig
 from engines.batch import Batch
 from engines.executors.latency import make_latency
 from engines.request import Request

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ruler import (
+from bench.loadgen.workloads import workload
+from bench.ruler.ruler import (
     Point, RulerConfig, SeedCapacity, Subject, seed_capacity, sim_config, workload_requests,
 )
-from bench.workloads import workload
 from daemon.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
 from policies.routing import Routing

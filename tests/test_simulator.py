@@ -1,4 +1,4 @@
-"""The simulator (bench/simulator.py) is deterministic and runs the daemon's own code.
+"""The simulator (bench/sim/simulator.py) is deterministic and runs the daemon's own code.
 
 * Same config, workload and seed -> the same record for every request, also in another
   process with another hash seed; another seed -> another workload.
@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 import msgspec
 import pytest
 
+from bench.loadgen.workload import build_workload, prompt_token_ids, request_prompt
 from bench.records import RunResult
 from bench.results import encode_result
-from bench.simulator import PROMPT_SEED, Simulation
-from bench.workload import build_workload, prompt_token_ids, request_prompt
+from bench.sim.simulator import PROMPT_SEED, Simulation
 from daemon.controller_config import ControllerConfig
 from engines.engine import Engine
 from engines.executors.config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
@@ -217,7 +217,7 @@ def _simulated_phases(tmp_path) -> list[list[tuple]]:
     config = sim_config("1L1H", latency=f"constant:{STEP}", ttft_slo=TTFT_SLO, tbt_slo=1.0,
                         num_kv_blocks=SIM_DEFAULT_KV_BLOCKS, max_model_len=4096,
                         scheduler=SchedulerConfig(chunk_size=512))
-    from bench.simulate import simulate
+    from bench.sim.simulate import simulate
     result = simulate(config, trace=trace, qps=1.0, num_requests=len(rows), keep_records=True)
     records = sorted(result.records, key=lambda r: r.arrival)
     paths, i = [], 0

@@ -10,12 +10,12 @@ import math
 import msgspec
 import pytest
 
-from bench.bench_cli import build_parser as bench_parser
-from bench.bench_cli import run as run_bench
-from bench.capacity import find_capacity
+from bench.cli import main as ascendra
+from bench.loadgen.bench_cli import build_parser as bench_parser
+from bench.loadgen.bench_cli import run as run_bench
 from bench.records import RequestRecord, RunResult
 from bench.results import is_good, summarize
-from bench.cli import main as ascendra
+from bench.ruler.capacity import find_capacity
 from tests.simulator_helpers import length_trace, run, write_jsonl
 from tests.test_loadgen import FakeServer, _serve
 

@@ -1,10 +1,10 @@
-"""The steady-state rule (bench/steady_state.py): what is measured, and when a point holds."""
+"""The steady-state rule (bench/ruler/steady_state.py): what is measured, and when a point holds."""
 from __future__ import annotations
 
 import msgspec
 
 from bench.records import RequestRecord
-from bench.steady_state import MeasureRule, judge, misses_allowed
+from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 
 SLO = (1.0, 0.15)
 

@@ -1,4 +1,4 @@
-"""The stream bench's client (bench/stream_client.py): it counts SSE events however the
+"""The stream bench's client (bench/micro/stream_client.py): it counts SSE events however the
 bytes are split, and opens every connection before its clock starts."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bench.stream_client import EventCounter, run_streams
+from bench.micro.stream_client import EventCounter, run_streams
 
 
 def test_the_bench_counter_counts_events_split_anywhere():

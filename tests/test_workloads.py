@@ -1,4 +1,4 @@
-"""bench/workloads.py: the named workloads are what they say, reproducibly from a seed.
+"""bench/loadgen/workloads.py: the named workloads are what they say, reproducibly from a seed.
 
 Statistics at n = 20,000: gamma gaps have the CV the name says, the on/off process keeps
 its long-run mean rate, SLO classes come in the shares asked for; every workload gives
@@ -11,10 +11,10 @@ import argparse
 import numpy as np
 import pytest
 
-from bench.arrivals import OnOff, onoff_offsets
-from bench.workload import TraceRow, build_workload
-from bench.workload_flags import add_workload_flags, workload_spec
-from bench.workloads import (
+from bench.loadgen.arrivals import OnOff, onoff_offsets
+from bench.loadgen.workload import TraceRow, build_workload
+from bench.loadgen.workload_flags import add_workload_flags, workload_spec
+from bench.loadgen.workloads import (
     DEFAULT_SLO_MIX,
     SLO_CLASSES,
     WORKLOADS,
@@ -48,7 +48,7 @@ def test_every_workload_is_deterministic_per_seed(name, tmp_path):
 
 
 def test_poisson_is_the_plain_workload_of_before():
-    """Same seed, same requests as bench/workload.py build_workload: old runs reproduce."""
+    """Same seed, same requests as bench/loadgen/workload.py build_workload: old runs reproduce."""
     assert (build_requests(WORKLOADS["poisson"], rate=5.0, num_requests=300, seed=3)
             == build_workload("sharegpt", rate=5.0, num_requests=300, seed=3))
 
@@ -157,8 +157,8 @@ def test_long_prompts_are_trimmed_then_fitted_to_the_context():
 
 
 def test_a_script_simulates_its_own_requests_in_memory():
-    """`bench.simulate.simulate(sim, requests)`: no trace file and no command line."""
-    from bench.simulate import simulate
+    """`bench.sim.simulate.simulate(sim, requests)`: no trace file and no command line."""
+    from bench.sim.simulate import simulate
     from tests.simulator_helpers import sim_config
     requests = build_requests(workload("mixed-slo"), rate=4.0, num_requests=40, seed=3,
                               max_model_len=2048)

@@ -15,7 +15,7 @@ Total memory is what CUDA reports, not the marketing size (vLLM's `total_gpu_mem
 * H100 80 GB: 79.22 GiB (vLLM pull request #12126, run on an H100-80G: "total_gpu_memory
   (79.22GiB)").
 
-Published block counts this reproduces (block size 16; bench/profile_check.py prints them):
+Published block counts this reproduces (block size 16; bench/studies/profile_check.py prints them):
 * Llama-2-7B, TP 1, one A100-80GB: 7,351 blocks (vLLM pull request #2031, Dec 2023,
   max_num_batched_tokens 4096 = its context; that vLLM counted its CUDA context where we
   count graphs, both ~0.4 GiB): we give 7,401 (+0.7 %).

@@ -1,0 +1,40 @@
+"""Derives the packaged request-length traces (bench/data/trace_data/*.csv.gz) from the raw files.
+
+Each raw trace (TRACE_FILES) keeps its rows, in order, and only the two columns read
+(prompt and output tokens, under their raw names), as gzip-compressed CSV written
+byte-reproducibly (no name or time in the gzip header).
+
+    python -m bench.data.derive_traces [RAW_DIR] [--out DIR]
+
+RAW_DIR holds the raw files (default ../shared/traces beside the checkout); they never
+enter the repository.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.loadgen.traces import (OUTPUT_COLUMN, PROMPT_COLUMN, RAW_DEFAULT_DIR, TRACE_DATA_DIR,
+                          TRACE_FILES, read_lengths)
+from engines.derived_files import derivation_main, derive_all
+
+
+def derived_csv(raw_file: Path) -> bytes:
+    """The derived table of one raw trace, as CSV text bytes (before compression)."""
+    lines = [f"{PROMPT_COLUMN},{OUTPUT_COLUMN}"]
+    lines += [f"{prompt},{output}" for prompt, output in read_lengths(raw_file)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def derive(raw_dir: Path, out_dir: Path) -> list[Path]:
+    """Writes `<out_dir>/<name>.csv.gz` for every trace; returns their paths."""
+    return derive_all(((raw_dir / filename, out_dir / f"{name}.csv.gz")
+                       for name, filename in sorted(TRACE_FILES.items())),
+                      derived_csv, "trace file")
+
+
+def main(argv: list[str] | None = None) -> None:
+    derivation_main(argv, __doc__.splitlines()[0], RAW_DEFAULT_DIR, TRACE_DATA_DIR, derive)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The open-loop streaming client behind `ascendra bench` (its flags: bench/loadgen/bench_cli.py).
+
+Open loop: every request is sent at its arrival offset whether or not earlier ones were
+answered, over as many concurrent connections as it takes (the connector has no limit;
+`max_concurrency` caps it on purpose, as in `vllm bench serve`). Each request is a
+streaming POST to `endpoint` with `max_tokens` = the trace's output length and
+`ignore_eos`, carrying the run's `ttft_slo`/`tbt_slo` (a request's own, when its
+workload gives it some, e.g. an SLO class): to /v1/completions a token-id
+prompt of the trace's length; to a chat endpoint (a path ending in /chat/completions) one
+user message of as many common English words (one token each in the usual BPE
+vocabularies; the record's `prompt_len` then becomes the server's count, from usage).
+
+Token timing: `token_times` holds the arrival time (time.monotonic, seconds since the
+run started) of every SSE chunk that carries a choice, so a chunk stands for one token
+when the server sends one chunk per token. A server may put several tokens in one
+chunk, or send none for a token with no text yet; the exact number of tokens comes from
+the final usage chunk (`stream_options.include_usage`) into `num_output_tokens`. Mean
+TBT -- what goodput uses -- is therefore exact ((last - first) / (tokens - 1)); the
+distribution of single gaps is per chunk (a gap that spans several tokens counts once).
+
+Outcomes: completed (a finish_reason arrived), dropped (error code `ttft_slo_missed`,
+as an HTTP error or an SSE error event), errored (any other HTTP status, SSE error,
+broken connection or malformed stream), lost (no terminal answer before the run's
+deadline: the last arrival + `timeout`). The run always ends by that deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import NamedTuple
+
+import aiohttp
+import numpy as np
+
+from bench.loadgen.progress import Progress
+from bench.loadgen.sse import sse_data
+from bench.loadgen.workload import WorkloadRequest, request_prompt
+from bench.records import RequestRecord
+from daemon.request_state import EndCode
+
+#: Words of a chat prompt: common English words, one token each (with their space) in the
+#: byte-level BPE vocabularies of Llama 3, Qwen2, GPT-2 and the tiny model.
+CHAT_WORDS = ("the", "of", "and", "to", "in", "is", "that", "it", "was", "for", "on", "are",
+              "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one",
+              "had", "by", "but", "not", "what", "all", "were", "we", "when", "your", "can")
+
+#: Error codes that mean the server dropped the request for missing its TTFT target.
+DROP_CODES = frozenset({EndCode.TTFT_SLO_MISSED.value})
+
+
+class LoadRun(NamedTuple):
+    records: list[RequestRecord]
+    #: Run start -> the later of the last send and the last terminal answer; a lost
+    #: request's wait until the deadline does not stretch it (nor deflate the rates).
+    duration_s: float
+
+
+class Client:
+    """What every request of a run shares: the session, the clock, the request fields."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, fields: dict, seed: int,
+                 progress: Progress, max_concurrency: int | None) -> None:
+        self.session, self.url, self.fields, self.seed = session, url, fields, seed
+        self.progress = progress
+        self.start = time.monotonic()
+        self.slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+    def now(self) -> float:
+        return time.monotonic() - self.start
+
+    @property
+    def chat(self) -> bool:
+        return is_chat_endpoint(self.url)
+
+    def body(self, request: WorkloadRequest) -> bytes:
+        if self.chat:
+            prompt = {"messages": [{"role": "user", "content": chat_prompt(
+                self.seed, request.index, request.prompt_len)}]}
+        else:
+            prompt = {"prompt": request_prompt(request, self.seed)}
+        own = {k: v for k, v in (("ttft_slo", request.ttft_slo), ("tbt_slo", request.tbt_slo))
+               if v is not None}  # the request's own targets win over the run's
+        return json.dumps({**self.fields, **own, **prompt,
+                           "max_tokens": request.output_len}).encode()
+
+
+def is_chat_endpoint(path: str) -> bool:
+    return path.rstrip("/").endswith("/chat/completions")
+
+
+def chat_prompt(seed: int, index: int, num_words: int) -> str:
+    """The user message of request `index`: `num_words` common words, made when it is sent."""
+    rng = np.random.default_rng([seed, 3, index])
+    return " ".join(CHAT_WORDS[i] for i in rng.integers(0, len(CHAT_WORDS), size=num_words))
+
+
+def request_fields(model: str | None, ttft_slo: float | None, tbt_slo: float | None,
+                   priority: int = 0) -> dict:
+    """The JSON fields every request carries (all but the prompt and max_tokens)."""
+    fields = {"stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
+              "temperature": 0.0, "priority": priority}
+    optional = {"model": model, "ttft_slo": ttft_slo, "tbt_slo": tbt_slo}
+    return {**fields, **{k: v for k, v in optional.items() if v is not None}}
+
+
+def auth_headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def run_load(url: str, workload: list[WorkloadRequest], *, ttft_slo: float | None = None,
+                   tbt_slo: float | None = None, model: str | None = None, seed: int = 0,
+                   api_key: str = "", endpoint: str = "/v1/completions", timeout: float = 300.0,
+                   max_concurrency: int | None = None, priority: int = 0,
+                   progress: bool = True) -> LoadRun:
+    """Send `workload` to the server at `url` open-loop; one record per request."""
+    bar = Progress(len(workload), enabled=progress)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, headers=auth_headers(api_key),
+                                     timeout=aiohttp.ClientTimeout(total=None)) as session:
+        client = Client(session, url.rstrip("/") + endpoint,
+                        request_fields(model, ttft_slo, tbt_slo, priority), seed, bar, max_concurrency)
+        records = [RequestRecord(index=w.index, arrival=w.arrival, prompt_len=w.prompt_len,
+                                 output_len=w.output_len, scheduled=w.arrival,
+                                 ttft_slo=w.ttft_slo, tbt_slo=w.tbt_slo, slo_class=w.slo_class,
+                                 warmup=w.warmup)
+                   for w in workload]
+        try:
+            await _dispatch(client, workload, records, timeout)
+        finally:
+            bar.close()
+        return LoadRun(records, _span(records))
+
+
+def _span(records: list[RequestRecord]) -> float:
+    return max((t for r in records for t in (r.arrival, r.end_time) if t is not None), default=0.0)
+
+
+async def _dispatch(client: Client, workload: list[WorkloadRequest],
+                    records: list[RequestRecord], timeout: float) -> None:
+    """Start each request at its offset; then wait (bounded) for the answers."""
+    tasks = []
+    try:
+        for request, record in zip(workload, records):
+            delay = request.arrival - client.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(_send(client, request, record)))
+        deadline = (workload[-1].arrival if workload else 0.0) + timeout
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - client.now()))
+    finally:
+        for task in tasks:
+            task.cancel()  # what is still running is lost
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _send(client: Client, request: WorkloadRequest, record: RequestRecord) -> None:
+    if client.slots is None:
+        await _post(client, request, record)
+        return
+    async with client.slots:
+        await _post(client, request, record)
+
+
+async def _post(client: Client, request: WorkloadRequest, record: RequestRecord) -> None:
+    body = client.body(request)
+    record.arrival = client.now()
+    try:
+        async with client.session.post(client.url, data=body,
+                                       headers={"Content-Type": "application/json"}) as response:
+            if response.status != 200:
+                _http_error(record, response.status, await response.read(), client.now())
+            else:
+                await _read_stream(client, response, record)
+    except asyncio.CancelledError:
+        raise  # the run's deadline: the record stays `lost`
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        if record.outcome != "completed":  # a broken connection after the finish is no error
+            _fail(record, {"message": f"{type(exc).__name__}: {exc}"}, client.now())
+    client.progress.update(record.outcome)
+
+
+async def _read_stream(client: Client, response: aiohttp.ClientResponse,
+                       record: RequestRecord) -> None:
+    async for data in sse_data(response.content):
+        now = client.now()
+        if data.strip() == "[DONE]":
+            break
+        event = json.loads(data)
+        if not isinstance(event, dict):
+            raise ValueError(f"an SSE event that is not a JSON object: {data[:200]!r}")
+        if "error" in event:
+            _fail(record, event["error"], now)
+            return
+        _on_chunk(record, event, now, client.chat)
+    if record.outcome != "completed":
+        _fail(record, {"message": "the stream ended without a finish reason"}, client.now())
+
+
+def _on_chunk(record: RequestRecord, event: dict, now: float, chat: bool = False) -> None:
+    usage = event.get("usage")
+    if usage and usage.get("completion_tokens") is not None:
+        record.num_output_tokens = int(usage["completion_tokens"])
+    if chat and usage and usage.get("prompt_tokens") is not None:
+        record.prompt_len = int(usage["prompt_tokens"])  # words are not tokens: the server's count
+    if usage and (usage.get("prompt_tokens_details") or {}).get("cached_tokens") is not None:
+        record.cached_tokens = int(usage["prompt_tokens_details"]["cached_tokens"])
+    choices = event.get("choices") or []
+    if not choices:
+        return
+    if record.first_token_time is None:
+        record.first_token_time = now
+    record.token_times.append(now)
+    finish = choices[0].get("finish_reason")
+    if finish:
+        record.finish_reason, record.end_time, record.outcome = finish, now, "completed"
+
+
+def _http_error(record: RequestRecord, status: int, raw: bytes, now: float) -> None:
+    try:
+        error = json.loads(raw)["error"]
+        error = error if isinstance(error, dict) else {"message": str(error)}
+    except (ValueError, KeyError, TypeError):
+        error = {"message": raw.decode("utf-8", "replace")[:500]}
+    _fail(record, {**error, "message": f"HTTP {status}: {error.get('message')}"}, now)
+
+
+def _fail(record: RequestRecord, error: dict, now: float) -> None:
+    record.error, record.error_code, record.end_time = error.get("message"), error.get("code"), now
+    record.outcome = "dropped" if record.error_code in DROP_CODES else "errored"
+
+
+async def get_json(url: str, path: str, api_key: str = "", timeout: float = 10.0):
+    """GET url+path as JSON, whatever the status (/health answers 503 while degraded)."""
+    async with aiohttp.ClientSession(headers=auth_headers(api_key),
+                                     timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+        async with session.get(url.rstrip("/") + path) as response:
+            return await response.json(content_type=None)
+

@@ -1,0 +1,165 @@
+"""Reading a trace: its rows' prompt and output lengths and, when it has them, arrival times.
+
+A trace is `sharegpt` or `arxiv` (bench/loadgen/traces.py) or a CSV/JSONL file. Column names
+are matched exactly (case matters), the first of each list that the file has:
+
+* prompt tokens: PROMPT_COLUMNS -- ours (`num_prefill_tokens`, `prompt_tokens`),
+  Mooncake's `input_length`, the Azure LLM traces' `ContextTokens`, BurstGPT's
+  `Request tokens`;
+* output tokens: OUTPUT_COLUMNS, likewise (`GeneratedTokens`, `Response tokens`, ...);
+* arrival time: ARRIVAL_COLUMNS, each with the unit its source uses -- `arrival_time`
+  (seconds, ours), BurstGPT's `Timestamp` (seconds), the Azure traces' `TIMESTAMP`
+  (dates such as "2023-11-16 18:15:46.6805900"), Mooncake's `timestamp` (milliseconds).
+  `arrival_column` names another column (or forces one); a named column that a row lacks
+  is an error, never a reason to generate arrivals. `arrival_unit` (s, ms, us) overrides
+  the unit; a value that is an ISO date is read as a date whatever the unit.
+
+Arrival times must be on every row or on none. Only differences between them matter.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from bench.loadgen.traces import TRACE_FILES, load_trace
+
+PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_tokens", "input_length", "ContextTokens",
+                  "Request tokens")
+OUTPUT_COLUMNS = ("num_decode_tokens", "output_tokens", "output_length", "GeneratedTokens",
+                  "Response tokens")
+#: Arrival-time columns found without being named, in order, and the unit of each.
+ARRIVAL_COLUMNS = {"arrival_time": "s", "arrived_at": "s", "Timestamp": "s", "TIMESTAMP": "s",
+                   "timestamp": "ms", "timestamp_ms": "ms", "time": "s"}
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+class TraceRow(msgspec.Struct, frozen=True):
+    prompt_len: int
+    output_len: int
+    arrival: float | None = None     # seconds, any origin
+
+
+def load_rows(trace: str, arrival_column: str | None = None,
+              arrival_unit: str | None = None) -> list[TraceRow]:
+    """A built-in trace by name, or a .csv / .jsonl file.
+
+    A file's problems are ValueErrors that name the file, the line and what is wrong.
+    """
+    if arrival_unit is not None and arrival_unit not in UNITS:
+        raise ValueError(f"arrival unit {arrival_unit!r}: choose one of {sorted(UNITS)}")
+    if trace in TRACE_FILES:
+        if arrival_column is not None:
+            raise ValueError(f"trace {trace!r} has no arrival times (column "
+                             f"{arrival_column!r}); give a trace file that has them")
+        return [TraceRow(p, o) for p, o in load_trace(trace)]
+    path = Path(trace)
+    if not path.exists():
+        raise FileNotFoundError(f"trace {trace!r}: not a file, nor one of {sorted(TRACE_FILES)}")
+    if not path.is_file():
+        raise ValueError(f"trace {path}: not a file")
+    try:
+        columns, records = (_read_jsonl(path) if path.suffix in (".jsonl", ".ndjson")
+                            else _read_csv(path))
+    except UnicodeDecodeError:
+        raise ValueError(f"trace {path}: not a UTF-8 text file") from None
+    except csv.Error as exc:
+        raise ValueError(f"trace {path}: not a readable CSV file ({exc})") from None
+    if not records:
+        raise ValueError(f"trace {path}: no rows")
+    column = _arrival_column(path, columns, arrival_column)
+    scale = UNITS[arrival_unit or ARRIVAL_COLUMNS.get(column, "s")]
+    rows = [_row(record, f"trace {path} line {line}", column, scale) for line, record in records]
+    untimed = [line for (line, _), row in zip(records, rows) if row.arrival is None]
+    if untimed and arrival_column is not None:
+        raise ValueError(f"trace {path} line {untimed[0]}: no {column} (--arrival-column)")
+    if untimed and len(untimed) < len(rows):
+        raise ValueError(f"trace {path} line {untimed[0]}: no {column}, but other rows have "
+                         f"one; give it on every row or on none")
+    return rows
+
+
+def _arrival_column(path: Path, columns: list[str], named: str | None) -> str | None:
+    if named is not None:
+        if named not in columns:
+            raise ValueError(f"trace {path}: no column {named!r} (--arrival-column); it has: "
+                             f"{', '.join(columns) or 'none'}")
+        return named
+    return next((name for name in ARRIVAL_COLUMNS if name in columns), None)
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
+    """The column names and (line number, row) for each data row; column names with
+    stray blanks are trimmed."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames:
+            reader.fieldnames = [name.strip() for name in reader.fieldnames]
+        records = [(reader.line_num, row) for row in reader]
+        return list(reader.fieldnames or []), records
+
+
+def _read_jsonl(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
+    records, columns = [], {}
+    with open(path, encoding="utf-8-sig") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"trace {path} line {line_no}: not JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"trace {path} line {line_no}: expected a JSON object such as "
+                                 f'{{"prompt_tokens": 100, "output_tokens": 20}}, '
+                                 f"got {type(record).__name__}")
+            columns.update(dict.fromkeys(record))
+            records.append((line_no, record))
+    return list(columns), records
+
+
+def _number(where: str, name: str, value, least: float = -math.inf) -> float:
+    try:
+        if isinstance(value, bool):  # true/false are no numbers here
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {name} is {value!r}, not a number") from None
+    if not (math.isfinite(number) and number >= least):
+        bound = f" >= {least:g}" if least > -math.inf else ""
+        raise ValueError(f"{where}: {name} is {value!r}; it must be a finite number{bound}")
+    return number
+
+
+def _time(where: str, name: str, value, scale: float) -> float:
+    """Seconds: a number in the column's unit, or an ISO date (a naive one read as UTC)."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            try:
+                date = datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError(f"{where}: {name} is {value!r}, neither a number nor a date "
+                                 f"such as 2023-11-16 18:15:46.68") from None
+            if date.tzinfo is None:
+                date = date.replace(tzinfo=UTC)
+            return date.timestamp()
+    return _number(where, name, value) * scale
+
+
+def _row(record: dict, where: str, arrival_column: str | None, scale: float) -> TraceRow:
+    def column(names: tuple[str, ...]) -> int:
+        for name in names:
+            if record.get(name) not in (None, ""):
+                return int(_number(where, name, record[name], least=0))
+        present = ", ".join(str(k) for k in record if k is not None) or "none"
+        raise ValueError(f"{where}: needs a column named one of {names} (it has: {present})")
+
+    arrival = record.get(arrival_column) if arrival_column else None
+    return TraceRow(column(PROMPT_COLUMNS), column(OUTPUT_COLUMNS),
+                    None if arrival in (None, "") else _time(where, arrival_column, arrival, scale))

@@ -1,0 +1,208 @@
+"""The capacity table: every workload x layout on the ruler (bench/ruler/ruler.py), baselines at
+their own best, beside the hardware ceiling.
+
+Per workload, in three phases over a process pool (each phase's jobs run in parallel):
+
+1. **scout**: vLLM V0 at its upstream budget, each Ascendra layout and each P/D split
+   (`DISAGGREGATED`, DistServe) on seed 0, searched
+   from the hardware ceiling (bench/ruler/ceiling.py) with a wide step;
+2. **tune**: the other baseline settings on seed 0 -- Sarathi-Serve at each chunk size
+   in `SARATHI_CHUNKS`, vLLM V0, vLLM V1 and SGLang at each token budget of theirs
+   (`SWEEPS`) -- each searched from the scout's capacity with a narrow step; and
+   Ascendra's other seeds, from its seed 0;
+3. **measure**: each baseline's best-tuned setting on the other seeds, and both again with
+   a drop rule (`drop_expired`: a request whose TTFT target is lost is dropped, so it
+   delays no one), on every seed -- Ascendra sheds predicted misses, so the baselines
+   get their own way of giving up on the hopeless.
+
+The best baseline is the best of the tuned rows, with or without drops; a row's ratio is
+its mean capacity over that row's mean capacity. The upstream defaults (`UPSTREAM`) are
+reported as rows of their own.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import msgspec
+
+from bench.ruler.ceiling import ceiling_qps
+from bench.ruler.ruler import (
+    NEAR_GROWTH, START_GROWTH, RulerConfig, SeedCapacity, Subject, seed_capacity,
+    workload_requests,
+)
+from engines.executors.profiles.registry import get_profile
+from engines.scheduler_config import SchedulerConfig
+
+SARATHI_CHUNKS = (512, 1024, 2048)
+#: vLLM V0's prefill batches run whole prompts: its budget is at least the context limit.
+VLLM_V0_BUDGETS = (8192, 16384)
+#: vLLM V1's token budget: its A100-class server default, and its H100-class one.
+VLLM_V1_BUDGETS = (2048, 8192)
+#: SGLang's chunked prefill size: its A100-40GB default, and its default on 80 GB cards.
+SGLANG_CHUNKS = (4096, 8192)
+SWEEPS = {"3xsarathi": SARATHI_CHUNKS, "3xvllm-v0": VLLM_V0_BUDGETS,
+          "3xvllm-v1": VLLM_V1_BUDGETS, "3xsglang": SGLANG_CHUNKS}
+#: Upstream defaults on an A100-80GB (docs/baselines.md): Sarathi-Serve's paper runs chunk
+#: 512 (strict SLOs); vLLM V0's max_num_batched_tokens is max_model_len without chunked
+#: prefill; V1's OpenAI server takes 2,048 on A100-class cards; SGLang chunks at 8,192.
+UPSTREAM = {"3xsarathi": 512, "3xvllm-v0": 8192, "3xvllm-v1": 2048, "3xsglang": 8192}
+ASCENDRA = ("2L1H", "1L2H")
+#: DistServe's prefill/decode disaggregation on the same three GPUs (issue #18): each split
+#: at the default chunk size, its KV moving over the profile GPU's NVLink.
+DISAGGREGATED = ("2P1D", "1P2D")
+#: The step of a search that starts from a related capacity (another setting's, or the
+#: same setting without drops): settings differ by more than seeds do.
+SWEEP_GROWTH = 1.1
+
+
+class Row(msgspec.Struct, kw_only=True):
+    label: str
+    layout: str
+    chunk_size: int
+    tuned: str                  # "upstream default", "swept: best of ...", "default"
+    seeds: list[SeedCapacity]
+    mean_qps: float
+    min_qps: float
+    max_qps: float
+    ratio_to_best_baseline: float | None = None
+    drop_expired: bool = False
+
+
+class WorkloadTable(msgspec.Struct, kw_only=True):
+    workload: str
+    config: RulerConfig
+    ceiling_qps: float          # every request served, each step within the TBT target
+    ceiling_90_qps: float       # the cheapest 90 % served (the bound for a 90 % target)
+    best_baseline: str
+    rows: list[Row]
+    #: seed-0 capacity of every baseline setting swept: {layout: {chunk: qps}}
+    sweep: dict[str, dict[int, float]] = {}
+
+
+class _Job(msgspec.Struct, frozen=True):
+    subject: Subject
+    config: RulerConfig
+    seed: int
+    start: float
+    growth: float
+
+
+def _run_job(job: _Job) -> SeedCapacity:
+    return seed_capacity(job.subject, job.config, job.seed, job.start, job.growth)
+
+
+def _subject(layout: str, chunk: int, drops: bool = False) -> Subject:
+    label = f"{layout}@{chunk}" + (" drops" if drops else "")
+    return Subject(label=label, layout=layout,
+                   scheduler=SchedulerConfig(chunk_size=chunk, drop_expired=drops))
+
+
+def ceilings(config: RulerConfig, num_instances: int = 3) -> tuple[float, float]:
+    """(every request served, the cheapest `target` % served) on `num_instances` GPUs."""
+    lengths = [(r.prompt_len, r.output_len)
+               for r in workload_requests(config, 1.0, config.seeds[0])]
+    classes = {s.slo_class for s in config.workload.slo_mix or () if s.share > 0}
+    tbt = max([config.slo.tbt_slo, *(c.tbt_slo for c in config.workload.slo_classes
+                                      if c.name in classes)])
+    profile = get_profile(config.profile)
+    return (ceiling_qps(profile, lengths, num_instances, tbt),
+            ceiling_qps(profile, lengths, num_instances, tbt, served_share=config.target / 100))
+
+
+class _Results:
+    """Every search's result, by (workload, subject label, seed)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, progress) -> None:
+        self.pool, self.progress, self.found = pool, progress, {}
+
+    def run(self, jobs: list[_Job], phase: str) -> None:
+        for n, (job, result) in enumerate(zip(jobs, self.pool.map(_run_job, jobs)), start=1):
+            self.found[(job.config.workload.name, job.subject.label, job.seed)] = result
+            if self.progress:
+                self.progress(f"[{phase} {n}/{len(jobs)}] {job.config.workload.name:>11} "
+                              f"{job.subject.label:>16} seed {job.seed}: "
+                              f"{result.capacity_qps:.2f} QPS "
+                              f"({sum(p.wall_s for p in result.points):.0f} s)")
+
+    def get(self, c: RulerConfig, subject: Subject, seed: int) -> SeedCapacity:
+        return self.found[(c.workload.name, subject.label, seed)]
+
+    def qps(self, c: RulerConfig, subject: Subject, seed: int, fallback: float) -> float:
+        return self.get(c, subject, seed).capacity_qps or fallback
+
+
+def capacity_table(configs: Sequence[RulerConfig], ascendra_chunk: int | None = None,
+                   workers: int | None = None,
+                   progress: Callable[[str], None] | None = None) -> list[WorkloadTable]:
+    """One table per workload config (each with its own ceiling and best baseline)."""
+    chunk = ascendra_chunk or SchedulerConfig().chunk_size
+    ascendra = [Subject(label=layout, layout=layout, scheduler=SchedulerConfig(chunk_size=chunk))
+                for layout in ASCENDRA + DISAGGREGATED]
+    scout = _subject("3xvllm-v0", UPSTREAM["3xvllm-v0"])
+    starts = {c.workload.name: 0.8 * ceilings(c)[0] for c in configs}
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        found = _Results(pool, progress)
+        found.run([_Job(s, c, c.seeds[0], starts[c.workload.name], START_GROWTH)
+                   for c in configs for s in (scout, *ascendra)], "scout")
+        tune = []
+        for c in configs:
+            near = found.qps(c, scout, c.seeds[0], starts[c.workload.name])
+            tune += [_Job(_subject(layout, size), c, c.seeds[0], near, SWEEP_GROWTH)
+                     for layout, sizes in SWEEPS.items() for size in sizes
+                     if _subject(layout, size) != scout]
+            tune += [_Job(s, c, seed, found.qps(c, s, c.seeds[0], near), NEAR_GROWTH)
+                     for s in ascendra for seed in c.seeds[1:]]
+        found.run(tune, "tune")
+        best = {(c.workload.name, layout): _best(found, c, layout)
+                for c in configs for layout in SWEEPS}
+        measure = []
+        for c in configs:
+            for layout in SWEEPS:
+                subject = best[(c.workload.name, layout)]
+                near = found.qps(c, subject, c.seeds[0], starts[c.workload.name])
+                measure += [_Job(subject, c, seed, near, NEAR_GROWTH) for seed in c.seeds[1:]]
+                with_drops = _subject(layout, subject.scheduler.chunk_size, drops=True)
+                measure += [_Job(with_drops, c, seed, near, SWEEP_GROWTH) for seed in c.seeds]
+        found.run(measure, "measure")
+    return [_table(c, found, best, ascendra) for c in configs]
+
+
+def _best(found: _Results, c: RulerConfig, layout: str) -> Subject:
+    """The setting of `layout` with the highest seed-0 capacity."""
+    return max((_subject(layout, size) for size in SWEEPS[layout]),
+               key=lambda s: found.get(c, s, c.seeds[0]).capacity_qps)
+
+
+def _row(label: str, subject: Subject, tuned: str, seeds: list[SeedCapacity]) -> Row:
+    caps = [s.capacity_qps for s in seeds]
+    return Row(label=label, layout=subject.layout, chunk_size=subject.scheduler.chunk_size,
+               tuned=tuned, seeds=sorted(seeds, key=lambda s: s.seed),
+               mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps), max_qps=max(caps),
+               drop_expired=subject.scheduler.drop_expired)
+
+
+def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject]) -> WorkloadTable:
+    ceiling, ceiling_90 = ceilings(c)
+    first = c.seeds[0]
+    rows = [_row(f"{layout} (upstream)", s, "upstream default", [found.get(c, s, first)])
+            for layout, size in UPSTREAM.items() for s in [_subject(layout, size)]]
+    for layout, sizes in SWEEPS.items():
+        subject = best[(c.workload.name, layout)]
+        swept = f"swept: best of {list(sizes)} on seed {first}"
+        rows.append(_row(f"{layout} (tuned)", subject, swept,
+                         [found.get(c, subject, seed) for seed in c.seeds]))
+        with_drops = _subject(layout, subject.scheduler.chunk_size, drops=True)
+        rows.append(_row(f"{layout} (tuned, drops)", with_drops, swept + ", drop_expired",
+                         [found.get(c, with_drops, seed) for seed in c.seeds]))
+    rows += [_row(s.layout, s, "default", [found.get(c, s, seed) for seed in c.seeds])
+             for s in ascendra]
+    top = max((r for r in rows if r.tuned.startswith("swept")), key=lambda r: r.mean_qps)
+    for row in rows:
+        row.ratio_to_best_baseline = round(row.mean_qps / top.mean_qps, 3) if top.mean_qps else None
+    sweep = {layout: {size: found.get(c, _subject(layout, size), first).capacity_qps
+                      for size in sizes} for layout, sizes in SWEEPS.items()}
+    return WorkloadTable(workload=c.workload.name, config=c, ceiling_qps=round(ceiling, 3),
+                         ceiling_90_qps=round(ceiling_90, 3), best_baseline=top.label,
+                         rows=rows, sweep=sweep)

@@ -1,0 +1,69 @@
+"""`ascendra plan`: which layout of N GPUs serves a workload best, by simulation.
+
+Every candidate split of the GPUs -- all LP (`NL0H`), each `kLmH`, each prefill/decode
+split `kPmD` (DistServe's placement idea: the P:D ratio that holds the most goodput for
+this workload and these SLOs), and the baselines `Nxsarathi`, `Nxvllm-v0`, `Nxvllm-v1` and
+`Nxsglang` -- gets its steady-state capacity on the ruler (bench/ruler/ruler.py:
+same workload, SLOs, routing, warm-up rule) with one seed, searched from the hardware
+ceiling; the recommendation is the highest, printed with every candidate beside the
+ceiling so the gap to the best possible is plain.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+import msgspec
+
+from bench.ruler.capacity_table import ceilings
+from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
+from engines.modes import BASELINES as BASELINE_MODES
+
+
+class Candidate(msgspec.Struct, kw_only=True):
+    layout: str
+    capacity_qps: float
+    fraction_of_ceiling: float
+
+
+class PlanAnswer(msgspec.Struct, kw_only=True):
+    num_gpus: int
+    config: RulerConfig
+    ceiling_qps: float
+    ceiling_target_qps: float
+    candidates: list[Candidate]
+    recommended: str
+
+
+def candidate_layouts(num_gpus: int) -> list[str]:
+    if num_gpus < 1:
+        raise ValueError(f"--gpus must be >= 1, got {num_gpus}")
+    splits = [f"{lp}L{num_gpus - lp}H" for lp in range(num_gpus, 0, -1)]
+    disaggregated = [f"{p}P{num_gpus - p}D" for p in range(num_gpus - 1, 0, -1)]
+    return splits + disaggregated + [f"{num_gpus}x{mode}" for mode in BASELINE_MODES]
+
+
+def plan(config: RulerConfig, num_gpus: int, workers: int | None = None,
+         progress: Callable[[str], None] | None = None) -> PlanAnswer:
+    layouts = candidate_layouts(num_gpus)
+    ceiling, ceiling_target = ceilings(config, num_gpus)
+    jobs = [(Subject(label=layout, layout=layout), config, config.seeds[0], 0.8 * ceiling)
+            for layout in layouts]
+    with ProcessPoolExecutor(max_workers=workers or 2) as pool:
+        results: list[SeedCapacity] = []
+        for layout, result in zip(layouts, pool.map(_job, jobs)):
+            results.append(result)
+            if progress:
+                progress(f"{layout:>10}: {result.capacity_qps:.2f} QPS")
+    candidates = [Candidate(layout=layout, capacity_qps=r.capacity_qps,
+                            fraction_of_ceiling=round(r.capacity_qps / ceiling, 3))
+                  for layout, r in zip(layouts, results)]
+    best = max(candidates, key=lambda c: c.capacity_qps)
+    return PlanAnswer(num_gpus=num_gpus, config=config, ceiling_qps=round(ceiling, 3),
+                      ceiling_target_qps=round(ceiling_target, 3), candidates=candidates,
+                      recommended=best.layout)
+
+
+def _job(job) -> SeedCapacity:
+    subject, config, seed, start = job
+    return seed_capacity(subject, config, seed, start)

@@ -1,0 +1,144 @@
+"""The capacity ruler: one layout's steady-state capacity on one workload, per seed.
+
+The protocol (stated in full by `RulerConfig` and printed with every result):
+
+* **steady state** -- each simulated point runs `MeasureRule.requests_for(measured)`
+  requests (5,625 for 4,500 measured), after a workload's priming requests if it has any,
+  and is judged on the measured middle only, overall and per window
+  (bench/ruler/steady_state.py);
+* **the same routing for every layout** -- `routing` applies to the LP pool of an
+  Ascendra layout and to every instance of a baseline (policies/router.py), by
+  construction: there is one field for both;
+* **several seeds** -- each seed draws its own arrivals and lengths and gets its own
+  capacity search; a result reports the mean, min and max over seeds;
+* **capacity** -- the highest rate that holds the target (bench/ruler/capacity.py), searched
+  from a start near the hardware ceiling (bench/ruler/ceiling.py), to `tolerance`.
+"""
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from bench.loadgen.workload import WorkloadRequest
+from bench.loadgen.workloads import WorkloadSpec, build_requests
+from bench.records import RecordRow
+from bench.records_file import record_rows
+from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
+from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
+from bench.sim.sim_instances import SimConfig
+from bench.sim.simulator import Simulation
+from daemon.controller_config import ControllerConfig, SloConfig
+from daemon.layout import layout_modes
+from engines.scheduler_config import SchedulerConfig
+
+
+#: The search steps up or down from its start by this factor until it brackets the edge:
+#: from the hardware ceiling, a wide step; from another seed's capacity, a narrow one.
+START_GROWTH = 1.25
+NEAR_GROWTH = 1.05
+
+
+class Subject(msgspec.Struct, frozen=True, kw_only=True):
+    """One layout at its settings (e.g. 3xsarathi at chunk 1024), as a row of a table."""
+    label: str
+    layout: str
+    scheduler: SchedulerConfig = SchedulerConfig()
+
+
+class RulerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a capacity depends on but the layout and its scheduler (`Subject`)."""
+    workload: WorkloadSpec = WorkloadSpec()
+    profile: str = "a100-llama3-8b"
+    slo: SloConfig = SloConfig()
+    #: Routing, the global queue and shedding: one choice for every layout of a table.
+    controller: ControllerConfig = ControllerConfig()
+    measured: int = 4500
+    seeds: tuple[int, ...] = (0, 1, 2)
+    target: float = CAPACITY_TARGET
+    tolerance: float = 0.03
+    rule: MeasureRule = MeasureRule()
+    max_model_len: int = 8192
+    latency: str = ""                  # SimConfig.latency: "" = the profile's step times
+    num_kv_blocks: int | None = None
+    interconnect: str = ""             # SimConfig.interconnect: a P/D layout's KV link
+
+
+class Point(msgspec.Struct, frozen=True):
+    """One simulated rate of one seed."""
+    qps: float
+    holds: bool
+    goodput_pct: float          # measured requests (over those finished, if stopped early)
+    window_goodput_pct: list[float]
+    stopped_early: bool         # failed before the end: too many measured misses already
+    offloaded: int
+    dropped: int
+    wall_s: float
+
+
+class SeedCapacity(msgspec.Struct, frozen=True):
+    seed: int
+    capacity_qps: float
+    points: list[Point]
+    #: The search found the edge: a rate held and a higher one failed. False: every rate
+    #: tried held (the capacity is only a lower bound) or none did.
+    bracketed: bool = True
+
+
+def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
+    return SimConfig(layout_modes=tuple(layout_modes(subject.layout)), profile=config.profile,
+                     scheduler=subject.scheduler, slo=config.slo, controller=config.controller,
+                     max_model_len=config.max_model_len, latency=config.latency,
+                     num_kv_blocks=config.num_kv_blocks, interconnect=config.interconnect)
+
+
+def workload_requests(config: RulerConfig, qps: float, seed: int) -> list[WorkloadRequest]:
+    return build_requests(config.workload, rate=qps,
+                          num_requests=config.rule.requests_for(config.measured), seed=seed,
+                          max_model_len=config.max_model_len)
+
+
+def run_point(subject: Subject, config: RulerConfig, qps: float, seed: int) -> Point:
+    """Simulate one rate and judge it by the steady-state rule (stopping early once it
+    cannot hold)."""
+    started = time.perf_counter()
+    requests = workload_requests(config, qps, seed)
+    primed = sum(r.warmup for r in requests)
+    simulation = Simulation(sim_config(subject, config), requests,
+                            watched=range(*config.rule.span(len(requests), primed)))
+    records = simulation.run(give_up_after=misses_allowed(len(requests), config.target,
+                                                          config.rule, primed))
+    verdict = judge([r for r in records if r.outcome != "lost"] if simulation.stopped_early
+                    else records, config.target, config.slo.ttft_slo, config.slo.tbt_slo,
+                    config.rule)
+    return Point(qps=qps, holds=verdict.holds and not simulation.stopped_early,
+                 goodput_pct=round(verdict.goodput_pct, 2),
+                 window_goodput_pct=[round(w, 2) for w in verdict.window_goodput_pct],
+                 stopped_early=simulation.stopped_early,
+                 offloaded=sum(r.offloaded for r in records),
+                 dropped=sum(r.outcome == "dropped" for r in records),
+                 wall_s=round(time.perf_counter() - started, 2))
+
+
+def point_rows(subject: Subject, config: RulerConfig, qps: float, seed: int) -> list[RecordRow]:
+    """One rate simulated to the end: every request's records row, the steady-state
+    window's marked `measured` (what `--records` writes for a point)."""
+    records = Simulation(sim_config(subject, config),
+                         workload_requests(config, qps, seed)).run()
+    return record_rows(records, config.slo.ttft_slo, config.slo.tbt_slo,
+                       config.rule.measured(records))
+
+
+def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
+                  start_qps: float, growth: float = START_GROWTH) -> SeedCapacity:
+    points: list[Point] = []
+
+    def holds(qps: float) -> bool:
+        points.append(run_point(subject, config, qps, seed))
+        return points[-1].holds
+
+    capacity = find_capacity(holds, start_qps=start_qps, tolerance=config.tolerance,
+                             growth=growth)
+    bracketed = capacity > 0 and any(not p.holds and p.qps > capacity for p in points)
+    return SeedCapacity(seed, round(capacity, 3), sorted(points, key=lambda p: p.qps),
+                        bracketed)

@@ -1,0 +1,51 @@
+"""The flags `simulate`, `capacity` and `plan` share, and the settings they make.
+
+The scheduler, SLO and controller settings come from the same structs and flags as
+`serve`'s (daemon/config.py `add_config_flags`), so a simulated box has the daemon's
+defaults unless told otherwise; the workload flags are bench/loadgen/workload_flags.py's.
+"""
+from __future__ import annotations
+
+import argparse
+
+from bench.loadgen.workload_flags import add_workload_flags, workload_spec
+from bench.ruler.ruler import RulerConfig, Subject
+from daemon.config import FLAT, add_config_flags, load_config
+from daemon.layout import layout_modes
+from engines.executors.profiles.registry import profile_names
+
+SHARED_SECTIONS = ("scheduler", "slo", "controller")
+
+
+def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
+    """The flags of a simulated box: its layout (unless the command chooses it), profile,
+    workload, and the scheduler, SLO and controller settings `serve` takes."""
+    if layout:
+        p.add_argument("--layout", default="2L1H", help="e.g. 2L1H, 3xsarathi, 3xvllm-v1, 3xsglang")
+    p.add_argument("--profile", default="a100-llama3-8b", choices=profile_names())
+    p.add_argument("--trace", default="sharegpt", help="sharegpt, arxiv, or a CSV/JSONL path")
+    p.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape of the gaps: 1 = Poisson, < 1 burstier (default 1)")
+    add_workload_flags(p)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-model-len", type=int, default=RulerConfig().max_model_len)
+    p.add_argument("--sim-latency", default="",
+                   help="step latency as `serve --sim-latency` takes it (constant:0.05, ...); "
+                        "default: the profile's step times")
+    p.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV blocks per instance (default: what the profile's GPU holds)")
+    add_config_flags(p, SHARED_SECTIONS)
+
+
+def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
+    """The run's layout and every setting it depends on, from the flags."""
+    shared = load_config(overrides={name: getattr(args, name, None)
+                                    for name, section in FLAT.items()
+                                    if section in SHARED_SECTIONS})
+    layout = getattr(args, "layout", "2L1H")
+    layout_modes(layout)  # a bad layout is an error now, naming it
+    subject = Subject(label=layout, layout=layout, scheduler=shared.scheduler)
+    config = RulerConfig(workload=workload_spec(args), profile=args.profile, slo=shared.slo,
+                         controller=shared.controller, max_model_len=args.max_model_len,
+                         latency=args.sim_latency, num_kv_blocks=args.num_kv_blocks)
+    return subject, config

@@ -1,0 +1,87 @@
+"""The live check: the real daemon (sim executor on a GPU profile, real time, real sockets)
+under the real load generator, against the simulator on the same requests -- one point
+per workload. The two run the same controller and instance cores; what differs is time
+(real clocks, an event loop, the client's own delays) and the scheduler's own CPU time,
+which the simulator does not charge.
+
+    python -m bench.studies.live_check [--layout 2L1H] [--points poisson:8,bursty-cv4:4,mixed-slo:8]
+                               [--num-requests 2000] [--out DIR]
+
+For each point it starts `ascendra serve --executor sim --profile PROFILE --layout L
+--max-model-len 8192`, runs `ascendra bench --workload W --qps Q --num-requests N` against
+it (same seed, so the same requests), stops it, and runs `ascendra simulate` with the same
+flags; it prints goodput, throughput and TTFT side by side and writes both result JSONs
+and `summary.json` (the table).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.daemon_launcher import ServeProcess
+from bench.results import read_result
+
+PROFILE = "a100-llama3-8b"
+
+
+def _serve_args(layout: str) -> list[str]:
+    return ["--executor", "sim", "--profile", PROFILE, "--layout", layout, "--max-model-len",
+            "8192", "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
+
+
+def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int) -> tuple:
+    flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", "0"]
+    live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
+    with ServeProcess(_serve_args(layout), port=port, start_timeout=120,
+                      log_path=out / f"daemon_{layout}_{workload}.log") as daemon:
+        subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url, *flags,
+                        "--max-model-len", "8192", "--json", str(live_json), "--disable-tqdm",
+                        "--max-error-rate", "1"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "bench.cli", "simulate", "--layout", layout,
+                    "--profile", PROFILE, *flags, "--json", str(sim_json)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return read_result(live_json), read_result(sim_json)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.live_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layout", default="2L1H")
+    parser.add_argument("--points", default="poisson:8,bursty-cv4:4,mixed-slo:8",
+                        help="workload:qps,... (default %(default)s)")
+    parser.add_argument("--num-requests", type=int, default=2000)
+    parser.add_argument("--out", default="live_check")
+    parser.add_argument("--port", type=int, default=0,
+                        help="the daemon's port (default 0: any free one)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"{'workload':>11} {'qps':>5} {'goodput live':>13} {'simulated':>10} {'diff':>6} "
+          f"{'req/s live':>11} {'sim':>6} {'TTFT p50 live':>14} {'sim':>6}")
+    worst, rows = 0.0, []
+    for point in args.points.split(","):
+        workload, qps = point.split(":")
+        live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port)
+        diff = live.goodput_pct - sim.goodput_pct
+        worst = max(worst, abs(diff))
+        rows.append({"workload": workload, "qps": float(qps), "requests": args.num_requests,
+                     "goodput_live_pct": live.goodput_pct, "goodput_sim_pct": sim.goodput_pct,
+                     "throughput_live_rps": live.throughput_rps,
+                     "throughput_sim_rps": sim.throughput_rps,
+                     "ttft_p50_live_s": live.ttft_s.p50, "ttft_p50_sim_s": sim.ttft_s.p50,
+                     "offloaded_live": live.offloaded, "offloaded_sim": sim.offloaded,
+                     "dropped_live": live.dropped, "dropped_sim": sim.dropped})
+        print(f"{workload:>11} {float(qps):>5g} {live.goodput_pct:>12.1f}% {sim.goodput_pct:>9.1f}% "
+              f"{diff:>+6.1f} {live.throughput_rps:>11.2f} {sim.throughput_rps:>6.2f} "
+              f"{1000 * live.ttft_s.p50:>11.0f} ms {1000 * sim.ttft_s.p50:>4.0f} ms", flush=True)
+    print(f"largest goodput difference: {worst:.1f} points")
+    (out / "summary.json").write_text(json.dumps(
+        {"layout": args.layout, "rows": rows, "largest_difference_points": worst}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

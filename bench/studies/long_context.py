@@ -1,0 +1,172 @@
+"""LoongServe's question on the simulator: long prompts (16k-100k tokens) -- split one
+prefill over k instances (elastic sequence parallelism), or leave it to one?
+
+    python -m bench.studies.long_context --out docs/figures/long_context.json
+
+Two parts, on the profile (A100, Llama-3-8B shape; its context stretched to 128k as
+Llama-3.1's):
+
+1. **one long prefill** (`prefill_table`): seconds to the first token of an L-token prompt
+   run alone in chunks of `chunk` tokens, on one GPU (Ascendra's HP taking an offload, a
+   P/D prefill instance -- plus its KV crossing NVLink to the decode instance) and
+   split across k GPUs with the KV left where it is produced (LoongServe's ESP: each GPU
+   computes 1/k of the query tokens -- striped, so the causal work is even -- and reads
+   the other shards' KV over NVLink once per layer, overlapped with compute when it fits
+   under it; plus one synchronisation per layer and chunk).
+2. **a mixed workload** (`mixed_workload`): ShareGPT requests at `short_qps` (TTFT 1 s,
+   TBT 0.15 s) with long prompts arriving at `long_qps` (TTFT `long_ttft` s), through
+   the real cores on 2L1H (the LP offloads a long prompt to the HP), 2P1D and 3xsarathi;
+   goodput per class.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import msgspec
+
+from bench.json_file import write_json
+from bench.loadgen.workload import WorkloadRequest
+from bench.loadgen.workloads import build_requests, workload
+from bench.results import is_good
+from bench.sim.sim_instances import SimConfig
+from bench.sim.simulate import simulate
+from daemon.controller_config import SloConfig
+from daemon.layout import layout_modes
+from engines.executors.profiles.interconnect import get_interconnect
+from engines.executors.profiles.registry import get_profile
+from engines.scheduler_config import SchedulerConfig
+from policies.batch_shape import BatchShape
+
+PROFILE = "a100-llama3-8b"
+LENGTHS = (16_384, 32_768, 65_536, 100_000)
+#: One synchronisation between the k instances of a sequence-parallel step, per layer.
+SYNC_SECONDS = 20e-6
+MAX_MODEL_LEN = 131_072
+
+
+def single_gpu_prefill(profile, length: int, chunk: int) -> float:
+    """Seconds to prefill `length` tokens alone on one GPU, `chunk` tokens a step."""
+    seconds, done = 0.0, 0
+    while done < length:
+        n = min(chunk, length - done)
+        seconds += profile.step_time(BatchShape.of(prefills=[(n, done)]), num_sampling=1)
+        done += n
+    return seconds
+
+
+def esp_prefill(profile, length: int, chunk: int, k: int) -> float:
+    """Seconds with the prompt split over k GPUs (LoongServe's elastic sequence
+    parallelism): each step, each GPU computes `chunk` of the step's k x chunk query tokens
+    (striped) against the context so far, reading the other shards' KV of the new tokens
+    over NVLink (overlapped with compute up to its length), plus a sync per layer."""
+    link = get_interconnect("", profile.hardware.name)
+    bytes_per_token = profile.kv_bytes_per_token
+    seconds, done = 0.0, 0
+    while done < length:
+        n = min(k * chunk, length - done)
+        compute = profile.step_time(BatchShape.of(prefills=[(-(-n // k), done)]), num_sampling=1)
+        exchange = link.transfer_seconds((k - 1) * n // k * bytes_per_token)
+        seconds += max(compute, exchange) + profile.model.layers * SYNC_SECONDS
+        done += n
+    return seconds
+
+
+def prefill_table(chunk: int = 2048, ks=(2, 3)) -> list[dict]:
+    profile = get_profile(PROFILE)
+    link = get_interconnect("", profile.hardware.name)
+    rows = []
+    for length in LENGTHS:
+        one = single_gpu_prefill(profile, length, chunk)
+        row = {"prompt_tokens": length, "one_gpu_s": round(one, 3),
+               "pd_s": round(one + link.transfer_seconds(length * profile.kv_bytes_per_token), 3),
+               "kv_gib": round(length * profile.kv_bytes_per_token / 2**30, 2)}
+        for k in ks:
+            esp = esp_prefill(profile, length, chunk, k)
+            row[f"esp{k}_s"] = round(esp, 3)
+            row[f"esp{k}_speedup"] = round(one / esp, 2)
+            row[f"esp{k}_gpu_s"] = round(k * esp, 3)  # GPU-seconds the k GPUs are held
+        rows.append(row)
+    return rows
+
+
+def long_requests(qps: float, count: int, output_len: int, ttft: float, seed: int,
+                  start_index: int) -> list[WorkloadRequest]:
+    rng = random.Random(seed * 31 + 5)
+    t, out = 0.0, []
+    for i in range(count):
+        t += rng.expovariate(qps)
+        out.append(WorkloadRequest(index=start_index + i, arrival=t,
+                                   prompt_len=rng.randint(LENGTHS[0], LENGTHS[-1]),
+                                   output_len=output_len, ttft_slo=ttft, tbt_slo=0.15,
+                                   slo_class="long"))
+    return out
+
+
+def mixed_workload(short_qps: float, long_qps: float, duration: float, long_ttft: float,
+                   seed: int) -> list[WorkloadRequest]:
+    short = build_requests(workload("poisson"), rate=short_qps,
+                           num_requests=int(short_qps * duration), seed=seed,
+                           max_model_len=8192)
+    short = [msgspec.structs.replace(r, slo_class="short", ttft_slo=1.0, tbt_slo=0.15)
+             for r in short]
+    longs = long_requests(long_qps, max(1, int(long_qps * duration)), 128, long_ttft, seed,
+                          len(short))
+    merged = sorted(short + longs, key=lambda r: r.arrival)
+    return [msgspec.structs.replace(r, index=i) for i, r in enumerate(merged)]
+
+
+def run_mixed(layouts, short_qps: float, long_qps: float, duration: float, long_ttft: float,
+              seed: int, progress=print) -> list[dict]:
+    requests = mixed_workload(short_qps, long_qps, duration, long_ttft, seed)
+    slo = SloConfig()
+    rows = []
+    for layout in layouts:
+        sim = SimConfig(layout_modes=tuple(layout_modes(layout)), profile=PROFILE,
+                        scheduler=SchedulerConfig(), slo=slo, max_model_len=MAX_MODEL_LEN)
+        records = simulate(sim, requests, keep_records=True).records
+        row = {"layout": layout}
+        for cls in ("short", "long"):
+            mine = [r for r in records if r.slo_class == cls]
+            good = sum(is_good(r, r.ttft_slo or slo.ttft_slo, r.tbt_slo or slo.tbt_slo)
+                       for r in mine)
+            ttfts = sorted(r.ttft() for r in mine if r.ttft() is not None)
+            row[cls] = {"requests": len(mine), "goodput_pct": round(100 * good / len(mine), 1),
+                        "p50_ttft_s": round(ttfts[len(ttfts) // 2], 3) if ttfts else None,
+                        "max_ttft_s": round(ttfts[-1], 3) if ttfts else None}
+        rows.append(row)
+        if progress:
+            progress(f"{layout:>9}: short {row['short']['goodput_pct']} %, long "
+                     f"{row['long']['goodput_pct']} % (p50 TTFT {row['long']['p50_ttft_s']} s)")
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layouts", default="2L1H,2P1D,3xsarathi")
+    p.add_argument("--short-qps", type=float, default=6.0)
+    p.add_argument("--long-qps", type=float, default=0.05)
+    p.add_argument("--duration", type=float, default=300.0)
+    p.add_argument("--long-ttft", type=float, default=15.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    table = prefill_table()
+    for row in table:
+        print(row)
+    mixed = run_mixed(args.layouts.split(","), args.short_qps, args.long_qps, args.duration,
+                      args.long_ttft, args.seed)
+    doc = {"figure": "long_context", "profile": PROFILE, "prefill": table,
+           "mixed": {"short_qps": args.short_qps, "long_qps": args.long_qps,
+                     "duration_s": args.duration, "long_ttft_slo_s": args.long_ttft,
+                     "seed": args.seed, "rows": mixed},
+           "wall_s": round(time.perf_counter() - started, 1)}
+    if args.out:
+        write_json(args.out, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
