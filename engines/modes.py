@@ -8,6 +8,7 @@ calls those policy functions; no mode has a scheduler of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ipc.messages import Role
 from policies.admission import LP_MAX_BATCH
@@ -52,9 +53,9 @@ class Mode:
     reserve_output: bool = False
     #: Which running request is preempted when KV runs out: "newest" (vLLM) or
     #: "fewest_generated" (SGLang's retraction: fewest output tokens, longest prompt first).
-    victim: str = "newest"
+    victim: Literal["newest", "fewest_generated"] = "newest"
     #: Where a preempted request waits: "head" of the queue (vLLM) or its "tail" (SGLang).
-    requeue: str = "head"
+    requeue: Literal["head", "tail"] = "head"
 
     @property
     def uses_perf_model(self) -> bool:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import msgspec
 
+from bench.json_file import write_json
+
 DECODE_BATCHES = (1, 16, 64)
 DECODE_CONTEXT = 1024
 PREFILL_LENGTH = 2048
@@ -282,7 +284,7 @@ def run_measure(out: Path, model_dir: Path) -> GpuCheck:
     prefill = [measure_prefill(executor, ceilings, n) for n in PREFILL_PROMPTS]
     result = GpuCheck(ceilings, checks, model, decode, prefill)
     print_tables(result)
-    (out / "gpu_check.json").write_bytes(msgspec.json.format(msgspec.json.encode(result)))
+    write_json(out / "gpu_check.json", result)
     del executor
     torch.cuda.empty_cache()
     return result

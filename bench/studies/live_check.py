@@ -27,21 +27,25 @@ from bench.results import read_result
 PROFILE = "a100-llama3-8b"
 
 
-def _serve_args(layout: str) -> list[str]:
+def _serve_args(layout: str, scheduler: list[str]) -> list[str]:
     return ["--executor", "sim", "--profile", PROFILE, "--layout", layout, "--max-model-len",
-            "8192", "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
+            "8192", "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000",
+            *scheduler]
 
 
-def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int) -> tuple:
+def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int,
+          scheduler: list[str] = ()) -> tuple:
+    """`scheduler`: flags both the daemon and the simulator take (--chunk-size N,
+    --drop-expired)."""
     flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", "0"]
     live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
-    with ServeProcess(_serve_args(layout), port=port, start_timeout=120,
+    with ServeProcess(_serve_args(layout, list(scheduler)), port=port, start_timeout=120,
                       log_path=out / f"daemon_{layout}_{workload}.log") as daemon:
         subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url, *flags,
                         "--max-model-len", "8192", "--json", str(live_json), "--disable-tqdm",
                         "--max-error-rate", "1"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, "-m", "bench.cli", "simulate", "--layout", layout,
-                    "--profile", PROFILE, *flags, "--json", str(sim_json)], check=True,
+                    "--profile", PROFILE, *flags, *scheduler, "--json", str(sim_json)], check=True,
                    stdout=subprocess.DEVNULL)
     return read_result(live_json), read_result(sim_json)
 
@@ -54,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="workload:qps,... (default %(default)s)")
     parser.add_argument("--num-requests", type=int, default=2000)
     parser.add_argument("--out", default="live_check")
+    parser.add_argument("--chunk-size", type=int, help="the instances' token budget")
+    parser.add_argument("--drop-expired", action="store_true",
+                        help="the baselines' drop rule (a request whose TTFT SLO is lost)")
     parser.add_argument("--port", type=int, default=0,
                         help="the daemon's port (default 0: any free one)")
     args = parser.parse_args(argv)
@@ -64,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     worst, rows = 0.0, []
     for point in args.points.split(","):
         workload, qps = point.split(":")
-        live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port)
+        scheduler = ((["--chunk-size", str(args.chunk_size)] if args.chunk_size else [])
+                     + (["--drop-expired"] if args.drop_expired else []))
+        live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port,
+                          scheduler)
         diff = live.goodput_pct - sim.goodput_pct
         worst = max(worst, abs(diff))
         rows.append({"workload": workload, "qps": float(qps), "requests": args.num_requests,
@@ -73,13 +83,18 @@ def main(argv: list[str] | None = None) -> int:
                      "throughput_sim_rps": sim.throughput_rps,
                      "ttft_p50_live_s": live.ttft_s.p50, "ttft_p50_sim_s": sim.ttft_s.p50,
                      "offloaded_live": live.offloaded, "offloaded_sim": sim.offloaded,
-                     "dropped_live": live.dropped, "dropped_sim": sim.dropped})
+                     "dropped_live": live.dropped, "dropped_sim": sim.dropped,
+                     "preemptions_live": [i["preemptions"] for i in live.per_instance],
+                     "preemptions_sim": [i["preemptions"] for i in sim.per_instance]})
         print(f"{workload:>11} {float(qps):>5g} {live.goodput_pct:>12.1f}% {sim.goodput_pct:>9.1f}% "
               f"{diff:>+6.1f} {live.throughput_rps:>11.2f} {sim.throughput_rps:>6.2f} "
               f"{1000 * live.ttft_s.p50:>11.0f} ms {1000 * sim.ttft_s.p50:>4.0f} ms", flush=True)
+        print(f"{'':>11} preemptions per instance: live {rows[-1]['preemptions_live']}, "
+              f"simulated {rows[-1]['preemptions_sim']}", flush=True)
     print(f"largest goodput difference: {worst:.1f} points")
     (out / "summary.json").write_text(json.dumps(
-        {"layout": args.layout, "rows": rows, "largest_difference_points": worst}, indent=1) + "\n")
+        {"layout": args.layout, "scheduler": scheduler, "rows": rows,
+         "largest_difference_points": worst}, indent=1) + "\n")
     return 0
 
 
