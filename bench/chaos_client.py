@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from bench.loadgen.sse import sse_data
-from daemon.errors import REFUSAL_CODES
-from daemon.request_state import EndCode
+from ipc.api_codes import REFUSAL_CODES, EndCode
 
 #: Error codes that mean "not served, and said why" rather than a failure: every refusal of
 #: a new request, and the ends of an accepted one before its first token: shed for its TTFT

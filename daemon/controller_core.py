@@ -52,14 +52,8 @@ from daemon.core_recovery import RECOVERY, Recovery
 from daemon.overload import WaitingQueue, retry_after
 from daemon.prefix_index import PrefixIndex
 from daemon.recovery import recovery_target, reroute_offload
-from daemon.request_state import (
-    EndCode,
-    Outcome,
-    Refusal,
-    RequestState,
-    Tracked,
-    Trigger,
-)
+from daemon.request_state import Outcome, RequestState, Tracked, Trigger
+from ipc.api_codes import EndCode, Refusal
 from daemon.waiting_room import WaitingRoom
 from ipc.messages import (
     Abort,

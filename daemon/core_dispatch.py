@@ -11,7 +11,8 @@ from __future__ import annotations
 import msgspec
 
 from daemon.controller_events import Action, Moved
-from daemon.request_state import EndCode, Outcome, Tracked, Trigger
+from daemon.request_state import Outcome, Tracked, Trigger
+from ipc.api_codes import EndCode
 from ipc.messages import Origin, Role, Submit
 from policies.global_queue import Plan, Waiting
 from policies.ticket_pick import ticket_pick

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from daemon.controller_events import Action, Moved, SendFailed, StartTimer, Timer
 from daemon.recovery import recover, recovery_target
-from daemon.request_state import EndCode, Outcome, RequestState, Tracked, Trigger
+from daemon.request_state import Outcome, RequestState, Tracked, Trigger
+from ipc.api_codes import EndCode
 from ipc.messages import Origin, Submit, SubmitPrefilled
 
 RECOVERY = "recovery"

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from daemon.controller_events import Refuse, Settle
-from daemon.request_state import EndCode, Outcome, Refusal
+from daemon.request_state import Outcome
+from ipc.api_codes import REFUSAL_CODES, EndCode
 
 
 class ApiError(Exception):
@@ -21,10 +22,7 @@ class ApiError(Exception):
 
 
 
-# ---- the controller core's endings, as HTTP answers (one table) ----------------------------
-#: Error code (OpenAI's `code`) of each refusal of a new request; all are 503 + Retry-After.
-REFUSAL_CODES = {Refusal.STARTING: "unavailable", Refusal.SHUTTING_DOWN: "shutting_down",
-                 Refusal.QUEUE_FULL: "queue_full", Refusal.NO_INSTANCE: "unavailable"}
+# ---- the controller core's endings, as HTTP answers (ipc/api_codes.py has the codes) ------
 
 
 def refusal_error(refused: Refuse) -> ApiError:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from ipc.messages import FinishReason, Submit
+from ipc.messages import Submit
 
 
 class RequestState(enum.Enum):
@@ -71,27 +71,6 @@ class Outcome(str, enum.Enum):
     DROPPED = "dropped"      # given up on before its first token: its TTFT SLO was lost
     REJECTED = "rejected"    # an instance refused it (a 400)
     ERRORED = "errored"      # anything else: no instance could take it, drain timed out, ...
-
-
-class Refusal(str, enum.Enum):
-    """Why a new request was not accepted (a 503 with Retry-After)."""
-
-    STARTING = "starting"
-    SHUTTING_DOWN = "shutting_down"
-    QUEUE_FULL = "queue_full"
-    NO_INSTANCE = "no_instance"
-
-
-class EndCode(str, enum.Enum):
-    """The error code of a request that ended without completing (OpenAI's `code`)."""
-
-    TTFT_SLO_MISSED = FinishReason.DROP.value
-    INSTANCE_FAILED = "instance_failed"
-    SHUTTING_DOWN = "shutting_down"
-    UNAVAILABLE = "unavailable"
-    ENDED_EARLY = "ended_early"
-    INVALID = "invalid_request"
-    INTERNAL = "internal_error"
 
 
 @dataclass(slots=True)

@@ -10,9 +10,8 @@ from daemon.controller_events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, Moved, Refuse, Send, SendFailed,
     Settle, StartAccepting, StartTimer, TicketOpened, TimerFired, Token,
 )
-from daemon.request_state import (
-    EndCode, IllegalTransition, Outcome, Refusal, RequestState, Tracked, Trigger,
-)
+from daemon.request_state import IllegalTransition, Outcome, RequestState, Tracked, Trigger
+from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
     Abort, Finished, FinishReason, InstanceLoad, Offload, OffloadedRequest, Origin, Ready,
     RequestError, Role,

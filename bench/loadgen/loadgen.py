@@ -37,7 +37,7 @@ from bench.loadgen.progress import Progress
 from bench.loadgen.sse import sse_data
 from bench.loadgen.workload import WorkloadRequest, request_prompt
 from bench.records import RequestRecord
-from daemon.request_state import EndCode
+from ipc.api_codes import EndCode
 
 #: Words of a chat prompt: common English words, one token each (with their space) in the
 #: byte-level BPE vocabularies of Llama 3, Qwen2, GPT-2 and the tiny model.
