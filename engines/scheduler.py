@@ -276,7 +276,8 @@ class Scheduler:
 
     def _admit(self, batch: Batch, candidates, budget: int, compute_budget: float,
                decodes: list[Request]) -> None:
-        """Admit waiting requests by Algorithm 1 (docs/design.md §5.3): stop at the first that does not fit."""
+        """Admit waiting requests by Algorithm 1 (docs/design.md §5.3): stop at the first that
+        does not fit."""
         if self._admission_head(candidates, budget) is None:
             return
         if not self.mode.admit_after_preempt and self._preempted_this_step:
@@ -314,7 +315,8 @@ class Scheduler:
 
     def _blocks_with_output(self, request: Request, num_new_tokens: int) -> int:
         """Blocks admitting `request` takes: its new tokens', and its own output reserve."""
-        output = output_reserve.new_request_reserve(request.max_total_tokens - len(request.token_ids))
+        left = request.max_total_tokens - len(request.token_ids)
+        output = output_reserve.new_request_reserve(left)
         return self.kv.admission_blocks(request, num_new_tokens) + -(-output // self.kv.block_size)
 
     def _admission_head(self, candidates, budget: int) -> Request | None:
