@@ -188,6 +188,7 @@ class ChatCompletionRequest(_Common, kw_only=True):
 #: checks its own: the same answer on every Python.
 MAX_NESTING = 128
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def nesting_depth(body: bytes) -> int:
@@ -201,8 +202,6 @@ def nesting_depth(body: bytes) -> int:
     steps = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1)
     return int(steps.cumsum().max(initial=0))
 
-
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 def parse_body(body: bytes, kind: type[msgspec.Struct]):

@@ -381,13 +381,12 @@ class Scheduler:
         """The running request to preempt for `request`, never one already in this batch:
         the newest, or (SGLang) the one that generated fewest tokens, longest prompt first."""
         scheduled = {id(c.request) for c in batch.chunks}
-        candidates = [c for c in reversed(self.running)
-                      if c is not request and id(c) not in scheduled]
-        if not candidates:
-            return None
+        candidates = (c for c in reversed(self.running)
+                      if c is not request and id(c) not in scheduled)
         if self.mode.victim == "fewest_generated":
-            return min(candidates, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens))
-        return candidates[0]
+            return min(candidates, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens),
+                       default=None)
+        return next(candidates, None)
 
     def _preempt(self, request: Request, batch: Batch) -> None:
         self.running.remove(request)

@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"{'workload':>11} {'qps':>5} {'goodput live':>13} {'simulated':>10} {'diff':>6} "
           f"{'req/s live':>11} {'sim':>6} {'TTFT p50 live':>14} {'sim':>6}")
+    scheduler = ((["--chunk-size", str(args.chunk_size)] if args.chunk_size else [])
+                 + (["--drop-expired"] if args.drop_expired else []))
     worst, rows = 0.0, []
     for point in args.points.split(","):
         workload, qps = point.split(":")
-        scheduler = ((["--chunk-size", str(args.chunk_size)] if args.chunk_size else [])
-                     + (["--drop-expired"] if args.drop_expired else []))
         live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port,
                           scheduler)
         diff = live.goodput_pct - sim.goodput_pct

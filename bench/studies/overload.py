@@ -26,9 +26,10 @@ from bench.results import is_good
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.sim.simulate import simulate
 from daemon.controller_config import ControllerConfig
+from engines.modes import BASELINES as BASELINE_MODES
 from engines.scheduler_config import SchedulerConfig
 
-BASELINES = ("3xvllm-v0", "3xvllm-v1", "3xsglang", "3xsarathi")
+BASELINES = tuple(f"3x{mode}" for mode in BASELINE_MODES)
 
 
 class OverloadRow(msgspec.Struct, kw_only=True):

@@ -19,7 +19,7 @@ import time
 import torch
 
 from engines.models.paged_kv import SeqSpec
-from engines.models.triton_attention import PagedDecodeMetadata, decode_arrays
+from engines.models.triton_attention import PagedDecodeMetadata, TritonMetadata, decode_arrays
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,9 @@ class DecodeGraphs:
                 "slots": self.slots, "tables": self.tables, "lens": self.lens}
 
     def _forward(self, size: int) -> torch.Tensor:
-        meta = PagedDecodeMetadata(self.slots[:size], self.tables[:size], self.lens[:size],
-                                   self.max_model_len)
+        decodes = PagedDecodeMetadata(self.slots[:size], self.tables[:size], self.lens[:size],
+                                      self.max_model_len)
+        meta = TritonMetadata(num_decodes=size, decodes=decodes, prefills=None)
         return self.model(self.input_ids[:size], self.positions[:size], self.kv_caches, meta,
                           self.rows[:size])
 

@@ -78,9 +78,7 @@ class TritonAttention:
                                      meta.context_lens, meta.max_context)
         return out.reshape(q.shape[0], -1)
 
-    def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
-        if isinstance(meta, PagedDecodeMetadata):  # a captured decode step
-            return self.decode(q, k, v, k_cache, v_cache, meta)
+    def __call__(self, q, k, v, k_cache, v_cache, meta: TritonMetadata) -> torch.Tensor:
         d = meta.num_decodes
         outs = []
         if meta.decodes is not None:
