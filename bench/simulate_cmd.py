@@ -20,7 +20,7 @@ from bench.results import print_summary, write_result
 from bench.ruler.capacity import CAPACITY_TARGET
 from bench.ruler.capacity_table import ceilings
 from bench.ruler.ruler import (
-    RulerConfig, SeedCapacity, Subject, point_rows, run_point, seed_capacity, sim_config,
+    RulerConfig, SeedCapacity, Subject, point_rows, seed_capacity, sim_config,
 )
 from bench.sim.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
 from bench.sim.sim_flags import add_sim_flags, sim_settings
@@ -161,5 +161,3 @@ def _write_capacity_records(path: str, subject: Subject, config: RulerConfig, qp
 def _printable(subject: Subject, config: RulerConfig) -> dict:
     return {"subject": msgspec.to_builtins(subject), "config": msgspec.to_builtins(config)}
 
-
-__all__ = ["register", "run_point"]

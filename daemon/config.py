@@ -26,7 +26,7 @@ from daemon.controller_config import ControllerConfig, SloConfig
 from daemon.layout import layout_modes, parse_layout
 from daemon.model_plan import ModelPlan, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig
-from engines.executors.config import DEFAULT_CUDA_GRAPH_MAX_BATCH
+from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH
 from engines.executors.latency import make_latency
 
 PositiveInt = Annotated[int, Meta(ge=1)]

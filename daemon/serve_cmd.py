@@ -30,7 +30,7 @@ from daemon.layout import InstanceSpec
 from daemon.model_plan import ModelPlan
 from daemon.served_models import ServedModels
 from daemon.systemd import Notifier
-from engines.executors.config import ExecutorConfig
+from engines.executors.executor_config import ExecutorConfig
 from engines.gc_freeze import freeze_startup_heap
 from engines.instance_config import InstanceConfig
 from engines.models.builtin import builtin_tiny_model_dir

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from daemon.request_state import Tracked
 from ipc.messages import InstanceLoad, Ready
 from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
-from policies.prefill_curve import curve_seconds
+from policies.perf.prefill_curve import curve_seconds
 
 #: Requests planned per pass, earliest deadlines first (Moore-Hodgson's decisions for a
 #: deadline-ordered prefix do not depend on what comes after it).

@@ -7,6 +7,7 @@ maybe a piece whose earlier pieces are already cached) or a single decode token.
 from __future__ import annotations
 
 from engines.request import Request
+from policies.perf.batch_shape import BatchShape
 
 
 class Chunk:
@@ -48,8 +49,8 @@ class Batch:
         self.offloaded: list[Request] = []  # left the waiting queue for an HP instance
         self.dropped: list[Request] = []    # given up on: their TTFT SLO is lost
         self.num_tokens = 0
-        #: engines.batch_shape's BatchShape of the chunks so far (None: not computed yet)
-        self.shape_cache = None
+        #: `shape()` of the chunks so far (None: not computed yet)
+        self.shape_cache: BatchShape | None = None
 
     def add(self, request: Request, num_tokens: int) -> None:
         self.chunks.append(Chunk(request, request.num_computed_tokens, num_tokens))
@@ -68,6 +69,18 @@ class Batch:
             chunks.append(chunk)
         self.num_tokens += len(requests)
         self.shape_cache = None
+
+    def shape(self) -> BatchShape:
+        """The batch as the performance model sees it. Decodes become their context length
+        (the new token included); every other chunk, a one-token last piece of a prompt
+        too, is a prefill chunk (tokens, already cached). Computed once per batch contents
+        (kept until a chunk is added)."""
+        if self.shape_cache is None:
+            chunks = self.chunks
+            decodes = [c.start + 1 for c in chunks if c.is_decode]
+            prefills = [(c.num_tokens, c.start) for c in chunks if not c.is_decode]
+            self.shape_cache = BatchShape.of(prefills=prefills, decodes=decodes)
+        return self.shape_cache
 
     @property
     def sampling_chunks(self) -> list[Chunk]:

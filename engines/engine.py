@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from engines.batch import Batch
-from engines.batch_shape import batch_shape
 from engines.executors.base import Executor
 from engines.kv_cache import BlockManager
 from engines.request import Request
@@ -21,8 +20,8 @@ from engines.scheduler import Scheduler
 from engines.scheduler_config import SchedulerConfig
 from ipc.messages import TokenOutput
 from ipc.params import SamplingParams
-from policies.perf_model import PerfModel
-from policies.predictor import MemoPredictor
+from policies.perf.model import PerfModel
+from policies.perf.predictor import MemoPredictor
 
 
 @dataclass
@@ -112,7 +111,7 @@ class Engine:
         """Feed the performance model; refit it now and then (and forget stale predictions)."""
         if self.perf_model is None:
             return
-        self.perf_model.observe(batch_shape(batch), seconds)
+        self.perf_model.observe(batch.shape(), seconds)
         if self.perf_model.should_refit():
             self.perf_model.refit()
             self.predictor.clear()

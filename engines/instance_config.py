@@ -6,7 +6,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from engines.executors.config import ExecutorConfig
+from engines.executors.executor_config import ExecutorConfig
 from engines.modes import role_of_mode
 from engines.scheduler import SchedulerConfig
 from ipc.messages import Role

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from engines.executors.config import ExecutorConfig
+from engines.executors.executor_config import ExecutorConfig
 from engines.modes import get_mode
 from engines.scheduler_config import SchedulerConfig
-from policies.calibration_shapes import calibration_shapes
-from policies.hardware_spec import HARDWARE
-from policies.model_shape import ModelShape
-from policies.perf_model import PerfModel
+from policies.perf.calibration_shapes import calibration_shapes
+from policies.perf.hardware_spec import HARDWARE
+from policies.perf.model_shape import ModelShape
+from policies.perf.model import PerfModel
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def profile_perf_model(profile, scheduler_config: SchedulerConfig, max_context: 
 
 def _model_shape(model_dir: str) -> ModelShape:
     from engines.models.builtin import builtin_tiny_model_dir
-    from engines.models.config import ModelConfig
+    from engines.models.model_config import ModelConfig
     return ModelShape.from_config(ModelConfig.from_pretrained(Path(model_dir or builtin_tiny_model_dir())))
 
 

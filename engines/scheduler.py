@@ -28,7 +28,6 @@ import math
 import numpy as np
 
 from engines.batch import Batch
-from engines.batch_shape import batch_shape
 from engines.kv_cache import BlockManager
 from engines.modes import Mode, get_mode
 from engines.request import FinishReason, Request, RequestStatus
@@ -38,9 +37,9 @@ from engines.waiting_queue import WaitingQueue
 from ipc.messages import TokenOutput
 from policies import output_reserve
 from policies.admission import DecodeLengthHistory, decode_reserve, decode_reserve_columns
-from policies.batch_shape import BatchShape
+from policies.perf.batch_shape import BatchShape
 from policies.tbt_budget import step_time_allowed
-from policies.predictor import Predictor, ZeroPredictor, remaining_prefill_time
+from policies.perf.predictor import Predictor, ZeroPredictor, remaining_prefill_time
 from policies.selection import select_prefills, tokens_within
 
 #: Modes that size steps by TBT slack may run up to this many token budgets in one step.
@@ -223,7 +222,7 @@ class Scheduler:
         allowed = step_time_allowed((c.request for c in batch.chunks), now)
         if not math.isfinite(allowed):
             return math.inf
-        return max(0.0, allowed - self.predictor.batch_time(batch_shape(batch)))
+        return max(0.0, allowed - self.predictor.batch_time(batch.shape()))
 
     def _schedule_decodes(self, batch: Batch, decodes: list[Request]) -> None:
         """Take every running decode (`decodes`, oldest first); preempt from the newest end

@@ -9,16 +9,15 @@ import pytest
 import torch
 
 from engines.batch import Batch
-from engines.batch_shape import batch_shape
 from engines.calibration import calibrate, default_shapes, measure
 from engines.executors.torch_executor import TorchExecutor
 from engines.hardware import hardware_for, measure_cpu
 from engines.request import Request
 from ipc.params import SamplingParams
-from policies.batch_shape import BatchShape
-from policies.calibration_shapes import random_shapes
-from policies.model_shape import ModelShape
-from policies.perf_model import PerfModel
+from policies.perf.batch_shape import BatchShape
+from policies.perf.calibration_shapes import random_shapes
+from policies.perf.model_shape import ModelShape
+from policies.perf.model import PerfModel
 
 TOKEN_BUDGET, MAX_BATCH, MAX_CONTEXT = 256, 32, 512
 
@@ -55,7 +54,7 @@ def test_batch_shape_of_an_engine_batch():
     batch.add(decoding, 1)
     batch.add(prefill, 10)
     batch.add(chunked, 8)
-    assert batch_shape(batch) == BatchShape.of(prefills=[(10, 0), (8, 16)], decodes=[8])
+    assert batch.shape() == BatchShape.of(prefills=[(10, 0), (8, 16)], decodes=[8])
 
 
 @pytest.mark.slow
@@ -88,7 +87,7 @@ def test_calibration_recovers_a_stated_latency(tiny_models):
     """A sim executor states each batch's time from a known cost; calibration must learn it."""
     from engines.calibration import stated_latency
     from engines.executors.sim_executor import SimExecutor
-    from engines.models.config import ModelConfig
+    from engines.models.model_config import ModelConfig
 
     def cost(batch) -> float:  # 2 ms per step, 20 us per token, 50 ns per cached token read
         reads = sum(c.context_len for c in batch.chunks)

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.controller_config import ControllerConfig, SloConfig
 from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, ClientLeft, FromInstance, Send, StartAccepting
+from daemon.controller_events import Arrived, ClientLeft, FromInstance, StartAccepting
 from daemon.gateway_view import GatewayView, gateway_view
 from daemon.health import Probe
 from daemon.request_log import read_request_log

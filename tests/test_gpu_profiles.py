@@ -9,18 +9,17 @@ import math
 import pytest
 
 from engines.batch import Batch
-from engines.batch_shape import batch_shape
 from engines.engine import Engine
 from engines.executors.latency import make_latency
 from engines.executors.profiles import ENV_VAR, PROFILES, get_profile, raw_profiles_dir
-from engines.executors.profiles.attention import decode_seconds, prefill_seconds
+from engines.executors.profiles.attention_time import decode_seconds, prefill_seconds
 from engines.executors.sim_executor import SimExecutor
 from engines.request import Request
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
-from policies.batch_shape import BatchShape
-from policies.hardware_spec import HARDWARE
-from policies.perf_model import PerfModel
+from policies.perf.batch_shape import BatchShape
+from policies.perf.hardware_spec import HARDWARE
+from policies.perf.model import PerfModel
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +67,7 @@ def test_kv_capacity_follows_the_gqa_shape():
 
 
 def test_kv_capacity_is_vllms_budget_after_the_reserve():
-    from engines.executors.profiles.capacity import GPU_MEMORY_BYTES
+    from engines.executors.profiles.kv_capacity import GPU_MEMORY_BYTES
     from engines.executors.profiles.memory_reserve import CUDA_GRAPH_BYTES_PER_LAYER
     llama3 = PROFILES["a100-llama3-8b"]
     model = llama3.model
@@ -189,7 +188,7 @@ def _mixed_batch() -> Batch:
 def test_profile_latency_on_a_real_engine_batch():
     latency = make_latency("profile:a100-llama3-8b")
     batch = _mixed_batch()
-    shape = batch_shape(batch)
+    shape = batch.shape()
     assert shape == BatchShape.of(prefills=[(300, 200)], decodes=[51])
     profile = PROFILES["a100-llama3-8b"]
     assert latency(batch) == profile.step_time(shape, num_sampling=1)  # the chunk does not sample

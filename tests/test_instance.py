@@ -14,7 +14,7 @@ import time
 import msgspec
 import pytest
 
-from engines.executors.config import ExecutorConfig
+from engines.executors.executor_config import ExecutorConfig
 from engines.instance import EXIT_CONTROLLER_LOST, EXIT_FAILED
 from engines.instance_config import InstanceConfig
 from engines.instance_launch import PROJECT_ROOT, spawn_instance

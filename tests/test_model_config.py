@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.models.config import ModelConfig
+from engines.models.model_config import ModelConfig
 from engines.models.rotary import inverse_frequencies
 from engines.models.tiny import ARCHS, tiny_config
 

@@ -89,7 +89,7 @@ def test_operator_tables_equal_the_raw_files(name):
 @needs_raw_profiles
 def test_profile_results_equal_with_the_raw_files(monkeypatch):
     from engines.executors.profiles import PROFILES
-    from policies.batch_shape import BatchShape
+    from policies.perf.batch_shape import BatchShape
     shapes = [BatchShape.prefill_only(n, c) for n in (1, 77, 512, 3000, 40000) for c in (0, 900)]
     packaged = {n: [p.step_time(s) for s in shapes] for n, p in PROFILES.items()}
     monkeypatch.setenv(PROFILES_VAR, str(RAW_PROFILES))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.models.config import ModelConfig
+from engines.models.model_config import ModelConfig
 from engines.models.rotary import apply_rotary, interleave_order, rotation_table
 from engines.models.tiny import tiny_config
 

@@ -6,7 +6,7 @@ import pytest
 
 from daemon.detokenizer import IncrementalDetokenizer
 from engines.engine import Engine
-from engines.executors.config import ExecutorConfig, build_executor
+from engines.executors.executor_config import ExecutorConfig, build_executor
 from engines.executors.latency import zero_latency
 from engines.executors.sim_executor import SimExecutor
 from engines.executors.sim_vocabulary import text_token_ids

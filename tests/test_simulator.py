@@ -26,7 +26,7 @@ from bench.results import encode_result
 from bench.sim.simulator import PROMPT_SEED, Simulation
 from daemon.controller_config import ControllerConfig
 from engines.engine import Engine
-from engines.executors.config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
+from engines.executors.executor_config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
 from engines.perf_setup import build_perf_model
 from engines.scheduler_config import SchedulerConfig
 from ipc.params import SamplingParams

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from policies.batch_shape import BatchShape
+from policies.perf.batch_shape import BatchShape
 
 #: Token budgets the model tries (every power of two from 64 to 16,384, and midpoints).
 BUDGETS = tuple(sorted({int(b) for b in np.geomspace(64, 16384, 17)}))

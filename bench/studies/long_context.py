@@ -37,7 +37,7 @@ from daemon.layout import layout_modes
 from engines.executors.profiles.interconnect import get_interconnect
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
-from policies.batch_shape import BatchShape
+from policies.perf.batch_shape import BatchShape
 
 PROFILE = "a100-llama3-8b"
 LENGTHS = (16_384, 32_768, 65_536, 100_000)

@@ -38,7 +38,6 @@ from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
 from daemon.controller_config import SloConfig
 from engines.batch import Batch
-from engines.batch_shape import batch_shape
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
@@ -64,7 +63,7 @@ def multiplexed_latency(profile, model_of: dict[str, str]):
             part = parts.setdefault(model_of[chunk.request.request_id], Batch())
             part.chunks.append(chunk)
             part.num_tokens += chunk.num_tokens
-        return sum(profile.step_time(batch_shape(p), num_sampling=len(p.sampling_chunks))
+        return sum(profile.step_time(p.shape(), num_sampling=len(p.sampling_chunks))
                    for p in parts.values())
     return latency
 

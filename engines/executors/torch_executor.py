@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from engines.batch import Batch, Chunk
-from engines.executors.config import DEFAULT_CUDA_GRAPH_MAX_BATCH
+from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH
 from engines.executors.sampler import Sampler
 from engines.models.attention import SeqSpec, select_attention
-from engines.models.config import ModelConfig, generation_eos_ids
+from engines.models.model_config import ModelConfig, generation_eos_ids
 from engines.models.loader import default_dtype, load_model
 from engines.models.kv_transfer import export_blocks, import_blocks
 

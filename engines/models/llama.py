@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engines.models.config import ModelConfig
+from engines.models.model_config import ModelConfig
 from engines.models.rotary import apply_rotary, rotation_table
 
 

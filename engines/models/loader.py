@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from engines.models.config import ModelConfig
+from engines.models.model_config import ModelConfig
 from engines.models.llama import LlamaForCausalLM
 from engines.models.rotary import interleave_order
 

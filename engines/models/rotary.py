@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from engines.models.config import ModelConfig
+from engines.models.model_config import ModelConfig
 
 
 def inverse_frequencies(config: ModelConfig) -> torch.Tensor:

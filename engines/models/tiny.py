@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from engines.models import tiny_tokenizer
-from engines.models.config import ModelConfig
+from engines.models.model_config import ModelConfig
 
 ARCHS = ("llama", "qwen2", "mistral")
 

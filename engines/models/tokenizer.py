@@ -13,7 +13,7 @@ from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 
-from engines.models.config import generation_eos_ids
+from engines.models.model_config import generation_eos_ids
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ budget after weights, activation peak and CUDA graphs: capacity.py, memory_reser
 The operator tables are packaged (tables/, derived from third-party data by derive_tables.py);
 ASCENDRA_PROFILES can point at a folder of the raw files instead.
 """
-from engines.executors.profiles.attention import FLASHINFER_A100, AttentionCalibration
+from engines.executors.profiles.attention_time import FLASHINFER_A100, AttentionCalibration
 from engines.executors.profiles.batch_latency import profile_latency
 from engines.executors.profiles.data import ENV_VAR, raw_profiles_dir
 from engines.executors.profiles.cpu_overhead import VIDUR_SARATHI_A100, CpuOverhead

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from engines.batch import Batch
-from engines.batch_shape import batch_shape
 from engines.executors.profiles.registry import get_profile
 
 
@@ -15,7 +14,7 @@ def profile_latency(name: str):
     def latency(batch: Batch) -> float:
         if not batch.chunks:
             return 0.0
-        return profile.step_time(batch_shape(batch), num_sampling=len(batch.sampling_chunks))
+        return profile.step_time(batch.shape(), num_sampling=len(batch.sampling_chunks))
 
     latency.__name__ = f"profile_latency_{profile.name}"
     return latency

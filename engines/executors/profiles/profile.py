@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.executors.profiles.attention import (
+from engines.executors.profiles.attention_time import (
     FLASHINFER_A100, AttentionCalibration, attention_seconds,
 )
-from engines.executors.profiles.capacity import (
+from engines.executors.profiles.kv_capacity import (
     GPU_MEMORY_BYTES, MEMORY_UTILIZATION, kv_bytes_per_token, kv_capacity_tokens, weight_bytes,
 )
 from engines.executors.profiles.cpu_overhead import VIDUR_SARATHI_A100, CpuOverhead
@@ -36,9 +36,9 @@ from engines.executors.profiles.memory_reserve import (
     PROFILE_NUM_SEQS, PROFILE_NUM_TOKENS, activation_peak_bytes, cuda_graph_bytes,
 )
 from engines.executors.profiles.op_table import OpTable, load_op_table
-from policies.batch_shape import BatchShape
-from policies.hardware_spec import HardwareSpec
-from policies.model_shape import ModelShape
+from policies.perf.batch_shape import BatchShape
+from policies.perf.hardware_spec import HardwareSpec
+from policies.perf.model_shape import ModelShape
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class GpuProfile:
 
     def breakdown(self, shape: BatchShape, num_sampling: int | None = None) -> StepTime:
         """Each part of the step time. `num_sampling`: sequences whose logits are computed
-        (None: every sequence, as policies.perf_features counts)."""
+        (None: every sequence, as policies.perf.features counts)."""
         tokens = shape.num_tokens
         if tokens == 0:
             return StepTime(0.0, 0.0, 0.0, 0.0, 0.0)

@@ -9,8 +9,8 @@ approximated by internlm-20b's layers (5120, 40/40 heads, FFN 13824) times 40.
 from __future__ import annotations
 
 from engines.executors.profiles.profile import GpuProfile
-from policies.hardware_spec import HARDWARE
-from policies.model_shape import ModelShape
+from policies.perf.hardware_spec import HARDWARE
+from policies.perf.model_shape import ModelShape
 
 LLAMA3_8B = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
                        intermediate=14336, vocab=128256)

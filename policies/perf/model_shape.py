@@ -1,7 +1,7 @@
 """The sizes of a Llama-family model that decide how much a batch costs.
 
 Read from a Hugging Face config dict or from anything with the same attribute names
-(our `engines.models.config.ModelConfig`), so policies/ need not import the engines.
+(our `engines.models.model_config.ModelConfig`), so policies/ need not import the engines.
 """
 from __future__ import annotations
 

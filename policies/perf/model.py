@@ -33,12 +33,12 @@ from dataclasses import asdict
 
 import numpy as np
 
-from policies.batch_shape import BatchShape
-from policies.calibration_shapes import calibration_shapes
-from policies.hardware_spec import HardwareSpec
-from policies.model_shape import ModelShape
-from policies.nnls import nnls
-from policies.perf_features import prefill_bytes_and_flops, times
+from policies.perf.batch_shape import BatchShape
+from policies.perf.calibration_shapes import calibration_shapes
+from policies.perf.hardware_spec import HardwareSpec
+from policies.perf.model_shape import ModelShape
+from policies.perf.nnls import nnls
+from policies.perf.features import prefill_bytes_and_flops, times
 
 __all__ = ["COEFFICIENT_NAMES", "DEFAULT_COEFFICIENTS", "PerfModel", "calibration_shapes",
            "feature_rows"]

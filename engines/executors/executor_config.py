@@ -69,7 +69,7 @@ def _sim_max_model_len(config: ExecutorConfig) -> int:
     if config.max_model_len is not None:
         return config.max_model_len
     if config.model_dir and (Path(config.model_dir) / "config.json").is_file():
-        from engines.models.config import ModelConfig
+        from engines.models.model_config import ModelConfig
         try:
             return ModelConfig.from_pretrained(config.model_dir).max_model_len
         except ValueError:  # an architecture torch cannot run: the sim only needs the length
