@@ -1,5 +1,5 @@
 """A fleet of boxes behind a model of the Inference Extension's endpoint picker: the
-picker's choices (policies/endpoint_picker.py), the gateway's stale view, every request
+picker's choices (bench/sim/endpoint_picker.py), the gateway's stale view, every request
 ending once, one box being exactly the single-box simulator, and `simulate --boxes`."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from bench.sim.simulator import Simulation
 from bench.studies.fleet_scaling import NO_PICKER, ScalingConfig, _jobs, default_config
 from daemon.controller_events import Refuse, Settle
 from daemon.gateway_view import gateway_view
-from policies.endpoint_picker import (
+from bench.sim.endpoint_picker import (
     Picker, epp_scores, kv_cache_scores, pick_endpoint, queue_scores,
 )
 from tests.simulator_helpers import sim_config

@@ -3,7 +3,7 @@
 Each box is a whole `Simulation` (bench/sim/simulator.py: the daemon's controller core and
 instance cores, its own layout); all of them share one `EventHeap`, so they run side by
 side in virtual time. The gateway in front of them is the endpoint picker of the Gateway
-API Inference Extension (policies/endpoint_picker.py):
+API Inference Extension (bench/sim/endpoint_picker.py):
 
 * every `refresh_interval` seconds it **scrapes** each box's protocol metrics --
   `daemon.gateway_view.gateway_view` of the box's controller core, exactly what the
@@ -28,7 +28,7 @@ from bench.sim.event_heap import EventHeap
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
 from daemon.gateway_view import GatewayView, gateway_view
-from policies.endpoint_picker import EppWeights, Picker, pick_endpoint
+from bench.sim.endpoint_picker import EppWeights, Picker, pick_endpoint
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):

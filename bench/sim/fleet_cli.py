@@ -17,7 +17,7 @@ from bench.ruler.ruler import RulerConfig, Subject
 from bench.sim.fleet import GatewayConfig
 from bench.sim.fleet_run import FleetResult, run_fleet
 from daemon.layout import layout_modes
-from policies.endpoint_picker import Picker
+from bench.sim.endpoint_picker import Picker
 
 
 def add_fleet_flags(p: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ from bench.ruler.ruler import RulerConfig, Subject
 from bench.sim.fleet import GatewayConfig
 from bench.sim.fleet_run import FleetResult, run_fleet
 from engines.scheduler_config import SchedulerConfig
-from policies.endpoint_picker import Picker
+from bench.sim.endpoint_picker import Picker
 
 CAPACITY_FILE = Path(__file__).resolve().parents[2] / "docs" / "figures" / "capacity.json"
 #: The box kinds compared: (label, layout, the capacity table's row for its capacity).
