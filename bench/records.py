@@ -136,6 +136,8 @@ class RunResult(msgspec.Struct, kw_only=True):
     ttft_slo_s: float
     tbt_slo_s: float
     goodput_pct: float                 # share of all requests that met both targets, %
+    #: share of all requests' prompt + output tokens that belonged to good requests, %
+    token_goodput_pct: float = 0.0
     goodput_rps: float                 # requests that met both targets / duration
     throughput_rps: float              # completed requests / duration
     output_tok_s: float                # output tokens delivered / duration

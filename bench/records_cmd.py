@@ -55,11 +55,13 @@ def print_report(result: RecordsReport, file=None) -> None:
     left = (f", {result.left_out} outside the steady-state window left out"
             if result.left_out else "")
     console.print(f"{result.file}: {result.requests} requests{left}", soft_wrap=True)
-    console.print(f"goodput {result.goodput_pct:.1f} % ({result.good} met their targets)")
+    console.print(f"goodput {result.goodput_pct:.1f} % ({result.good} met their targets); "
+                  f"token goodput {result.token_goodput_pct:.1f} % of prompt + output tokens")
     console.print(f"p99 TTFT of completed requests {_s(result.p99_ttft_s)} s; longest wait "
                   f"for a first answer {_x(result.max_wait_slo_multiple)} its TTFT target")
     for title, groups in (("by SLO class", result.by_class),
                           ("by prompt length (tokens)", result.by_prompt_len),
+                          ("by prompt-length quartile (tokens)", result.by_prompt_quartile),
                           ("by instance (the last that held it)", result.by_instance),
                           ("offloaded or not", result.by_offload)):
         console.print(_group_table(Table, title, groups))

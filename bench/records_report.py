@@ -1,8 +1,10 @@
 """What a records file says: goodput by group, and which requests missed and why.
 
 `report(rows)` summarises the `RecordRow`s of a `--records` file (bench/records_file.py):
-goodput (a row's `met_slo`, as the run counted it) by SLO class, by prompt length
-(PROMPT_BUCKETS), by the instance that held it last and by offloaded or not; then every
+goodput (a row's `met_slo`, as the run counted it) and token goodput (prompt + output
+tokens of the good rows over all), by SLO class, by prompt length (PROMPT_BUCKETS, and
+the quartiles of the rows' own prompt lengths, as the capacity ruler's classes:
+bench/ruler/classes.py), by the instance that held it last and by offloaded or not; then every
 miss under one cause, the first that applies:
 
 * `dropped:CODE` -- the server gave up on it (CODE: its error code, e.g. ttft_slo_missed);
@@ -26,6 +28,7 @@ import msgspec
 import numpy as np
 
 from bench.records import RecordRow
+from bench.ruler.classes import RequestClasses
 
 #: (upper bound, exclusive; label) of the prompt-length buckets, tokens.
 PROMPT_BUCKETS = ((512, "<512"), (2048, "512-2047"), (4096, "2048-4095"), (None, ">=4096"))
@@ -70,8 +73,10 @@ class RecordsReport(msgspec.Struct, kw_only=True):
     left_out: int                      # rows outside the steady-state window, not reported
     good: int
     goodput_pct: float
+    token_goodput_pct: float
     by_class: list[GroupRow]
     by_prompt_len: list[GroupRow]
+    by_prompt_quartile: list[GroupRow]
     by_instance: list[GroupRow]
     by_offload: list[GroupRow]
     p99_ttft_s: float | None           # over the completed requests
@@ -91,11 +96,18 @@ def report(rows: Sequence[RecordRow], file: str = "", *, measured_only: bool = T
     for r in missed:
         causes.setdefault(cause(r), []).append(r)
     order = sorted(causes, key=lambda c: (-len(causes[c]), c))
+    tokens = sum(r.prompt_tokens + r.max_tokens for r in kept)
+    quartiles = RequestClasses.from_prompts([r.prompt_tokens for r in kept] or [0])
+    labels = quartiles.prompt_labels()
     return RecordsReport(
         file=file, requests=len(kept), left_out=len(rows) - len(kept), good=good,
         goodput_pct=_pct(good, len(kept)),
+        token_goodput_pct=_pct(sum(r.prompt_tokens + r.max_tokens for r in kept if r.met_slo),
+                               tokens),
         by_class=_groups(kept, lambda r: r.slo_class or "default"),
         by_prompt_len=_groups(kept, prompt_bucket, [label for _, label in PROMPT_BUCKETS]),
+        by_prompt_quartile=_groups(kept, lambda r: labels[quartiles.prompt_class(r.prompt_tokens)],
+                                   labels),
         by_instance=_groups(kept, lambda r: str(r.instances[-1]) if r.instances else "none",
                             key=lambda g: (g == "none", int(g) if g.isdigit() else 0, g)),
         by_offload=_groups(kept, lambda r: "offloaded" if r.offloaded else "not offloaded",

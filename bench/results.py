@@ -3,10 +3,12 @@
 Goodput (DESIGN.md §2): a request is *good* when it completed with TTFT <= its TTFT SLO
 and mean TBT <= its TBT SLO; a request with one output token has no TBT and meets that
 target. goodput_pct counts good requests over ALL requests, so dropped, errored and lost
-ones are misses.
+ones are misses. Token goodput weighs each request by its prompt + output tokens (as
+asked): refusing long prompts costs it more than it costs request goodput.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -17,7 +19,7 @@ from bench.summary_table import print_summary, summary_rows
 
 __all__ = ["Percentiles", "RequestRecord", "RunResult", "encode_result", "is_good", "per_class",
            "percentiles", "print_summary", "read_result", "summarize", "summary_rows",
-           "write_result"]
+           "token_goodput_pct", "write_result"]
 
 
 def percentiles(values) -> Percentiles:
@@ -39,6 +41,18 @@ def is_good(record: RequestRecord, ttft_slo: float, tbt_slo: float) -> bool:
     return record.ttft() <= ttft_target and (mean_tbt is None or mean_tbt <= tbt_target)
 
 
+def token_goodput_pct(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float,
+                      ) -> float:
+    """Share of the requests' prompt + output tokens (as asked) that belonged to requests
+    meeting their targets, %."""
+    total = good = 0
+    for r in records:
+        size = r.prompt_len + r.output_len
+        total += size
+        good += size if is_good(r, ttft_slo, tbt_slo) else 0
+    return 100.0 * good / total if total else 0.0
+
+
 def summarize(records: list[RequestRecord], config: dict, duration_s: float,
               ttft_slo: float, tbt_slo: float, per_instance: list[dict] | None = None,
               perf_model_mape: float | None = None, keep_records: bool = False) -> RunResult:
@@ -52,6 +66,7 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         config=config, num_requests=len(records), duration_s=duration_s,
         ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo,
         goodput_pct=100.0 * good / len(records) if records else 0.0,
+        token_goodput_pct=token_goodput_pct(records, ttft_slo, tbt_slo),
         goodput_rps=per_second(good), throughput_rps=per_second(counts["completed"]),
         output_tok_s=per_second(sum(r.output_tokens() for r in records)),
         ttft_s=percentiles([r.ttft() for r in done if r.ttft() is not None]),

@@ -18,12 +18,12 @@ from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.records_file import record_rows, write_records
 from bench.results import print_summary, write_result
 from bench.ruler.capacity import CAPACITY_TARGET
-from bench.ruler.capacity_table import ceilings
+from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import (
-    RulerConfig, SeedCapacity, Subject, point_rows, seed_capacity, sim_config,
+    RulerConfig, SeedCapacity, Subject, point_rows, ruler_classes, seed_capacity, sim_config,
 )
 from bench.sim.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
-from bench.sim.sim_flags import add_sim_flags, sim_settings
+from bench.sim.sim_flags import add_class_floor_flag, add_sim_flags, sim_settings
 from bench.sim.simulate import simulate
 from daemon.layout import layout_modes
 
@@ -56,6 +56,7 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--start-qps", type=float, default=None,
                    help="where the search starts (default: 0.8 x the hardware ceiling)")
+    add_class_floor_flag(p)
     p.add_argument("--tolerance", type=float, default=RulerConfig().tolerance,
                    help="stop once the bracket is this narrow, relative (default %(default)s)")
     p.add_argument("--workers", type=int, default=None, help="parallel seeds (default: cores)")
@@ -93,9 +94,15 @@ class CapacityAnswer(msgspec.Struct, kw_only=True):
     config: RulerConfig
     ceiling_qps: float
     ceiling_target_qps: float      # serving only the cheapest `target` % of the requests
+    fair_ceiling_qps: float        # ... with every prompt-length class at the class floor
+    #: The request classes' bounds (prompt-length quartiles of the workload, tokens).
+    prompt_class_bounds: tuple[int, ...]
     mean_qps: float
     min_qps: float
     max_qps: float
+    fair_mean_qps: float           # every class at `config.class_floor` too
+    fair_min_qps: float
+    fair_max_qps: float
     seeds: list[SeedCapacity]
 
 
@@ -103,19 +110,24 @@ def run_capacity(args: argparse.Namespace) -> int:
     subject, config = sim_settings(args)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     config = msgspec.structs.replace(config, seeds=seeds, target=args.target,
-                                     measured=args.measured, tolerance=args.tolerance)
-    ceiling, ceiling_target = ceilings(config, len(layout_modes(subject.layout)))
-    start = args.start_qps or 0.8 * ceiling
+                                     measured=args.measured, tolerance=args.tolerance,
+                                     class_floor=args.class_floor)
+    ceiling = workload_ceilings(config, len(layout_modes(subject.layout)))
+    start = args.start_qps or 0.8 * ceiling.all_served_qps
     print("capacity of", msgspec.json.encode(_printable(subject, config)).decode(),
           file=sys.stderr)
     jobs = [(subject, config, seed, start) for seed in seeds]
     with ProcessPoolExecutor(max_workers=min(args.workers or 2, len(jobs))) as pool:
         results = list(pool.map(_seed_job, jobs))
     caps = [r.capacity_qps for r in results]
-    answer = CapacityAnswer(subject=subject, config=config, ceiling_qps=round(ceiling, 3),
-                            ceiling_target_qps=round(ceiling_target, 3),
+    fair = [r.fair_capacity_qps for r in results]
+    answer = CapacityAnswer(subject=subject, config=config, ceiling_qps=ceiling.all_served_qps,
+                            ceiling_target_qps=ceiling.cheapest_qps,
+                            fair_ceiling_qps=ceiling.fair_qps,
+                            prompt_class_bounds=ruler_classes(config).prompt_bounds,
                             mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps),
-                            max_qps=max(caps), seeds=results)
+                            max_qps=max(caps), fair_mean_qps=round(sum(fair) / len(fair), 3),
+                            fair_min_qps=min(fair), fair_max_qps=max(fair), seeds=results)
     text = msgspec.json.format(msgspec.json.encode(answer), indent=2).decode()
     print(text)
     _warn_unbracketed(results, config)
@@ -147,8 +159,11 @@ def _seed_job(job) -> SeedCapacity:
     subject, config, seed, start = job
     result = seed_capacity(subject, config, seed, start)
     for point in result.points:
+        worst = min(point.classes, key=lambda c: c.goodput_pct, default=None)
+        fairness = (f", worst class {worst.name} {worst.goodput_pct:5.1f}% "
+                    f"({'fair' if point.fair_holds else 'unfair'})" if worst else "")
         print(f"  seed {seed} qps {point.qps:7.3f}: goodput {point.goodput_pct:5.1f}% "
-              f"{'holds' if point.holds else 'fails'}"
+              f"{'holds' if point.holds else 'fails'}{fairness}"
               f"{' (stopped early)' if point.stopped_early else ''}", file=sys.stderr)
     return result
 

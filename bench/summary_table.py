@@ -22,6 +22,7 @@ def summary_rows(result: RunResult) -> list[tuple[str, str]]:
              f"{r.completed} / {r.dropped} / {r.errored} / {r.lost}"),
             ("offloaded", str(r.offloaded)),
             ("goodput", f"{r.goodput_pct:.1f} % ({r.good} requests, {r.goodput_rps:.2f} req/s)"),
+            ("token goodput", f"{r.token_goodput_pct:.1f} % of prompt + output tokens"),
             ("throughput", f"{r.throughput_rps:.2f} req/s, {r.output_tok_s:.1f} output tok/s"),
             ("P99 TBT", f"{_ms(r.p99_tbt_s)} ms")]
     if r.perf_model_mape is not None:

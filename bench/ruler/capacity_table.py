@@ -16,8 +16,10 @@ Per workload, in three phases over a process pool (each phase's jobs run in para
    get their own way of giving up on the hopeless.
 
 The best baseline is the best of the tuned rows, with or without drops; a row's ratio is
-its mean capacity over that row's mean capacity. The upstream defaults (`UPSTREAM`) are
-reported as rows of their own.
+its mean capacity over that row's mean capacity. Every row also has its fair capacity
+(every request class at the ruler's class floor: bench/ruler/classes.py) and its ratio
+to the best baseline by that rule (the best of the tuned rows' fair capacities). The
+upstream defaults (`UPSTREAM`) are reported as rows of their own.
 """
 from __future__ import annotations
 
@@ -27,12 +29,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
-from bench.ruler.ceiling import ceiling_qps
+from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import (
-    NEAR_GROWTH, START_GROWTH, RulerConfig, SeedCapacity, Subject, seed_capacity,
-    workload_requests,
+    NEAR_GROWTH, START_GROWTH, RulerConfig, SeedCapacity, Subject, ruler_classes, seed_capacity,
 )
-from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
 SARATHI_CHUNKS = (512, 1024, 2048)
@@ -68,6 +68,10 @@ class Row(msgspec.Struct, kw_only=True):
     max_qps: float
     ratio_to_best_baseline: float | None = None
     drop_expired: bool = False
+    fair_mean_qps: float = 0.0
+    fair_min_qps: float = 0.0
+    fair_max_qps: float = 0.0
+    fair_ratio_to_best_baseline: float | None = None
 
 
 class WorkloadTable(msgspec.Struct, kw_only=True):
@@ -75,7 +79,11 @@ class WorkloadTable(msgspec.Struct, kw_only=True):
     config: RulerConfig
     ceiling_qps: float          # every request served, each step within the TBT target
     ceiling_90_qps: float       # the cheapest 90 % served (the bound for a 90 % target)
+    fair_ceiling_qps: float     # ... with every prompt-length class at the class floor
     best_baseline: str
+    best_fair_baseline: str
+    #: The prompt-length classes' bounds (the workload's quartiles, tokens).
+    prompt_class_bounds: tuple[int, ...]
     rows: list[Row]
     #: seed-0 capacity of every baseline setting swept: {layout: {chunk: qps}}
     sweep: dict[str, dict[int, float]] = {}
@@ -97,18 +105,6 @@ def _subject(layout: str, chunk: int, drops: bool = False) -> Subject:
     label = f"{layout}@{chunk}" + (" drops" if drops else "")
     return Subject(label=label, layout=layout,
                    scheduler=SchedulerConfig(chunk_size=chunk, drop_expired=drops))
-
-
-def ceilings(config: RulerConfig, num_instances: int = 3) -> tuple[float, float]:
-    """(every request served, the cheapest `target` % served) on `num_instances` GPUs."""
-    lengths = [(r.prompt_len, r.output_len)
-               for r in workload_requests(config, 1.0, config.seeds[0])]
-    classes = {s.slo_class for s in config.workload.slo_mix or () if s.share > 0}
-    tbt = max([config.slo.tbt_slo, *(c.tbt_slo for c in config.workload.slo_classes
-                                      if c.name in classes)])
-    profile = get_profile(config.profile)
-    return (ceiling_qps(profile, lengths, num_instances, tbt),
-            ceiling_qps(profile, lengths, num_instances, tbt, served_share=config.target / 100))
 
 
 class _Results:
@@ -141,7 +137,7 @@ def capacity_table(configs: Sequence[RulerConfig], ascendra_chunk: int | None = 
     ascendra = [Subject(label=layout, layout=layout, scheduler=SchedulerConfig(chunk_size=chunk))
                 for layout in ASCENDRA + DISAGGREGATED]
     scout = _subject("3xvllm-v0", UPSTREAM["3xvllm-v0"])
-    starts = {c.workload.name: 0.8 * ceilings(c)[0] for c in configs}
+    starts = {c.workload.name: 0.8 * workload_ceilings(c).all_served_qps for c in configs}
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         found = _Results(pool, progress)
         found.run([_Job(s, c, c.seeds[0], starts[c.workload.name], START_GROWTH)
@@ -177,14 +173,17 @@ def _best(found: _Results, c: RulerConfig, layout: str) -> Subject:
 
 def _row(label: str, subject: Subject, tuned: str, seeds: list[SeedCapacity]) -> Row:
     caps = [s.capacity_qps for s in seeds]
+    fair = [s.fair_capacity_qps for s in seeds]
     return Row(label=label, layout=subject.layout, chunk_size=subject.scheduler.chunk_size,
                tuned=tuned, seeds=sorted(seeds, key=lambda s: s.seed),
                mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps), max_qps=max(caps),
-               drop_expired=subject.scheduler.drop_expired)
+               drop_expired=subject.scheduler.drop_expired,
+               fair_mean_qps=round(sum(fair) / len(fair), 3), fair_min_qps=min(fair),
+               fair_max_qps=max(fair))
 
 
 def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject]) -> WorkloadTable:
-    ceiling, ceiling_90 = ceilings(c)
+    ceiling = workload_ceilings(c)
     first = c.seeds[0]
     rows = [_row(f"{layout} (upstream)", s, "upstream default", [found.get(c, s, first)])
             for layout, size in UPSTREAM.items() for s in [_subject(layout, size)]]
@@ -198,11 +197,21 @@ def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject])
                          [found.get(c, with_drops, seed) for seed in c.seeds]))
     rows += [_row(s.layout, s, "default", [found.get(c, s, seed) for seed in c.seeds])
              for s in ascendra]
-    top = max((r for r in rows if r.tuned.startswith("swept")), key=lambda r: r.mean_qps)
+    tuned = [r for r in rows if r.tuned.startswith("swept")]
+    top = max(tuned, key=lambda r: r.mean_qps)
+    fair_top = max(tuned, key=lambda r: r.fair_mean_qps)
     for row in rows:
-        row.ratio_to_best_baseline = round(row.mean_qps / top.mean_qps, 3) if top.mean_qps else None
+        row.ratio_to_best_baseline = _ratio(row.mean_qps, top.mean_qps)
+        row.fair_ratio_to_best_baseline = _ratio(row.fair_mean_qps, fair_top.fair_mean_qps)
     sweep = {layout: {size: found.get(c, _subject(layout, size), first).capacity_qps
                       for size in sizes} for layout, sizes in SWEEPS.items()}
-    return WorkloadTable(workload=c.workload.name, config=c, ceiling_qps=round(ceiling, 3),
-                         ceiling_90_qps=round(ceiling_90, 3), best_baseline=top.label,
+    return WorkloadTable(workload=c.workload.name, config=c,
+                         ceiling_qps=ceiling.all_served_qps, ceiling_90_qps=ceiling.cheapest_qps,
+                         fair_ceiling_qps=ceiling.fair_qps, best_baseline=top.label,
+                         best_fair_baseline=fair_top.label,
+                         prompt_class_bounds=ruler_classes(c).prompt_bounds,
                          rows=rows, sweep=sweep)
+
+
+def _ratio(qps: float, best: float) -> float | None:
+    return round(qps / best, 3) if best else None

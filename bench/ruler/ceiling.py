@@ -19,14 +19,20 @@ Capacity asks for goodput >= 90 %, not 100 %: a perfect scheduler may give up on
 of requests that cost most and serve the rest. `served_share` = 0.9 gives that ceiling:
 the fluid rate of the cheapest 90 % (cost = prompt tokens x seconds per prefill token +
 output tokens x seconds per decode, both from the profile), divided by 0.9 because the
-arrival rate counts every request.
+arrival rate counts every request. With a class floor F (`class_floor`, and each
+request's class in `classes`) the costliest are refused only while their class keeps at
+least F of its requests: the fair ceiling, the bound for a point that must hold fairly
+(bench/ruler/classes.py).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 
+from bench.ruler.ruler import RulerConfig, ruler_classes, workload_requests
+from engines.executors.profiles.registry import get_profile
 from policies.perf.batch_shape import BatchShape
 
 #: Token budgets the model tries (every power of two from 64 to 16,384, and midpoints).
@@ -35,28 +41,46 @@ BUDGETS = tuple(sorted({int(b) for b in np.geomspace(64, 16384, 17)}))
 
 def ceiling_qps(profile, lengths: Sequence[tuple[int, int]], num_instances: int,
                 tbt_slo: float, kv_tokens: int | None = None, served_share: float = 1.0,
-                ) -> float:
+                class_floor: float = 0.0, classes: Sequence[int] | None = None) -> float:
     """Requests/s `num_instances` instances of `profile` can sustain on requests of these
     (prompt, output) lengths with each step within `tbt_slo` seconds, serving the
-    cheapest `served_share` of them."""
+    cheapest `served_share` of them -- and at least `class_floor` of each class of
+    `classes` (one class index per request)."""
     if not lengths:
         raise ValueError("a ceiling needs at least one request")
     if not 0 < served_share <= 1:
         raise ValueError(f"served_share must be in (0, 1], got {served_share}")
     prompts, outputs = np.asarray(lengths, dtype=float).T
+    kept_share = 1.0
     if served_share < 1:
-        keep = _cheapest(profile, prompts, outputs, served_share)
+        keep = _cheapest(profile, prompts, outputs, served_share, class_floor,
+                         np.zeros(len(prompts), dtype=int) if classes is None
+                         else np.asarray(classes))
+        kept_share = len(keep) / len(prompts)  # above served_share if a floor stopped it
         prompts, outputs = prompts[keep], outputs[keep]
-    return _fluid_qps(profile, prompts, outputs, tbt_slo, kv_tokens) * num_instances / served_share
+    return _fluid_qps(profile, prompts, outputs, tbt_slo, kv_tokens) * num_instances / kept_share
 
 
-def _cheapest(profile, prompts: np.ndarray, outputs: np.ndarray, share: float) -> np.ndarray:
-    """Indices of the cheapest `share` of the requests by GPU time."""
+def _cheapest(profile, prompts: np.ndarray, outputs: np.ndarray, share: float,
+              class_floor: float, classes: np.ndarray) -> np.ndarray:
+    """Indices of the requests kept when the costliest (by GPU time) are refused, up to
+    `1 - share` of them, each only while its class keeps `class_floor` of its own."""
     per_prefill = profile.step_time(BatchShape.prefill_only(2048)) / 2048
     context = int(prompts.mean() + outputs.mean() / 2)
     per_decode = profile.step_time(BatchShape.of(decodes=[context] * 128)) / 128
     cost = prompts * per_prefill + outputs * per_decode
-    return np.argsort(cost, kind="stable")[:max(1, round(share * len(cost)))]
+    to_refuse = len(cost) - max(1, round(share * len(cost)))
+    labels, sizes = np.unique(classes, return_counts=True)
+    may_refuse = dict(zip(labels.tolist(), np.floor(sizes * (1 - class_floor) + 1e-9).tolist()))
+    refused = np.zeros(len(cost), dtype=bool)
+    for i in np.argsort(-cost, kind="stable"):
+        if to_refuse == 0:
+            break
+        if may_refuse[classes[i]] >= 1:
+            may_refuse[classes[i]] -= 1
+            refused[i] = True
+            to_refuse -= 1
+    return np.flatnonzero(~refused)
 
 
 def _fluid_qps(profile, prompts: np.ndarray, outputs: np.ndarray, tbt_slo: float,
@@ -75,3 +99,28 @@ def _fluid_qps(profile, prompts: np.ndarray, outputs: np.ndarray, tbt_slo: float
         if seconds <= tbt_slo:
             best = max(best, decodes / (o * seconds))
     return best
+
+
+class Ceilings(msgspec.Struct, frozen=True):
+    """A workload's ceilings on N GPUs, requests/s."""
+    all_served_qps: float      # every request served, each step within the TBT target
+    cheapest_qps: float        # the cheapest `target` % served (the bound for that target)
+    fair_qps: float            # ... with every prompt-length class at the class floor
+
+
+def workload_ceilings(config: RulerConfig, num_instances: int = 3) -> Ceilings:
+    """The ceilings of the ruler's workload (its first seed's requests), under the TBT
+    target of its loosest SLO class (a bound: no class can do better)."""
+    lengths = [(r.prompt_len, r.output_len)
+               for r in workload_requests(config, 1.0, config.seeds[0])]
+    classes = {s.slo_class for s in config.workload.slo_mix or () if s.share > 0}
+    tbt = max([config.slo.tbt_slo, *(c.tbt_slo for c in config.workload.slo_classes
+                                      if c.name in classes)])
+    profile = get_profile(config.profile)
+    share = config.target / 100
+    prompt_classes = ruler_classes(config).prompt_classes([p for p, _ in lengths])
+    return Ceilings(
+        round(ceiling_qps(profile, lengths, num_instances, tbt), 3),
+        round(ceiling_qps(profile, lengths, num_instances, tbt, served_share=share), 3),
+        round(ceiling_qps(profile, lengths, num_instances, tbt, served_share=share,
+                          class_floor=config.class_floor, classes=prompt_classes), 3))

@@ -5,8 +5,10 @@ split `kPmD` (DistServe's placement idea: the P:D ratio that holds the most good
 this workload and these SLOs), and the baselines `Nxsarathi`, `Nxvllm-v0`, `Nxvllm-v1` and
 `Nxsglang` -- gets its steady-state capacity on the ruler (bench/ruler/ruler.py:
 same workload, SLOs, routing, warm-up rule) with one seed, searched from the hardware
-ceiling; the recommendation is the highest, printed with every candidate beside the
-ceiling so the gap to the best possible is plain.
+ceiling; the recommendation is the highest fair capacity (every request class at the
+ruler's class floor: no class pays for the capacity; ties go to the higher capacity),
+printed with every candidate's capacity and fair capacity beside the ceilings so the gap
+to the best possible is plain.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
-from bench.ruler.capacity_table import ceilings
+from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
 from engines.modes import BASELINES as BASELINE_MODES
 
@@ -23,6 +25,7 @@ from engines.modes import BASELINES as BASELINE_MODES
 class Candidate(msgspec.Struct, kw_only=True):
     layout: str
     capacity_qps: float
+    fair_capacity_qps: float
     fraction_of_ceiling: float
 
 
@@ -31,6 +34,7 @@ class PlanAnswer(msgspec.Struct, kw_only=True):
     config: RulerConfig
     ceiling_qps: float
     ceiling_target_qps: float
+    fair_ceiling_qps: float
     candidates: list[Candidate]
     recommended: str
 
@@ -46,22 +50,25 @@ def candidate_layouts(num_gpus: int) -> list[str]:
 def plan(config: RulerConfig, num_gpus: int, workers: int | None = None,
          progress: Callable[[str], None] | None = None) -> PlanAnswer:
     layouts = candidate_layouts(num_gpus)
-    ceiling, ceiling_target = ceilings(config, num_gpus)
-    jobs = [(Subject(label=layout, layout=layout), config, config.seeds[0], 0.8 * ceiling)
+    ceiling = workload_ceilings(config, num_gpus)
+    jobs = [(Subject(label=layout, layout=layout), config, config.seeds[0],
+             0.8 * ceiling.all_served_qps)
             for layout in layouts]
     with ProcessPoolExecutor(max_workers=workers or 2) as pool:
         results: list[SeedCapacity] = []
         for layout, result in zip(layouts, pool.map(_job, jobs)):
             results.append(result)
             if progress:
-                progress(f"{layout:>10}: {result.capacity_qps:.2f} QPS")
+                progress(f"{layout:>10}: {result.capacity_qps:.2f} QPS, fair "
+                         f"{result.fair_capacity_qps:.2f}")
     candidates = [Candidate(layout=layout, capacity_qps=r.capacity_qps,
-                            fraction_of_ceiling=round(r.capacity_qps / ceiling, 3))
+                            fair_capacity_qps=r.fair_capacity_qps,
+                            fraction_of_ceiling=round(r.capacity_qps / ceiling.all_served_qps, 3))
                   for layout, r in zip(layouts, results)]
-    best = max(candidates, key=lambda c: c.capacity_qps)
-    return PlanAnswer(num_gpus=num_gpus, config=config, ceiling_qps=round(ceiling, 3),
-                      ceiling_target_qps=round(ceiling_target, 3), candidates=candidates,
-                      recommended=best.layout)
+    best = max(candidates, key=lambda c: (c.fair_capacity_qps, c.capacity_qps))
+    return PlanAnswer(num_gpus=num_gpus, config=config, ceiling_qps=ceiling.all_served_qps,
+                      ceiling_target_qps=ceiling.cheapest_qps, fair_ceiling_qps=ceiling.fair_qps,
+                      candidates=candidates, recommended=best.layout)
 
 
 def _job(job) -> SeedCapacity:

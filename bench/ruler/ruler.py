@@ -12,7 +12,10 @@ The protocol (stated in full by `RulerConfig` and printed with every result):
 * **several seeds** -- each seed draws its own arrivals and lengths and gets its own
   capacity search; a result reports the mean, min and max over seeds;
 * **capacity** -- the highest rate that holds the target (bench/ruler/capacity.py), searched
-  from a start near the hardware ceiling (bench/ruler/ceiling.py), to `tolerance`.
+  from a start near the hardware ceiling (bench/ruler/ceiling.py), to `tolerance`;
+* **fair capacity** -- the highest rate that holds it with every request class
+  (bench/ruler/classes.py: prompt-length quartiles, SLO classes) at `class_floor` too,
+  searched from the capacity down (it is never above it: the rule is stricter).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from bench.loadgen.workloads import WorkloadSpec, build_requests
 from bench.records import RecordRow
 from bench.records_file import record_rows
 from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
+from bench.ruler.classes import DEFAULT_CLASS_FLOOR, ClassGoodput, RequestClasses
 from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
@@ -62,6 +66,12 @@ class RulerConfig(msgspec.Struct, frozen=True, kw_only=True):
     latency: str = ""                  # SimConfig.latency: "" = the profile's step times
     num_kv_blocks: int | None = None
     interconnect: str = ""             # SimConfig.interconnect: a P/D layout's KV link
+    #: Fair capacity: every class's goodput must reach this share too (0: no floor).
+    class_floor: float = DEFAULT_CLASS_FLOOR
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.class_floor <= 1.0:
+            raise ValueError(f"class_floor must be in [0, 1], got {self.class_floor}")
 
 
 class Point(msgspec.Struct, frozen=True):
@@ -74,6 +84,9 @@ class Point(msgspec.Struct, frozen=True):
     offloaded: int
     dropped: int
     wall_s: float
+    classes: list[ClassGoodput] = []
+    fair_holds: bool = False    # holds, and every class at the floor
+    token_goodput_pct: float = 0.0
 
 
 class SeedCapacity(msgspec.Struct, frozen=True):
@@ -83,6 +96,15 @@ class SeedCapacity(msgspec.Struct, frozen=True):
     #: The search found the edge: a rate held and a higher one failed. False: every rate
     #: tried held (the capacity is only a lower bound) or none did.
     bracketed: bool = True
+    fair_capacity_qps: float = 0.0
+    fair_bracketed: bool = True
+
+
+def ruler_classes(config: RulerConfig) -> RequestClasses:
+    """The workload's classes, from its first seed's requests (the same for every rate,
+    layout and seed of a table; a rate changes arrivals, not lengths)."""
+    return RequestClasses.from_prompts(
+        [r.prompt_len for r in workload_requests(config, 1.0, config.seeds[0]) if not r.warmup])
 
 
 def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
@@ -98,9 +120,10 @@ def workload_requests(config: RulerConfig, qps: float, seed: int) -> list[Worklo
                           max_model_len=config.max_model_len)
 
 
-def run_point(subject: Subject, config: RulerConfig, qps: float, seed: int) -> Point:
+def run_point(subject: Subject, config: RulerConfig, qps: float, seed: int,
+              classes: RequestClasses | None = None) -> Point:
     """Simulate one rate and judge it by the steady-state rule (stopping early once it
-    cannot hold)."""
+    cannot hold), per class of `classes` too (default: the workload's)."""
     started = time.perf_counter()
     requests = workload_requests(config, qps, seed)
     primed = sum(r.warmup for r in requests)
@@ -110,14 +133,17 @@ def run_point(subject: Subject, config: RulerConfig, qps: float, seed: int) -> P
                                                           config.rule, primed))
     verdict = judge([r for r in records if r.outcome != "lost"] if simulation.stopped_early
                     else records, config.target, config.slo.ttft_slo, config.slo.tbt_slo,
-                    config.rule)
-    return Point(qps=qps, holds=verdict.holds and not simulation.stopped_early,
+                    config.rule, classes or ruler_classes(config), config.class_floor)
+    holds = verdict.holds and not simulation.stopped_early
+    return Point(qps=qps, holds=holds,
                  goodput_pct=round(verdict.goodput_pct, 2),
                  window_goodput_pct=[round(w, 2) for w in verdict.window_goodput_pct],
                  stopped_early=simulation.stopped_early,
                  offloaded=sum(r.offloaded for r in records),
                  dropped=sum(r.outcome == "dropped" for r in records),
-                 wall_s=round(time.perf_counter() - started, 2))
+                 wall_s=round(time.perf_counter() - started, 2), classes=verdict.classes,
+                 fair_holds=holds and verdict.fair_holds,
+                 token_goodput_pct=round(verdict.token_goodput_pct, 2))
 
 
 def point_rows(subject: Subject, config: RulerConfig, qps: float, seed: int) -> list[RecordRow]:
@@ -131,14 +157,26 @@ def point_rows(subject: Subject, config: RulerConfig, qps: float, seed: int) -> 
 
 def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
                   start_qps: float, growth: float = START_GROWTH) -> SeedCapacity:
-    points: list[Point] = []
+    """Capacity, then fair capacity searched down from it (a rate run once is not run
+    again: both searches read the same points)."""
+    points: dict[float, Point] = {}
+    classes = ruler_classes(config)
 
-    def holds(qps: float) -> bool:
-        points.append(run_point(subject, config, qps, seed))
-        return points[-1].holds
+    def point(qps: float) -> Point:
+        if qps not in points:
+            points[qps] = run_point(subject, config, qps, seed, classes)
+        return points[qps]
 
-    capacity = find_capacity(holds, start_qps=start_qps, tolerance=config.tolerance,
-                             growth=growth)
-    bracketed = capacity > 0 and any(not p.holds and p.qps > capacity for p in points)
-    return SeedCapacity(seed, round(capacity, 3), sorted(points, key=lambda p: p.qps),
-                        bracketed)
+    capacity = find_capacity(lambda q: point(q).holds, start_qps=start_qps,
+                             tolerance=config.tolerance, growth=growth)
+    fair = capacity if config.class_floor == 0 or capacity == 0 else find_capacity(
+        lambda q: point(q).fair_holds, start_qps=capacity, tolerance=config.tolerance,
+        growth=NEAR_GROWTH)
+    tried = sorted(points.values(), key=lambda p: p.qps)
+    return SeedCapacity(seed, round(capacity, 3), tried, _bracketed(tried, capacity, "holds"),
+                        round(fair, 3), _bracketed(tried, fair, "fair_holds"))
+
+
+def _bracketed(points: list[Point], capacity: float, rule: str) -> bool:
+    """A rate held and a higher one failed: the search found the edge."""
+    return capacity > 0 and any(not getattr(p, rule) and p.qps > capacity for p in points)

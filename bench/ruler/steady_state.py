@@ -17,6 +17,10 @@ lighter load than the rest. The rule (`MeasureRule`, defaults below):
 A workload may put priming requests before its run (`warmup` requests: the earlier turns
 of the conversations a multi-turn run joins, filling the prefix cache). They arrive first
 and are never measured; the shares above apply to the requests after them.
+
+With request classes (bench/ruler/classes.py) the verdict also gives each class's goodput
+over the measured requests, and `fair_holds`: the point holds and every class reaches
+the class floor.
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ import msgspec
 
 from bench.records import RequestRecord
 from bench.results import is_good
+from bench.ruler.classes import (
+    ClassGoodput, RequestClasses, class_goodput, holds_floor, token_goodput_pct,
+)
 
 
 class MeasureRule(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,11 +66,17 @@ class Verdict(msgspec.Struct, frozen=True):
     window_goodput_pct: list[float]
     holds: bool
     num_measured: int
+    #: Per class (none without classes), and whether it holds with every class at the floor.
+    classes: list[ClassGoodput] = []
+    fair_holds: bool = False
+    token_goodput_pct: float = 0.0
 
 
 def judge(records: Sequence[RequestRecord], target: float, ttft_slo: float, tbt_slo: float,
-          rule: MeasureRule = MeasureRule()) -> Verdict:
-    """Does this run hold `target` % goodput in steady state (see the module docstring)?"""
+          rule: MeasureRule = MeasureRule(), classes: RequestClasses | None = None,
+          class_floor: float = 0.0) -> Verdict:
+    """Does this run hold `target` % goodput in steady state (see the module docstring),
+    and with every class of `classes` at `class_floor` (a share) too?"""
     measured = rule.measured(records)
     good = [is_good(r, ttft_slo, tbt_slo) for r in measured]
     if not good:
@@ -73,7 +86,10 @@ def judge(records: Sequence[RequestRecord], target: float, ttft_slo: float, tbt_
     windows = [100.0 * sum(chunk) / len(chunk)
                for chunk in (good[i:i + size] for i in range(0, len(good), size))]
     holds = overall >= target and min(windows) >= target - rule.window_slack
-    return Verdict(overall, windows, holds, len(good))
+    per_class = class_goodput(measured, classes, ttft_slo, tbt_slo) if classes else []
+    return Verdict(overall, windows, holds, len(good), per_class,
+                   holds and holds_floor(per_class, class_floor),
+                   token_goodput_pct(measured, ttft_slo, tbt_slo))
 
 
 def misses_allowed(num_requests: int, target: float, rule: MeasureRule = MeasureRule(),

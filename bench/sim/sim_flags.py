@@ -49,3 +49,11 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
                          controller=shared.controller, max_model_len=args.max_model_len,
                          latency=args.sim_latency, num_kv_blocks=args.num_kv_blocks)
     return subject, config
+
+
+def add_class_floor_flag(p: argparse.ArgumentParser) -> None:
+    """The ruler's class floor, for the commands that search a capacity."""
+    p.add_argument("--class-floor", type=float, default=RulerConfig().class_floor,
+                   help="fair capacity: every request class (prompt-length quartile, SLO "
+                        "class) must reach this goodput share too; 0 = no floor "
+                        "(default %(default)s)")

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 import msgspec
 
 from bench.loadgen.workloads import workload
-from bench.ruler.capacity_table import ceilings
+from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
 from daemon.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
@@ -52,7 +52,7 @@ def ablation(workloads: Sequence[str], measured: int, workers: int | None = None
     jobs, labels = [], []
     for name in workloads:
         base = RulerConfig(workload=workload(name), measured=measured, seeds=(0,))
-        start = 0.8 * ceilings(base)[0]
+        start = 0.8 * workload_ceilings(base).all_served_qps
         for label, (layout, switches, scheduler) in variants.items():
             config = msgspec.structs.replace(base, controller=msgspec.convert(
                 switches, ControllerConfig))

@@ -168,30 +168,37 @@ def _threshold(doc):
 
 def _capacity(doc):
     """One group of bars per workload: each row's mean capacity with its seeds' min-max,
-    and the two ceilings as marks."""
+    its fair capacity (every class at the floor) as a mark, and the ceilings as lines."""
     tables = doc["tables"]
     labels = [r["label"] for r in tables[0]["rows"]]
     fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(tables) * len(labels) / 3), 4))
     width = 0.8 / len(labels)
     for k, label in enumerate(labels):
-        xs, means, lows, highs = [], [], [], []
+        xs, means, lows, highs, fair = [], [], [], [], []
         for i, table in enumerate(tables):
             row = next(r for r in table["rows"] if r["label"] == label)
             xs.append(i + (k - (len(labels) - 1) / 2) * width)
             means.append(row["mean_qps"])
+            fair.append(row.get("fair_mean_qps"))
             lows.append(row["mean_qps"] - row["min_qps"])
             highs.append(row["max_qps"] - row["mean_qps"])
         upstream, drops = "upstream" in label, "drops" in label
         ax.bar(xs, means, width, yerr=[lows, highs], label=label, capsize=2,
                color=COLORS.get(label.split(" ")[0]), alpha=0.45 if upstream else 1.0,
                hatch="//" if upstream else ".." if drops else None)
+        if all(f is not None for f in fair):
+            ax.scatter(xs, fair, marker="_", s=60, color="black", zorder=3,
+                       label="fair capacity" if k == 0 else None)
     for i, table in enumerate(tables):
-        ax.hlines([table["ceiling_qps"], table["ceiling_90_qps"]], i - 0.45, i + 0.45,
-                  colors=["black", "gray"], linestyles=["-", ":"], linewidth=1)
+        lines = [table["ceiling_qps"], table["ceiling_90_qps"], table.get("fair_ceiling_qps")]
+        ax.hlines([q for q in lines if q is not None], i - 0.45, i + 0.45,
+                  colors=["black", "gray", "tab:red"][:sum(q is not None for q in lines)],
+                  linestyles=["-", ":", "--"][:sum(q is not None for q in lines)], linewidth=1)
     ax.set_xticks(range(len(tables)), [t["workload"] for t in tables])
     ax.set_ylabel(f"QPS at {doc['target_pct']:.0f}% goodput (steady state)")
     ax.set_title(f"Capacity, {doc['profile']}, mean over seeds (min-max); lines: hardware "
-                 "ceiling (all served, solid; cheapest 90 %, dotted)", fontsize=9)
+                 "ceiling (all served, solid; cheapest 90 %, dotted; fair, dashed); marks: fair "
+                 "capacity", fontsize=9)
     ax.legend(fontsize=7, ncol=3, loc="upper right")
     fig.tight_layout()
     return fig

@@ -19,7 +19,7 @@ import msgspec
 
 from bench.json_file import write_json
 from bench.loadgen.workloads import workload
-from bench.ruler.capacity_table import ceilings
+from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import START_GROWTH, RulerConfig, Subject, seed_capacity
 from bench.studies.reproduce import CAPACITY_WORKLOADS
 from engines.scheduler_config import SchedulerConfig
@@ -46,7 +46,7 @@ def run(names, measured: int, seeds, interconnect: str, workers: int, labels=Non
     configs = [RulerConfig(workload=workload(name), measured=measured, seeds=tuple(seeds),
                            tolerance=0.05, interconnect=interconnect) for name in names]
     subjects = [s for s in SUBJECTS if labels is None or s.label in labels]
-    jobs = [(s, c, seed, 0.8 * ceilings(c)[0]) for c in configs for s in subjects
+    jobs = [(s, c, seed, 0.8 * workload_ceilings(c).all_served_qps) for c in configs for s in subjects
             for seed in c.seeds]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=workers) as pool:

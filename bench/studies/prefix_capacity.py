@@ -27,7 +27,8 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.reuse_workloads import ideal_reuse
 from bench.loadgen.workloads import workload
-from bench.ruler.capacity_table import capacity_table, ceilings
+from bench.ruler.capacity_table import capacity_table
+from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import START_GROWTH, RulerConfig, SeedCapacity, Subject, seed_capacity, \
     workload_requests
 from daemon.controller_config import ControllerConfig
@@ -89,7 +90,7 @@ def prefix_capacity(config: RulerConfig, workers: int | None = None,
                     table: RulerConfig | None = None, progress=print) -> PrefixCapacity:
     """Every subject's capacity per seed; with `table`, also the capacity table on that
     config (the same workload, perhaps fewer measured requests: it searches ~27 times)."""
-    start = 0.8 * ceilings(config)[0]
+    start = 0.8 * workload_ceilings(config).all_served_qps
     jobs = [(*subject, config, seed, start) for subject in SUBJECTS for seed in config.seeds]
     found: dict[str, list[SeedCapacity]] = {}
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
