@@ -11,10 +11,10 @@ ceiling so the gap to the best possible is plain.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
+from bench.parallel import imap
 from bench.ruler.capacity_table import ceilings
 from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
 from engines.modes import BASELINES as BASELINE_MODES
@@ -49,12 +49,11 @@ def plan(config: RulerConfig, num_gpus: int, workers: int | None = None,
     ceiling, ceiling_target = ceilings(config, num_gpus)
     jobs = [(Subject(label=layout, layout=layout), config, config.seeds[0], 0.8 * ceiling)
             for layout in layouts]
-    with ProcessPoolExecutor(max_workers=workers or 2) as pool:
-        results: list[SeedCapacity] = []
-        for layout, result in zip(layouts, pool.map(_job, jobs)):
-            results.append(result)
-            if progress:
-                progress(f"{layout:>10}: {result.capacity_qps:.2f} QPS")
+    results: list[SeedCapacity] = []
+    for layout, result in zip(layouts, imap(_job, jobs, workers)):
+        results.append(result)
+        if progress:
+            progress(f"{layout:>10}: {result.capacity_qps:.2f} QPS")
     candidates = [Candidate(layout=layout, capacity_qps=r.capacity_qps,
                             fraction_of_ceiling=round(r.capacity_qps / ceiling, 3))
                   for layout, r in zip(layouts, results)]
