@@ -7,6 +7,7 @@ import sys
 import msgspec
 
 from bench.json_file import write_json
+from bench.parallel import add_workers_flag
 from bench.sim.sim_flags import add_class_floor_flag, add_sim_flags, sim_settings
 
 
@@ -17,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured requests per simulated point (default %(default)s; the "
                         "capacity table's ruler uses 4500)")
     add_class_floor_flag(p)
+    add_workers_flag(p)
     p.add_argument("--json", metavar="OUT", help="write the answer here")
     p.set_defaults(run=run)
 
@@ -26,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     _, config = sim_settings(args)
     config = msgspec.structs.replace(config, measured=args.measured, seeds=(args.seed,),
                                      class_floor=args.class_floor)
-    answer = plan(config, args.gpus, progress=lambda line: print(line, file=sys.stderr))
+    answer = plan(config, args.gpus, workers=args.workers,
+                  progress=lambda line: print(line, file=sys.stderr))
     width = max(len(c.layout) for c in answer.candidates)
     print(f"{args.gpus} GPUs, workload {config.workload.name} on {config.profile}: hardware "
           f"ceiling {answer.ceiling_qps:.2f} QPS (all served), {answer.ceiling_target_qps:.2f} "

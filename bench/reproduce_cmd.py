@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bench.parallel import add_workers_flag
 from bench.studies.reproduce import FIGURES
 
 
@@ -20,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-requests", type=int, default=None,
                    help="requests per simulated point (default: per figure, a few minutes)")
     p.add_argument("--quick", action="store_true", help="fewer points and requests: a smoke test")
-    p.add_argument("--workers", type=int, default=None, help="parallel simulations (default: cores)")
+    add_workers_flag(p)
     p.set_defaults(run=run_reproduce)
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
 from bench.loadgen.workloads import build_requests, num_requests_or
+from bench.parallel import add_workers_flag, run_parallel
 from bench.records_file import record_rows, write_records
 from bench.results import print_summary, write_result
 from bench.ruler.capacity import CAPACITY_TARGET
@@ -59,7 +59,7 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     add_class_floor_flag(p)
     p.add_argument("--tolerance", type=float, default=RulerConfig().tolerance,
                    help="stop once the bracket is this narrow, relative (default %(default)s)")
-    p.add_argument("--workers", type=int, default=None, help="parallel seeds (default: cores)")
+    add_workers_flag(p)
     p.add_argument("--json", metavar="OUT", help="write the answer (config, seeds, points) here")
     p.add_argument("--records", metavar="FILE",
                    help="per-request records of the first seed's run at its capacity")
@@ -117,8 +117,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     print("capacity of", msgspec.json.encode(_printable(subject, config)).decode(),
           file=sys.stderr)
     jobs = [(subject, config, seed, start) for seed in seeds]
-    with ProcessPoolExecutor(max_workers=min(args.workers or 2, len(jobs))) as pool:
-        results = list(pool.map(_seed_job, jobs))
+    results = run_parallel(_seed_job, jobs, args.workers)
     caps = [r.capacity_qps for r in results]
     fair = [r.fair_capacity_qps for r in results]
     answer = CapacityAnswer(subject=subject, config=config, ceiling_qps=ceiling.all_served_qps,

@@ -1,7 +1,7 @@
 """The capacity table: every workload x layout on the ruler (bench/ruler/ruler.py), baselines at
 their own best, beside the hardware ceiling.
 
-Per workload, in three phases over a process pool (each phase's jobs run in parallel):
+Per workload, in three phases (each phase's jobs in parallel, bench/parallel.py):
 
 1. **scout**: vLLM V0 at its upstream budget, each Ascendra layout and each P/D split
    (`DISAGGREGATED`, DistServe) on seed 0, searched
@@ -23,12 +23,11 @@ upstream defaults (`UPSTREAM`) are reported as rows of their own.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
+from bench.parallel import imap
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import (
     NEAR_GROWTH, START_GROWTH, RulerConfig, SeedCapacity, Subject, ruler_classes, seed_capacity,
@@ -110,11 +109,12 @@ def _subject(layout: str, chunk: int, drops: bool = False) -> Subject:
 class _Results:
     """Every search's result, by (workload, subject label, seed)."""
 
-    def __init__(self, pool: ProcessPoolExecutor, progress) -> None:
-        self.pool, self.progress, self.found = pool, progress, {}
+    def __init__(self, workers: int | None, progress) -> None:
+        self.workers, self.progress, self.found = workers, progress, {}
 
     def run(self, jobs: list[_Job], phase: str) -> None:
-        for n, (job, result) in enumerate(zip(jobs, self.pool.map(_run_job, jobs)), start=1):
+        for n, (job, result) in enumerate(zip(jobs, imap(_run_job, jobs, self.workers)),
+                                          start=1):
             self.found[(job.config.workload.name, job.subject.label, job.seed)] = result
             if self.progress:
                 self.progress(f"[{phase} {n}/{len(jobs)}] {job.config.workload.name:>11} "
@@ -138,30 +138,29 @@ def capacity_table(configs: Sequence[RulerConfig], ascendra_chunk: int | None = 
                 for layout in ASCENDRA + DISAGGREGATED]
     scout = _subject("3xvllm-v0", UPSTREAM["3xvllm-v0"])
     starts = {c.workload.name: 0.8 * workload_ceilings(c).all_served_qps for c in configs}
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        found = _Results(pool, progress)
-        found.run([_Job(s, c, c.seeds[0], starts[c.workload.name], START_GROWTH)
-                   for c in configs for s in (scout, *ascendra)], "scout")
-        tune = []
-        for c in configs:
-            near = found.qps(c, scout, c.seeds[0], starts[c.workload.name])
-            tune += [_Job(_subject(layout, size), c, c.seeds[0], near, SWEEP_GROWTH)
-                     for layout, sizes in SWEEPS.items() for size in sizes
-                     if _subject(layout, size) != scout]
-            tune += [_Job(s, c, seed, found.qps(c, s, c.seeds[0], near), NEAR_GROWTH)
-                     for s in ascendra for seed in c.seeds[1:]]
-        found.run(tune, "tune")
-        best = {(c.workload.name, layout): _best(found, c, layout)
-                for c in configs for layout in SWEEPS}
-        measure = []
-        for c in configs:
-            for layout in SWEEPS:
-                subject = best[(c.workload.name, layout)]
-                near = found.qps(c, subject, c.seeds[0], starts[c.workload.name])
-                measure += [_Job(subject, c, seed, near, NEAR_GROWTH) for seed in c.seeds[1:]]
-                with_drops = _subject(layout, subject.scheduler.chunk_size, drops=True)
-                measure += [_Job(with_drops, c, seed, near, SWEEP_GROWTH) for seed in c.seeds]
-        found.run(measure, "measure")
+    found = _Results(workers, progress)
+    found.run([_Job(s, c, c.seeds[0], starts[c.workload.name], START_GROWTH)
+               for c in configs for s in (scout, *ascendra)], "scout")
+    tune = []
+    for c in configs:
+        near = found.qps(c, scout, c.seeds[0], starts[c.workload.name])
+        tune += [_Job(_subject(layout, size), c, c.seeds[0], near, SWEEP_GROWTH)
+                 for layout, sizes in SWEEPS.items() for size in sizes
+                 if _subject(layout, size) != scout]
+        tune += [_Job(s, c, seed, found.qps(c, s, c.seeds[0], near), NEAR_GROWTH)
+                 for s in ascendra for seed in c.seeds[1:]]
+    found.run(tune, "tune")
+    best = {(c.workload.name, layout): _best(found, c, layout)
+            for c in configs for layout in SWEEPS}
+    measure = []
+    for c in configs:
+        for layout in SWEEPS:
+            subject = best[(c.workload.name, layout)]
+            near = found.qps(c, subject, c.seeds[0], starts[c.workload.name])
+            measure += [_Job(subject, c, seed, near, NEAR_GROWTH) for seed in c.seeds[1:]]
+            with_drops = _subject(layout, subject.scheduler.chunk_size, drops=True)
+            measure += [_Job(with_drops, c, seed, near, SWEEP_GROWTH) for seed in c.seeds]
+    found.run(measure, "measure")
     return [_table(c, found, best, ascendra) for c in configs]
 
 

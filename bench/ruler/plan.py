@@ -13,10 +13,10 @@ to the best possible is plain.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
+from bench.parallel import imap
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
 from engines.modes import BASELINES as BASELINE_MODES
@@ -54,13 +54,12 @@ def plan(config: RulerConfig, num_gpus: int, workers: int | None = None,
     jobs = [(Subject(label=layout, layout=layout), config, config.seeds[0],
              0.8 * ceiling.all_served_qps)
             for layout in layouts]
-    with ProcessPoolExecutor(max_workers=workers or 2) as pool:
-        results: list[SeedCapacity] = []
-        for layout, result in zip(layouts, pool.map(_job, jobs)):
-            results.append(result)
-            if progress:
-                progress(f"{layout:>10}: {result.capacity_qps:.2f} QPS, fair "
-                         f"{result.fair_capacity_qps:.2f}")
+    results: list[SeedCapacity] = []
+    for layout, result in zip(layouts, imap(_job, jobs, workers)):
+        results.append(result)
+        if progress:
+            progress(f"{layout:>10}: {result.capacity_qps:.2f} QPS, fair "
+                     f"{result.fair_capacity_qps:.2f}")
     candidates = [Candidate(layout=layout, capacity_qps=r.capacity_qps,
                             fair_capacity_qps=r.fair_capacity_qps,
                             fraction_of_ceiling=round(r.capacity_qps / ceiling.all_served_qps, 3))

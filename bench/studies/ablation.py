@@ -16,11 +16,11 @@ at its default): the evidence behind the default `value_function`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
 from bench.loadgen.workloads import workload
+from bench.parallel import imap
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
 from daemon.controller_config import ControllerConfig
@@ -61,11 +61,10 @@ def ablation(workloads: Sequence[str], measured: int, workers: int | None = None
                          config, start))
             labels.append((name, label))
     rows = []
-    with ProcessPoolExecutor(max_workers=workers or 2) as pool:
-        for (name, label), result in zip(labels, pool.map(_job, jobs)):
-            rows.append({"workload": name, "variant": label,
-                         "capacity_qps": result.capacity_qps,
-                         "points": msgspec.to_builtins(result.points)})
-            if progress:
-                progress(f"{name:>11} {label:>16}: {result.capacity_qps:.2f} QPS")
+    for (name, label), result in zip(labels, imap(_job, jobs, workers)):
+        rows.append({"workload": name, "variant": label,
+                     "capacity_qps": result.capacity_qps,
+                     "points": msgspec.to_builtins(result.points)})
+        if progress:
+            progress(f"{name:>11} {label:>16}: {result.capacity_qps:.2f} QPS")
     return rows

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import msgspec
 
 from bench.json_file import write_json
 from bench.loadgen.workloads import build_requests, workload
+from bench.parallel import add_workers_flag, run_parallel
 from bench.ruler.capacity_table import SWEEPS, UPSTREAM, capacity_table
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.sim.simulate import simulate
@@ -76,11 +76,10 @@ def _storm_row(job: tuple[str, int]) -> StormRow:
                     duration_s=round(r.duration_s, 1))
 
 
-def storm(workers: int) -> list[StormRow]:
+def storm(workers: int | None = None) -> list[StormRow]:
     jobs = sorted({(layout, size) for layout in SWEEPS for size in (UPSTREAM[layout],
                                                                     max(SWEEPS[layout]))})
-    with ProcessPoolExecutor(workers) as pool:
-        rows = list(pool.map(_storm_row, jobs))
+    rows = run_parallel(_storm_row, jobs, workers)
     print("storm: 3 instances, 15 QPS, 1,500 requests, seed 0, drop rule")
     for row in rows:
         print(f"  {row.layout:>10}@{row.chunk_size:<6} preemptions {row.preemptions}, "
@@ -100,7 +99,8 @@ def _overload_point(job) -> OverloadPoint:
                          goodput_pct=round(r.goodput_pct, 2), dropped=r.dropped)
 
 
-def overload(tables: list[dict], minutes: float, workers: int) -> list[OverloadPoint]:
+def overload(tables: list[dict], minutes: float,
+             workers: int | None = None) -> list[OverloadPoint]:
     jobs = []
     for table in tables:
         best = next(r for r in table["rows"] if r["label"] == table["best_baseline"])
@@ -111,8 +111,7 @@ def overload(tables: list[dict], minutes: float, workers: int) -> list[OverloadP
             n = int(qps * 60 * minutes)
             jobs += [(table["workload"], layout, chunk, factor, qps, n)
                      for layout, chunk in {**tuned, "2L1H": SchedulerConfig().chunk_size}.items()]
-    with ProcessPoolExecutor(workers) as pool:
-        points = list(pool.map(_overload_point, jobs))
+    points = run_parallel(_overload_point, jobs, workers)
     for p in points:
         print(f"  {p.workload:>10} x{p.factor:<4g} {p.layout:>10}@{p.chunk_size:<6} "
               f"{p.good_per_s:6.2f} good/s ({p.goodput_pct:.1f} %)")
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--minutes", type=float, default=5.0)
-    parser.add_argument("--workers", type=int, default=2)
+    add_workers_flag(parser)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     phases = args.phases.split(",")

@@ -17,16 +17,15 @@ with DIR/fleet.png); `--num-requests` is the requests per box.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from statistics import mean
 
 import msgspec
 
 from bench.loadgen.workloads import workload
+from bench.parallel import imap
 from bench.ruler.ruler import RulerConfig, Subject
 from bench.sim.fleet import GatewayConfig
 from bench.sim.fleet_run import FleetResult, run_fleet
@@ -149,14 +148,13 @@ def fleet_scaling(config: ScalingConfig, workers: int | None = None,
                   progress: Callable[[str], None] | None = None) -> list[ScalingRow]:
     jobs = _jobs(config)
     found: dict[_Job, FleetResult] = {}
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        results = pool.map(_run_job, [(config, job) for job in jobs])
-        for n, (job, result) in enumerate(zip(jobs, results), start=1):
-            found[job] = result
-            if progress:
-                progress(f"[{n}/{len(jobs)}] {job.kind.label:>9} {job.picker:>11} "
-                         f"{job.boxes:>2} boxes load {job.load:.2f} seed {job.seed}: "
-                         f"goodput {result.goodput_pct:5.1f}% ({result.wall_s:.0f} s)")
+    results = imap(_run_job, [(config, job) for job in jobs], workers)
+    for n, (job, result) in enumerate(zip(jobs, results), start=1):
+        found[job] = result
+        if progress:
+            progress(f"[{n}/{len(jobs)}] {job.kind.label:>9} {job.picker:>11} "
+                     f"{job.boxes:>2} boxes load {job.load:.2f} seed {job.seed}: "
+                     f"goodput {result.goodput_pct:5.1f}% ({result.wall_s:.0f} s)")
     groups: dict[tuple, list[tuple[_Job, FleetResult]]] = {}
     for job in jobs:
         groups.setdefault((job.kind.label, job.picker, job.boxes, job.load), []).append(

@@ -10,17 +10,18 @@ what starvation would show: the p99 TTFT of the requests served, and the longest
 request waited for its first answer (first token or drop) in multiples of its TTFT
 target; and the share of offloaded requests that met their SLO.
 
-    python -m bench.studies.overload [--qps 15] [--minutes 10] [--seed 0] [--json OUT]
+    python -m bench.studies.overload [--qps 15] [--minutes 10] [--seed 0] [--workers N]
+        [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
 from bench.json_file import write_json
 from bench.loadgen.workloads import build_requests, workload
+from bench.parallel import add_workers_flag, run_parallel
 from bench.records import RunResult
 from bench.results import is_good
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
@@ -81,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layouts", default="2L1H," + ",".join(BASELINES))
     parser.add_argument("--json", help="write the rows (OverloadRow) here")
+    add_workers_flag(parser)
     args = parser.parse_args(argv)
     n = round(args.qps * args.minutes * 60)
     layouts = args.layouts.split(",")
     print(f"overload: ShareGPT, Poisson {args.qps:g} QPS for {args.minutes:g} simulated "
           f"minutes ({n} requests), a100-llama3-8b, seed {args.seed}; drops on everywhere")
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        results = dict(pool.map(_run, [(layout, args.qps, n, args.seed) for layout in layouts]))
+    results = dict(run_parallel(_run, [(layout, args.qps, n, args.seed) for layout in layouts],
+                                args.workers))
     best = max((results[b].good for b in BASELINES if b in results), default=0)
     rows = [overload_row(layout, results[layout], best) for layout in layouts]
     print(f"{'layout':>10} {'within SLO':>11} {'share':>7} {'completed':>10} {'dropped':>8} "

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
 from bench.json_file import write_json
 from bench.loadgen.workloads import workload
+from bench.parallel import add_workers_flag, run_parallel
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import START_GROWTH, RulerConfig, Subject, seed_capacity
 from bench.studies.reproduce import CAPACITY_WORKLOADS
@@ -42,15 +42,15 @@ def _job(job) -> dict:
             "points": len(result.points)}
 
 
-def run(names, measured: int, seeds, interconnect: str, workers: int, labels=None) -> dict:
+def run(names, measured: int, seeds, interconnect: str, workers: int | None = None,
+        labels=None) -> dict:
     configs = [RulerConfig(workload=workload(name), measured=measured, seeds=tuple(seeds),
                            tolerance=0.05, interconnect=interconnect) for name in names]
     subjects = [s for s in SUBJECTS if labels is None or s.label in labels]
     jobs = [(s, c, seed, 0.8 * workload_ceilings(c).all_served_qps) for c in configs for s in subjects
             for seed in c.seeds]
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        found = list(pool.map(_job, jobs))
+    found = run_parallel(_job, jobs, workers)
     table = {}
     for row in found:
         table.setdefault(row["workload"], {}).setdefault(row["label"], []).append(row)
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="0")
     p.add_argument("--interconnect", default="")
     p.add_argument("--subjects", default="", help="comma-separated labels (default: all)")
-    p.add_argument("--workers", type=int, default=2)
+    add_workers_flag(p)
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     doc = run(args.workloads.split(","), args.measured, [int(s) for s in args.seeds.split(",")],

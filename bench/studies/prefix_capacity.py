@@ -14,19 +14,18 @@ side (mean capacities over the seeds):
   2L1H against the best tuned baseline, every baseline with caching on too.
 
     python -m bench.studies.prefix_capacity [--workload multi-turn] [--measured 4500]
-        [--seeds 0,1,2] [--table [--table-measured N]] [--json OUT]
+        [--seeds 0,1,2] [--table [--table-measured N]] [--workers N] [--json OUT]
 """
 from __future__ import annotations
 
 import argparse
-import os
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
 from bench.json_file import write_json
 from bench.loadgen.reuse_workloads import ideal_reuse
 from bench.loadgen.workloads import workload
+from bench.parallel import add_workers_flag, imap
 from bench.ruler.capacity_table import capacity_table
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import START_GROWTH, RulerConfig, SeedCapacity, Subject, seed_capacity, \
@@ -93,10 +92,9 @@ def prefix_capacity(config: RulerConfig, workers: int | None = None,
     start = 0.8 * workload_ceilings(config).all_served_qps
     jobs = [(*subject, config, seed, start) for subject in SUBJECTS for seed in config.seeds]
     found: dict[str, list[SeedCapacity]] = {}
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        for label, result in pool.map(_job, jobs):
-            found.setdefault(label, []).append(result)
-            progress(f"{label:>22} seed {result.seed}: {result.capacity_qps:.2f} QPS")
+    for label, result in imap(_job, jobs, workers):
+        found.setdefault(label, []).append(result)
+        progress(f"{label:>22} seed {result.seed}: {result.capacity_qps:.2f} QPS")
     subjects = [SubjectResult(label=label, layout=layout, prefix_caching=caching,
                               routing=routing.value, global_queue=global_queue,
                               seeds=found[label],
@@ -138,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="multi-turn")
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--workers", type=int)
+    add_workers_flag(parser)
     parser.add_argument("--table", action="store_true",
                         help="also the capacity table: 2L1H vs the best tuned baseline")
     parser.add_argument("--table-measured", type=int,

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import msgspec
 
+from bench.parallel import imap
 from bench.records import RunResult
 from bench.sim.simulate import simulate
 from bench.sim.simulator import SimConfig
@@ -122,20 +121,12 @@ def _r(value: float | None, digits: int = 4) -> float | None:
 
 def run_points(points: Sequence[Point], workers: int | None = None,
                progress: Callable[[str], None] | None = None) -> list[dict]:
-    """Every point, in order; in parallel over `workers` processes (default: all cores)."""
-    workers = workers or os.cpu_count() or 1
-    if workers <= 1 or len(points) <= 1:
-        rows = []
-        for point in points:
-            rows.append(run_point(point))
-            _say(progress, rows[-1], len(rows), len(points))
-        return rows
-    with ProcessPoolExecutor(max_workers=min(workers, len(points))) as pool:
-        rows = []
-        for row in pool.map(run_point, points):
-            rows.append(row)
-            _say(progress, row, len(rows), len(points))
-        return rows
+    """Every point, in order; in parallel over `workers` processes (bench/parallel.py)."""
+    rows = []
+    for row in imap(run_point, points, workers):
+        rows.append(row)
+        _say(progress, row, len(rows), len(points))
+    return rows
 
 
 def _say(progress, row: dict, done: int, total: int) -> None:

@@ -7,16 +7,17 @@ own TTFT target. Issue #14's bar: p99 TTFT no worse than the baseline's, and no 
 `max_wait_slo_multiple` (10) targets.
 
     python -m bench.studies.starvation [--points poisson:8.6,bursty-cv4:1.65,...] [--json OUT]
+        [--workers N]
 """
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
 
 from bench.json_file import write_json
 from bench.loadgen.workloads import workload
+from bench.parallel import add_workers_flag, run_parallel
 from bench.records_report import report
 from bench.ruler.ruler import RulerConfig, Subject, point_rows
 from engines.scheduler_config import SchedulerConfig
@@ -50,11 +51,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--points", default=DEFAULT_POINTS, help="workload:qps,...")
     parser.add_argument("--json", help="write the rows (StarvationRow) here")
+    add_workers_flag(parser)
     args = parser.parse_args(argv)
     jobs = [(name, float(qps), layout) for point in args.points.split(",")
             for name, qps in [point.split(":")] for layout in LAYOUTS]
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        rows = list(pool.map(_run, jobs))
+    rows = run_parallel(_run, jobs, args.workers)
     print(f"{'workload':>11} {'qps':>5} {'layout':>7} {'goodput':>8} {'p99 TTFT':>9} "
           f"{'longest wait':>13}")
     for r in rows:
