@@ -31,6 +31,10 @@ looks at the whole queue at `now`:
    a ticket): without it every later turn of that conversation would go back to an LP
    that never saw its history. Rescue picks its HP alike.
 
+With class floors (policies/class_floor.py) a request of a *protected* class is never
+the one set aside in step 1 while a request of another class could be (the costliest of
+those goes instead), and is demoted rather than dropped in step 3.
+
 Requests of a higher priority class are planned first. Pure: numbers in, decisions out.
 """
 from __future__ import annotations
@@ -61,6 +65,7 @@ class Waiting:
     #: prefix of its prompt is cached on some): binding and rescue then weigh each
     #: instance's backlog plus its own cost there. Empty: `cost`/`hp_cost` everywhere.
     cost_on: tuple[tuple[int, float], ...] = ()
+    klass: int = 0       # its prompt-length class (policies/class_floor.py)
 
     def seconds_on(self, instance_id: int, default: float) -> float:
         for i, seconds in self.cost_on:
@@ -86,8 +91,10 @@ class Plan:
 
 
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
-         bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None) -> Plan:
-    """`shed_allowance`: the most requests this pass may drop (None: no limit)."""
+         bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None,
+         protected: frozenset[int] = frozenset()) -> Plan:
+    """`shed_allowance`: the most requests this pass may drop (None: no limit);
+    `protected`: the classes at risk of falling under their floor."""
     out = Plan()
     if not queue:
         return out
@@ -95,10 +102,13 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
     if shed is Shed.KEEP or not lps:
         ordered, late = sorted(queue, key=_deadline_order), []
     else:
-        ordered, late = _feasible(queue, lps, now)
+        ordered, late = _feasible(queue, lps, now, protected)
         late = _rescue(late, hp_lanes, now, out)
         if shed is Shed.DROP:
-            out.shed, late = _costliest(late, shed_allowance)
+            spared = [w for w in late if w.klass in protected]
+            out.shed, late = _costliest([w for w in late if w.klass not in protected],
+                                        shed_allowance)
+            late += spared
         late.sort(key=lambda w: (-w.priority, w.arrival))
     _bind(ordered + late, list(lps), bound, out, hp_lanes)
     return out
@@ -109,9 +119,11 @@ def _deadline_order(w: Waiting) -> tuple:
 
 
 def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
+              protected: frozenset[int] = frozenset(),
               ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
     """(kept in deadline order, set aside with their places in deadline order) by
-    Moore-Hodgson on the pooled LPs."""
+    Moore-Hodgson on the pooled LPs; the request set aside is the costliest of an
+    unprotected class while there is one."""
     speed = len(lps)
     clock = now + sum(lane.backlog for lane in lps) / speed
     kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
@@ -122,10 +134,29 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
         push(kept, (-w.cost, -i, w))  # ties: set the later one aside
         clock += w.cost / speed
         if start + w.cost > w.deadline:  # ... and then one LP prefills it alone
-            _, minus_place, longest = pop(kept)
+            _, minus_place, longest = (pop(kept) if not protected
+                                       else _pop_unprotected(kept, protected))
             clock -= longest.cost / speed
             aside.append((-minus_place, longest))
     return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+
+
+def _pop_unprotected(kept: list, protected: frozenset[int]) -> tuple[float, int, Waiting]:
+    """Pop the costliest entry of an unprotected class from the heap (the costliest of
+    all when every one is protected); the others stay."""
+    skipped = []
+    entry = None
+    while kept:
+        candidate = heapq.heappop(kept)
+        if candidate[2].klass not in protected:
+            entry = candidate
+            break
+        skipped.append(candidate)
+    if entry is None:
+        entry = skipped.pop(0)  # the costliest: popped first
+    for other in skipped:
+        heapq.heappush(kept, other)
+    return entry
 
 
 def _costliest(late: list[Waiting], allowance: int | None,

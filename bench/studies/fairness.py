@@ -1,0 +1,172 @@
+"""`python -m bench.studies.fairness --out DIR`: who pays for a capacity -- per-class floors
+on the ruler, Pareto tables at equal load (docs/results/fairness.md).
+
+Phases (`--phases`, default both; each writes DIR/<phase>.json as it ends):
+
+* `capacity`: the capacity table (bench/ruler/capacity_table.py) on `--workloads`, every
+  row with its capacity and its fair capacity (every request class at `--class-floor`),
+  beside the three ceilings (all served, cheapest 90 %, fair).
+* `pareto`: for each workload, at the best baseline's capacity (from `capacity`), every
+  row of the table (Ascendra's layouts, each baseline at its tuned setting with and
+  without drops) simulated to the end on every seed: each class's goodput over the
+  measured requests (mean over seeds), request and token goodput, and the classes where
+  a layout is worse than the best baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import msgspec
+
+from bench.json_file import write_json
+from bench.loadgen.workloads import workload
+from bench.parallel import add_workers_flag, run_parallel
+from bench.ruler.capacity_table import capacity_table
+from bench.ruler.ruler import RulerConfig, Subject, ruler_classes, sim_config, workload_requests
+from bench.ruler.steady_state import judge
+from bench.sim.simulator import Simulation
+from bench.studies.reproduce import CAPACITY_WORKLOADS
+from engines.scheduler_config import SchedulerConfig
+
+#: A class counts as worse when its goodput is this many points under the reference's.
+WORSE_BY = 0.5
+
+
+class ParetoRow(msgspec.Struct, kw_only=True):
+    label: str
+    goodput_pct: float                  # measured requests, mean over seeds
+    token_goodput_pct: float
+    classes: dict[str, float]           # class name -> goodput %, mean over seeds
+    #: Classes at least WORSE_BY points under the best baseline's (none for itself).
+    worse_than_best_baseline: list[str] = []
+
+
+class ParetoTable(msgspec.Struct, kw_only=True):
+    workload: str
+    qps: float                          # the best baseline's mean capacity
+    best_baseline: str
+    prompt_class_bounds: tuple[int, ...]
+    seeds: tuple[int, ...]
+    rows: list[ParetoRow]
+
+
+def _subject(row: dict) -> Subject:
+    return Subject(label=row["label"], layout=row["layout"],
+                   scheduler=SchedulerConfig(chunk_size=row["chunk_size"],
+                                             drop_expired=row["drop_expired"]))
+
+
+def _point(job: tuple[Subject, RulerConfig, float, int]) -> tuple[float, float, dict]:
+    """One subject at one rate and seed, run to the end: (goodput, token goodput, classes)."""
+    subject, config, qps, seed = job
+    records = Simulation(sim_config(subject, config),
+                         workload_requests(config, qps, seed)).run()
+    verdict = judge(records, config.target, config.slo.ttft_slo, config.slo.tbt_slo,
+                    config.rule, ruler_classes(config), config.class_floor)
+    return (verdict.goodput_pct, verdict.token_goodput_pct,
+            {c.name: c.goodput_pct for c in verdict.classes})
+
+
+def pareto(tables: list[dict], config_of: dict[str, RulerConfig],
+           workers: int | None = None) -> list[ParetoTable]:
+    jobs, keys = [], []
+    for table in tables:
+        config = config_of[table["workload"]]
+        qps = next(r for r in table["rows"] if r["label"] == table["best_baseline"])["mean_qps"]
+        rows = [r for r in table["rows"] if "upstream" not in r["label"]]
+        for row in rows:
+            for seed in config.seeds:
+                jobs.append((_subject(row), config, qps, seed))
+                keys.append((table["workload"], row["label"]))
+    results = run_parallel(_point, jobs, workers)
+    by_key: dict[tuple[str, str], list] = {}
+    for key, result in zip(keys, results):
+        by_key.setdefault(key, []).append(result)
+    return [_table(t, config_of[t["workload"]], by_key) for t in tables]
+
+
+def _table(table: dict, config: RulerConfig, by_key: dict) -> ParetoTable:
+    rows = []
+    for label in dict.fromkeys(label for (name, label) in by_key if name == table["workload"]):
+        runs = by_key[(table["workload"], label)]
+        names = list(dict.fromkeys(n for _, _, classes in runs for n in classes))
+        rows.append(ParetoRow(
+            label=label, goodput_pct=_mean([g for g, _, _ in runs]),
+            token_goodput_pct=_mean([t for _, t, _ in runs]),
+            classes={n: _mean([c[n] for _, _, c in runs if n in c]) for n in names}))
+    best = next(r for r in rows if r.label == table["best_baseline"])
+    for row in rows:
+        row.worse_than_best_baseline = [n for n, pct in row.classes.items()
+                                        if pct < best.classes.get(n, 0.0) - WORSE_BY
+                                        and row is not best]
+    qps = next(r for r in table["rows"] if r["label"] == table["best_baseline"])["mean_qps"]
+    return ParetoTable(workload=table["workload"], qps=qps, best_baseline=table["best_baseline"],
+                       prompt_class_bounds=ruler_classes(config).prompt_bounds,
+                       seeds=config.seeds, rows=rows)
+
+
+def _mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 2) if values else 0.0
+
+
+def print_pareto(tables: list[ParetoTable]) -> None:
+    for t in tables:
+        names = list(t.rows[0].classes)
+        print(f"\n{t.workload}: every row at {t.qps:.2f} QPS (the best baseline, "
+              f"{t.best_baseline}), seeds {list(t.seeds)}; goodput % per class")
+        print(f"  {'row':>26} " + " ".join(f"{n:>16}" for n in names)
+              + f" {'overall':>8} {'tokens':>7}  worse than the best baseline")
+        for r in t.rows:
+            print(f"  {r.label:>26} " + " ".join(f"{r.classes.get(n, 0.0):16.1f}" for n in names)
+                  + f" {r.goodput_pct:8.1f} {r.token_goodput_pct:7.1f}  "
+                  + (", ".join(r.worse_than_best_baseline) or "-"))
+
+
+def print_capacity(tables: list[dict]) -> None:
+    for t in tables:
+        print(f"\n{t['workload']}: ceilings {t['ceiling_qps']:.2f} (all served), "
+              f"{t['ceiling_90_qps']:.2f} (cheapest 90 %), {t['fair_ceiling_qps']:.2f} (fair); "
+              f"prompt classes at {list(t['prompt_class_bounds'])} tokens")
+        print(f"  {'row':>26} {'capacity':>18} {'ratio':>6} {'fair capacity':>18} {'ratio':>6}")
+        for r in t["rows"]:
+            print(f"  {r['label']:>26} {r['mean_qps']:6.2f} [{r['min_qps']:.2f}-{r['max_qps']:.2f}]"
+                  f" {r['ratio_to_best_baseline'] or 0:6.2f} {r['fair_mean_qps']:6.2f} "
+                  f"[{r['fair_min_qps']:.2f}-{r['fair_max_qps']:.2f}] "
+                  f"{r['fair_ratio_to_best_baseline'] or 0:6.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.fairness",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--phases", default="capacity,pareto")
+    parser.add_argument("--workloads", default=",".join(CAPACITY_WORKLOADS))
+    parser.add_argument("--measured", type=int, default=RulerConfig().measured)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--class-floor", type=float, default=RulerConfig().class_floor)
+    add_workers_flag(parser)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    config_of = {name: RulerConfig(workload=workload(name), measured=args.measured, seeds=seeds,
+                                   class_floor=args.class_floor)
+                 for name in args.workloads.split(",")}
+    phases = args.phases.split(",")
+    if "capacity" in phases:
+        write_json(args.out / "capacity.json",
+                   capacity_table(list(config_of.values()), workers=args.workers,
+                                  progress=print))
+    tables = json.loads((args.out / "capacity.json").read_text())
+    print_capacity(tables)
+    if "pareto" in phases:
+        result = pareto(tables, config_of, args.workers)
+        write_json(args.out / "pareto.json", result)
+        print_pareto(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
