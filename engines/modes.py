@@ -38,8 +38,8 @@ class Mode:
     #: Keep a step's predicted time within the running requests' TBT SLO.
     compute_budget: bool = False
     #: With by_value: waiting requests whose TTFT target is already lost go behind the
-    #: others (`order_by_value(demote_lost=...)`): they still run, but make no one late.
-    demote_lost: bool = False
+    #: others (`order_by_value(demote_unreachable=...)`): they still run, but make no one late.
+    demote_unreachable: bool = False
     #: max_num_seqs when the config leaves it unset (capped by the token budget in
     #: decode-first modes, where every running decode must fit in one step).
     default_max_num_seqs: int = 256
@@ -79,9 +79,9 @@ VLLM_V1 = Mode("vllm-v1", prefill_first=False, chunked_prefill=True, admit_after
 SGLANG = Mode("sglang", prefill_first=True, chunked_prefill=True, reserve_output=True,
               victim="fewest_generated", requeue="tail", default_max_num_seqs=2048)
 LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True, elastic_batch=True,
-          compute_budget=True, demote_lost=True, default_max_num_seqs=LP_MAX_BATCH)
+          compute_budget=True, demote_unreachable=True, default_max_num_seqs=LP_MAX_BATCH)
 HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_function="edf",
-          elastic_batch=True, compute_budget=True, demote_lost=True, default_max_num_seqs=HP_MAX_BATCH)
+          elastic_batch=True, compute_budget=True, demote_unreachable=True, default_max_num_seqs=HP_MAX_BATCH)
 
 #: DistServe's P/D layouts (`<n>P<m>D`): a prefill instance batches prompts as Sarathi-Serve
 #: does and hands each request off at its first token (engines/handoff.py); a decode

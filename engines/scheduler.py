@@ -7,7 +7,7 @@ budget; in prefill-first modes (vLLM V0, SGLang) waiting prompts are admitted wh
 fit and decodes wait. Waiting prompts are admitted by Algorithm 1 (docs/design.md §5.3)
 (`policies.selection`), in arrival or value order as the mode says; LP modes first
 hand requests that would miss their deadline to an HP instance (`batch.offloaded`)
-and, with `drop_expired`, give up on hopeless ones (`batch.dropped`).
+and, with `drop_expired`, give up on unreachable ones (`batch.dropped`).
 
 When KV blocks run out, a running request is preempted by recompute: it frees its
 blocks, keeps its tokens and goes back to the waiting queue -- the last admitted, to the

@@ -30,7 +30,7 @@ class SchedulerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         "(LP 256, HP 1024, else 256, at most chunk_size in decode-first modes)."))] = None
     value_function: Annotated[ValueFunctionName, Meta(description=(
         'How LP instances order waiting prompts: "edf" (latest start time), "sjf", "ljf", '
-        '"fcfs" or "slack" (shortest first while the deadline allows, then least laxity, '
+        '"fcfs" or "slack" (shortest first while the deadline allows, then least slack, '
         "with aging). HP instances always run edf: they exist to meet deadlines."
         ))] = DEFAULT_VALUE_FUNCTION
     offload_threshold: Annotated[float, Meta(ge=0.0, description=(

@@ -44,7 +44,7 @@ class Triage:
         it is read (admission reads only its head), until `waiting` next loses one."""
         queue, requests = waiting.columns()
         if self.mode.by_value:
-            order = value_order(queue, now, self.value_keys, demote_lost=self.mode.demote_lost,
+            order = value_order(queue, now, self.value_keys, demote_unreachable=self.mode.demote_unreachable,
                                 near=waiting.last_order())
             waiting.remember_order(order)
         else:

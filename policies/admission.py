@@ -174,7 +174,7 @@ def decode_reserve_columns(num_tokens: np.ndarray, generated: np.ndarray, max_to
 
 
 # ---- drops -----------------------------------------------------------------------------
-def ttft_lost(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None,
+def ttft_unreachable(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None,
               ) -> bool:
     """Its TTFT SLO is out of reach: even started now on an idle instance, its prefill ends
     after the deadline (or the deadline has passed). Never for a request whose prefill
@@ -187,5 +187,5 @@ def ttft_lost(request: WaitingRequest, now: float, predictor: Predictor, token_b
 def should_drop(request: WaitingRequest, now: float, *, predictor: Predictor, token_budget: int,
                 drop_expired: bool) -> bool:
     """Give up on a waiting request: `drop_expired` is on and its TTFT SLO is lost
-    (`ttft_lost`). The engine names the reason (`FinishReason.DROP`)."""
-    return drop_expired and ttft_lost(request, now, predictor, token_budget)
+    (`ttft_unreachable`). The engine names the reason (`FinishReason.DROP`)."""
+    return drop_expired and ttft_unreachable(request, now, predictor, token_budget)

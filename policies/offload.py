@@ -5,7 +5,7 @@ travel, never KV cache). For such a request, with `own` = its predicted prefill 
 (what is left of its prompt, in token-budget chunks):
 
 1. KEEP if LP will start it in time: `lp_start + own <= deadline`.
-2. HOPELESS if even an idle HP cannot make it: `now + ipc_delay + own > deadline`.
+2. UNREACHABLE if even an idle HP cannot make it: `now + ipc_delay + own > deadline`.
    It is a drop candidate, not an offload (moving it would only burden the HP).
 3. OFFLOAD if its slack is under `threshold` × the worst-case HP latency:
        slack          = deadline − now − own
@@ -48,7 +48,7 @@ DEFAULT_OFFLOAD_THRESHOLD = 2.0
 class OffloadDecision(enum.Enum):
     KEEP = "keep"
     OFFLOAD = "offload"
-    HOPELESS = "hopeless"
+    UNREACHABLE = "unreachable"
 
 
 def _decide(deadline: float, now: float, own: float, lp_start: float, full_batch: float,
@@ -58,7 +58,7 @@ def _decide(deadline: float, now: float, own: float, lp_start: float, full_batch
     if lp_start + own <= deadline:
         return OffloadDecision.KEEP
     if now + ipc_delay + own > deadline:
-        return OffloadDecision.HOPELESS
+        return OffloadDecision.UNREACHABLE
     slack = deadline - now - own
     worst_hp = full_batch + own + ipc_delay
     return OffloadDecision.OFFLOAD if slack < threshold * worst_hp else OffloadDecision.KEEP
@@ -68,17 +68,17 @@ def plan_offloads(waiting_ordered: Iterable[WaitingRequest], now: float, *, pred
                   token_budget: int, next_batch_time: float,
                   threshold: float = DEFAULT_OFFLOAD_THRESHOLD,
                   ipc_delay: float = 0.0) -> tuple[list, list]:
-    """(to offload, hopeless) among an LP's waiting queue, given in value order.
+    """(to offload, unreachable) among an LP's waiting queue, given in value order.
 
     LP is estimated to start the first waiting request after `next_batch_time`
     seconds (the predicted time of the batch it runs next, plus any prefill chunks
     already under way), and each later one after the predicted prefills of those
-    ahead of it that stay on LP. Offloaded requests leave and delay no one; hopeless
+    ahead of it that stay on LP. Offloaded requests leave and delay no one; unreachable
     ones are counted as staying (drop them first, with `admission.should_drop`, when
     drops are on). A request whose prefill started always stays.
     """
     offload: list = []
-    hopeless: list = []
+    unreachable: list = []
     full_batch = predictor.full_batch_time(token_budget)
     lp_start = now + next_batch_time
     for request in waiting_ordered:
@@ -90,22 +90,22 @@ def plan_offloads(waiting_ordered: Iterable[WaitingRequest], now: float, *, pred
         if decision is OffloadDecision.OFFLOAD:
             offload.append(request)
             continue
-        if decision is OffloadDecision.HOPELESS:
-            hopeless.append(request)
+        if decision is OffloadDecision.UNREACHABLE:
+            unreachable.append(request)
         lp_start += own
-    return offload, hopeless
+    return offload, unreachable
 
 
 def offload_candidates(queue: QueueColumns, order: np.ndarray, now: float, *, full_batch: float,
                        threshold: float, ipc_delay: float) -> np.ndarray:
     """Places in `order` (the queue's rows in value order) of the requests `plan_offloads`
-    might offload: not started, not hopeless, and short of slack (rules 2 and 3, which
+    might offload: not started, not unreachable, and short of slack (rules 2 and 3, which
     do not depend on where LP would start them). The rest stay whatever LP's backlog."""
     own, deadline = queue.own, queue.deadline
-    hopeless = now + ipc_delay + own > deadline
+    unreachable = now + ipc_delay + own > deadline
     slack = deadline - now - own
     worst_hp = full_batch + own + ipc_delay
-    may_go = ~queue.started & ~hopeless & (slack < threshold * worst_hp)
+    may_go = ~queue.started & ~unreachable & (slack < threshold * worst_hp)
     return np.flatnonzero(may_go[order])
 
 

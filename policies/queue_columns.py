@@ -46,6 +46,6 @@ class QueueColumns:
 
 
 def ttft_lost_rows(columns: QueueColumns, now: float) -> np.ndarray:
-    """bool per request: `admission.ttft_lost` -- not started, and even started now on an
+    """bool per request: `admission.ttft_unreachable` -- not started, and even started now on an
     idle instance its prefill would end after its deadline."""
     return ~columns.started & (now + columns.own > columns.deadline)

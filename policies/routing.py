@@ -27,7 +27,7 @@ class Routing(str, enum.Enum):
 PREFIX_LOAD_SHARE = 0.5
 #: ... or this many more, whichever is larger (so a lightly loaded pool still keeps
 #: conversations where their history is).
-PREFIX_LOAD_SLACK = 4
+PREFIX_LOAD_MARGIN = 4
 
 
 def prefix_aware(loads: Sequence[tuple[int, int, int]], last: int = -1) -> int | None:
@@ -40,7 +40,7 @@ def prefix_aware(loads: Sequence[tuple[int, int, int]], last: int = -1) -> int |
     if not loads:
         return None
     fewest = min(load for _, load, _ in loads)
-    allowed = fewest + max(PREFIX_LOAD_SLACK, PREFIX_LOAD_SHARE * fewest)
+    allowed = fewest + max(PREFIX_LOAD_MARGIN, PREFIX_LOAD_SHARE * fewest)
     near = [(i, load, cached) for i, load, cached in loads if load <= allowed]
     most = max(cached for _, _, cached in near)
     if most == 0:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from policies.request_view import RunningRequest
 
 
-def tbt_slack(request: RunningRequest, now: float) -> float:
+def tbt_margin(request: RunningRequest, now: float) -> float:
     """Seconds the next step may take with this request's mean TBT still within its SLO."""
     slo = request.tbt_slo
     if not math.isfinite(slo):
@@ -32,7 +32,7 @@ def tbt_slack(request: RunningRequest, now: float) -> float:
 
 def step_time_allowed(running: Iterable[RunningRequest], now: float) -> float:
     """The longest next step every running request can afford (`inf` if none has a TBT
-    SLO): `min(tbt_slack)`, written out because it runs over every decode of every step."""
+    SLO): `min(tbt_margin)`, written out because it runs over every decode of every step."""
     allowed = math.inf
     for request in running:
         slo = request.tbt_slo

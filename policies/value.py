@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from policies.admission import ttft_lost
+from policies.admission import ttft_unreachable
 from policies.perf.predictor import Predictor, remaining_prefill_time
 from policies.queue_columns import QueueColumns, ttft_lost_rows
 from policies.request_view import WaitingRequest
@@ -53,7 +53,7 @@ AGING = 0.1
 
 
 def slack(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
-    """Shortest job first while the deadline allows, then least laxity, with aging.
+    """Shortest job first while the deadline allows, then least slack, with aging.
 
     The key is min(p, L) − AGING × waited, where p is the predicted prefill time of the
     rest of the prompt and L = deadline − now − p the time it can still wait. With
@@ -64,8 +64,8 @@ def slack(request: WaitingRequest, now: float, predictor: Predictor, token_budge
     above newer ones, so none waits for ever.
     """
     cost = remaining_prefill_time(request, predictor, token_budget)
-    laxity = request.deadline - now - cost
-    return min(cost, laxity) - AGING * (now - request.arrival_time)
+    can_wait = request.deadline - now - cost
+    return min(cost, can_wait) - AGING * (now - request.arrival_time)
 
 
 def ljf(request: WaitingRequest, now: float, predictor: Predictor, token_budget: int | None) -> float:
@@ -103,10 +103,10 @@ def get_value_keys(name: str) -> ValueKeys:
 
 def order_by_value(waiting: Iterable[WaitingRequest], now: float, value_fn: ValueFunction,
                    predictor: Predictor, token_budget: int | None,
-                   demote_lost: bool = False) -> list:
+                   demote_unreachable: bool = False) -> list:
     """`waiting` most urgent first: higher priority class, then smaller value, then earlier arrival.
 
-    With `demote_lost`, requests whose TTFT target is already lost (`admission.ttft_lost`)
+    With `demote_unreachable`, requests whose TTFT target is already lost (`admission.ttft_unreachable`)
     go behind all the others, in the same order among themselves. Goodput counts requests
     that meet their targets; a lost one is a miss whenever it runs, so running it first
     only makes the ones behind it late too (under EDF the most overdue request is the most
@@ -114,7 +114,7 @@ def order_by_value(waiting: Iterable[WaitingRequest], now: float, value_fn: Valu
     keep their queue order (the sort is stable).
     """
     def key(request: WaitingRequest) -> tuple[bool, int, float, float]:
-        lost = demote_lost and ttft_lost(request, now, predictor, token_budget)
+        lost = demote_unreachable and ttft_unreachable(request, now, predictor, token_budget)
         return (lost, -request.priority, value_fn(request, now, predictor, token_budget),
                 request.arrival_time)
 
@@ -122,9 +122,9 @@ def order_by_value(waiting: Iterable[WaitingRequest], now: float, value_fn: Valu
 
 
 def value_order(queue: QueueColumns, now: float, value_keys: ValueKeys,
-                demote_lost: bool = False, near: np.ndarray | None = None) -> np.ndarray:
+                demote_unreachable: bool = False, near: np.ndarray | None = None) -> np.ndarray:
     """The rows of `queue` most urgent first: `order_by_value`'s order (lost ones last when
-    `demote_lost`, then by priority class, value, arrival and place in the queue).
+    `demote_unreachable`, then by priority class, value, arrival and place in the queue).
 
     One sort by value; arrival and place decide only among equal values, so only those
     runs are sorted again. Lost requests and lower classes then move back, each group
@@ -143,7 +143,7 @@ def value_order(queue: QueueColumns, now: float, value_keys: ValueKeys,
     tied = ranked[1:] == ranked[:-1]
     if tied.any():
         order = _break_ties(order, tied, queue)
-    group = _urgency_group(queue, now, demote_lost)
+    group = _urgency_group(queue, now, demote_unreachable)
     if group is not None:
         order = _by_group(order, group)
     return order
@@ -174,7 +174,7 @@ def _break_ties(order: np.ndarray, tied: np.ndarray, queue: QueueColumns) -> np.
     return order
 
 
-def _urgency_group(queue: QueueColumns, now: float, demote_lost: bool) -> np.ndarray | None:
+def _urgency_group(queue: QueueColumns, now: float, demote_unreachable: bool) -> np.ndarray | None:
     """Per row, what ranks before value: lost (when demoted), then priority class, higher
     first, as one small integer (smaller first), or as a bool (lost) when all are of one
     class; None when it is the same for all."""
@@ -182,7 +182,7 @@ def _urgency_group(queue: QueueColumns, now: float, demote_lost: bool) -> np.nda
     top = priority.max()
     classes = top - priority if priority.min() != top else None
     group = classes
-    if demote_lost:
+    if demote_unreachable:
         lost = ttft_lost_rows(queue, now)
         if lost.any():
             group = lost if classes is None else lost * (int(classes.max()) + 1) + classes

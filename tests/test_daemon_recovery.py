@@ -11,7 +11,7 @@ from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
 from ipc.messages import Origin, Role, Submit
 from ipc.params import SamplingParams
-from policies.admission import should_drop, ttft_lost
+from policies.admission import should_drop, ttft_unreachable
 from policies.offload import plan_offloads
 from policies.perf.predictor import LinearPredictor, ZeroPredictor
 from tests.fakes import FakeExecutor, expected_output
@@ -105,7 +105,7 @@ def test_a_resumed_request_is_never_dropped_offloaded_or_demoted():
     now, predictor = 5.0, ZeroPredictor()  # long past both deadlines
     assert should_drop(fresh, now, predictor=predictor, token_budget=8, drop_expired=True)
     assert should_drop(resumed, now, predictor=predictor, token_budget=8, drop_expired=True) is False
-    assert ttft_lost(fresh, now, predictor, 8) and not ttft_lost(resumed, now, predictor, 8)
+    assert ttft_unreachable(fresh, now, predictor, 8) and not ttft_unreachable(resumed, now, predictor, 8)
     slow = LinearPredictor(seconds_per_token=0.01)  # a busy LP: it starts them in 10 s
     offload, _ = plan_offloads([fresh, resumed], 0.3, predictor=slow, token_budget=8,
                                next_batch_time=10.0)

@@ -7,7 +7,7 @@ from policies.offload import OffloadDecision, plan_offloads
 from policies.perf.predictor import LinearPredictor
 from tests.policy_fakes import FakeRequest, names
 
-KEEP, OFFLOAD, HOPELESS = OffloadDecision.KEEP, OffloadDecision.OFFLOAD, OffloadDecision.HOPELESS
+KEEP, OFFLOAD, UNREACHABLE = OffloadDecision.KEEP, OffloadDecision.OFFLOAD, OffloadDecision.UNREACHABLE
 PREDICTOR = LinearPredictor(seconds_per_token=0.001, fixed=0.002)
 BUDGET = 512
 IPC = 0.01
@@ -32,7 +32,7 @@ def decide(request, lp_start=NEVER, threshold=1.0, now=0.0):
                                       ipc_delay=IPC)
     if offload:
         return OFFLOAD
-    return HOPELESS if hopeless else KEEP
+    return UNREACHABLE if hopeless else KEEP
 
 
 @pytest.mark.parametrize("threshold", [0.5, 1.0, 2.0])
@@ -57,9 +57,9 @@ def test_keep_when_lp_starts_it_in_time_however_short_the_slack():
 
 def test_hopeless_when_even_an_idle_hp_cannot_make_the_deadline():
     edge = own(200) + IPC
-    assert decide(FakeRequest("r", 200, deadline=edge - 1e-6)) is HOPELESS
+    assert decide(FakeRequest("r", 200, deadline=edge - 1e-6)) is UNREACHABLE
     assert decide(FakeRequest("r", 200, deadline=edge + 1e-6)) is OFFLOAD
-    assert decide(FakeRequest("r", 200, deadline=-1.0)) is HOPELESS  # already past
+    assert decide(FakeRequest("r", 200, deadline=-1.0)) is UNREACHABLE  # already past
 
 
 @pytest.mark.parametrize("started", [dict(num_computed_tokens=16), dict(num_preemptions=1)])

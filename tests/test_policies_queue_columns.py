@@ -1,7 +1,7 @@
 """The per-step policies over a queue's columns decide exactly as the per-request ones.
 
 `value_order`, `offload_candidates` + `offload_rows` and `ttft_lost_rows` are what the
-engine runs every step; `order_by_value`, `plan_offloads` and `ttft_lost` are the plain
+engine runs every step; `order_by_value`, `plan_offloads` and `ttft_unreachable` are the plain
 reference. Hypothesis draws queues whose numbers tie and sit on the decision edges
 (round token counts, deadlines on a grid, the same arrival times), under a linear
 predictor (round numbers) and under the fitted performance model (not round at all).
@@ -18,7 +18,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from policies.admission import ttft_lost  # noqa: E402
+from policies.admission import ttft_unreachable  # noqa: E402
 from policies.perf.hardware_spec import HARDWARE  # noqa: E402
 from policies.perf.model_shape import ModelShape  # noqa: E402
 from policies.offload import offload_candidates, offload_rows, plan_offloads  # noqa: E402
@@ -59,16 +59,16 @@ queues = st.lists(fake_requests(), max_size=30)
 
 @settings(**SETTINGS)
 @given(queue=queues, now=times, predictor=st.sampled_from(sorted(PREDICTORS)),
-       value=st.sampled_from(sorted(VALUE_FUNCTIONS)), demote_lost=st.booleans(),
+       value=st.sampled_from(sorted(VALUE_FUNCTIONS)), demote_unreachable=st.booleans(),
        shuffle=st.randoms(use_true_random=False))
-def test_value_order_is_order_by_value(queue, now, predictor, value, demote_lost, shuffle):
+def test_value_order_is_order_by_value(queue, now, predictor, value, demote_unreachable, shuffle):
     """Whatever order the sort starts from (`near`: the engine passes the last step's)."""
     predictor = PREDICTORS[predictor]
-    want = order_by_value(queue, now, VALUE_FUNCTIONS[value], predictor, BUDGET, demote_lost)
+    want = order_by_value(queue, now, VALUE_FUNCTIONS[value], predictor, BUDGET, demote_unreachable)
     columns = QueueColumns.of(queue, predictor, BUDGET)
     near = np.array(shuffle.sample(range(len(queue)), len(queue)), dtype=np.intp)
     for start in (None, near, near[::-1]):
-        order = value_order(columns, now, VALUE_KEYS[value], demote_lost, near=start)
+        order = value_order(columns, now, VALUE_KEYS[value], demote_unreachable, near=start)
         assert [queue[i] for i in order] == want
 
 
@@ -78,7 +78,7 @@ def test_ttft_lost_rows_is_ttft_lost(queue, now, predictor):
     predictor = PREDICTORS[predictor]
     columns = QueueColumns.of(queue, predictor, BUDGET)
     assert ttft_lost_rows(columns, now).tolist() == [
-        ttft_lost(r, now, predictor, BUDGET) for r in queue]
+        ttft_unreachable(r, now, predictor, BUDGET) for r in queue]
 
 
 def offloads_by_columns(ordered, now, predictor, next_batch_time, threshold, ipc_delay):

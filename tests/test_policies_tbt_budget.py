@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from policies.tbt_budget import step_time_allowed, tbt_slack
+from policies.tbt_budget import step_time_allowed, tbt_margin
 
 
 @dataclass
@@ -17,7 +17,7 @@ class Running:
 def test_a_request_that_ran_fast_can_afford_a_longer_step():
     # 10 tokens since t=0 at 0.05 s each: its mean stays <= 0.15 s after a step of up to 1.05 s
     request = Running(0.15, first_token_time=0.0, num_output_tokens=10)
-    assert tbt_slack(request, now=0.45) == pytest.approx(1.05)
+    assert tbt_margin(request, now=0.45) == pytest.approx(1.05)
     mean_after = (0.45 + 1.05 - 0.0) / 10
     assert mean_after == pytest.approx(0.15)
 
@@ -25,8 +25,8 @@ def test_a_request_that_ran_fast_can_afford_a_longer_step():
 def test_one_slo_step_is_always_allowed():
     late = Running(0.15, first_token_time=0.0, num_output_tokens=3)  # already behind
     fresh = Running(0.15, first_token_time=None, num_output_tokens=0)
-    assert tbt_slack(late, now=1.0) == 0.15
-    assert tbt_slack(fresh, now=1.0) == 0.15
+    assert tbt_margin(late, now=1.0) == 0.15
+    assert tbt_margin(fresh, now=1.0) == 0.15
 
 
 def test_the_step_fits_the_tightest_request_and_no_slo_means_no_limit():

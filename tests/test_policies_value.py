@@ -42,7 +42,7 @@ def test_requests_whose_ttft_is_lost_go_behind_the_others_when_asked():
     live_b = FakeRequest("live_b", 100, arrival_time=0.6, deadline=1.6)
     waiting = [overdue, started, live_a, live_b]
     assert order(waiting, edf, now=1.0) == ["overdue", "started", "live_a", "live_b"]
-    demoted = order_by_value(waiting, 1.0, edf, PREDICTOR, BUDGET, demote_lost=True)
+    demoted = order_by_value(waiting, 1.0, edf, PREDICTOR, BUDGET, demote_unreachable=True)
     assert names(demoted) == ["started", "live_a", "live_b", "overdue"]
 
 

@@ -19,7 +19,7 @@ from ipc.messages import (
 )
 from ipc.params import SamplingParams
 from policies.global_queue import Lane, Waiting, plan
-from policies.routing import PREFIX_LOAD_SLACK, Routing, prefix_aware
+from policies.routing import PREFIX_LOAD_MARGIN, Routing, prefix_aware
 from policies.ticket_pick import ticket_pick
 
 BS = 4
@@ -28,8 +28,8 @@ BS = 4
 # ---- the pure rules ---------------------------------------------------------------------------
 def test_prefix_aware_prefers_the_instance_holding_more_of_the_prompt_while_load_allows():
     # (instance, in flight, cached prompt tokens)
-    assert prefix_aware([(0, 3, 0), (1, 3 + PREFIX_LOAD_SLACK, 64), (2, 5, 32)]) == 1
-    assert prefix_aware([(0, 3, 0), (1, 4 + PREFIX_LOAD_SLACK, 64), (2, 5, 32)]) == 2
+    assert prefix_aware([(0, 3, 0), (1, 3 + PREFIX_LOAD_MARGIN, 64), (2, 5, 32)]) == 1
+    assert prefix_aware([(0, 3, 0), (1, 4 + PREFIX_LOAD_MARGIN, 64), (2, 5, 32)]) == 2
     assert prefix_aware([(0, 40, 0), (1, 60, 64)]) == 1    # within half again the least load
     assert prefix_aware([(0, 40, 0), (1, 61, 64)]) == 0
     assert prefix_aware([(0, 2, 0), (1, 1, 0), (2, 5, 0)]) == 1  # nothing cached: least loaded

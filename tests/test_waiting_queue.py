@@ -180,7 +180,7 @@ def reference_triage(mode: str, config: SchedulerConfig, predictor, waiting: lis
     if mode_.by_value:
         value_fn = get_value_function(mode_.value_function or config.value_function)
         staying = order_by_value(staying, now, value_fn, predictor, BUDGET,
-                                 demote_lost=mode_.demote_lost)
+                                 demote_unreachable=mode_.demote_unreachable)
     offloaded = []
     if mode_.offloads:
         offloaded, _ = plan_offloads(staying, now, predictor=predictor, token_budget=BUDGET,

@@ -106,7 +106,7 @@ def bench_columns(predictor: Predictor, waiting: list[Request], iters: int) -> d
     full_batch = predictor.full_batch_time(TOKEN_BUDGET)
 
     def order(value: str = "edf"):
-        return value_order(columns, NOW, VALUE_KEYS[value], demote_lost=False)
+        return value_order(columns, NOW, VALUE_KEYS[value], demote_unreachable=False)
 
     def offloads(order_) -> list[int]:
         candidates = offload_candidates(columns, order_, NOW, full_batch=full_batch,
