@@ -1,6 +1,6 @@
 """The controller process's driver: the controller core over asyncio, ZeroMQ and HTTP streams.
 
-Every decision is the core's (`daemon/controller_core.py`). This file only turns the
+Every decision is the core's (`daemon/core/controller_core.py`). This file only turns the
 world into core events -- a request from the HTTP API, a message on the instances'
 socket, a process that exited, a send that failed, a timer -- stamped with
 `time.monotonic()`, and carries out the actions that come back: send a message, pass
@@ -17,9 +17,9 @@ import asyncio
 import logging
 import time
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import (
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, InstanceReady, Refuse, Send, SendFailed,
     Settle, StartAccepting, StartTimer, Timer, TimerFired, Token,
 )
@@ -29,7 +29,7 @@ from daemon.health import Health, Probe, build_health, liveness, readiness
 from daemon.metrics import Metrics
 from daemon.request_handle import RequestHandle
 from daemon.request_log import RequestLog
-from daemon.request_state import Outcome
+from daemon.core.request_state import Outcome
 from daemon.supervisor import InstanceSlot, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable

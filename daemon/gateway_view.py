@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import msgspec
 
-from daemon.controller_core import ControllerCore, InstanceView
+from daemon.core.controller_core import ControllerCore, InstanceView
 
 
 class GatewayView(msgspec.Struct, frozen=True, kw_only=True):

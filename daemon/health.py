@@ -19,7 +19,7 @@ from typing import Literal
 
 import msgspec
 
-from daemon.controller_core import ControllerCore
+from daemon.core.controller_core import ControllerCore
 from daemon.supervisor import Supervisor
 
 Status = Literal["ok", "degraded", "draining"]

@@ -4,13 +4,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import (
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, Moved, Refuse, Send, SendFailed,
     Settle, StartAccepting, StartTimer, TicketOpened, TimerFired, Token,
 )
-from daemon.request_state import IllegalTransition, Outcome, RequestState, Tracked, Trigger
+from daemon.core.request_state import IllegalTransition, Outcome, RequestState, Tracked, Trigger
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
     Abort, Finished, FinishReason, InstanceLoad, Offload, OffloadedRequest, Origin, Ready,

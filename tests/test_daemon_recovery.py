@@ -1,11 +1,11 @@
-"""The pure parts of fault handling: recovery plans (daemon/recovery.py), the bounded
-waiting queue (daemon/overload.py), and what a resumed request means to an engine."""
+"""The pure parts of fault handling: recovery plans (daemon/core/recovery_plan.py), the bounded
+waiting queue (daemon/core/admission_bounds.py), and what a resumed request means to an engine."""
 from __future__ import annotations
 
 import math
 
-from daemon.overload import WaitingQueue, retry_after
-from daemon.recovery import recover, recovery_target, reroute_offload, resume_submit
+from daemon.core.admission_bounds import WaitingQueue, retry_after
+from daemon.core.recovery_plan import recover, recovery_target, reroute_offload, resume_submit
 from engines.engine import Engine
 from engines.request import Request
 from engines.scheduler_config import SchedulerConfig

@@ -9,13 +9,13 @@ import socket
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, ClientLeft, FromInstance, StartAccepting
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import Arrived, ClientLeft, FromInstance, StartAccepting
 from daemon.gateway_view import GatewayView, gateway_view
 from daemon.health import Probe
 from daemon.request_log import read_request_log
-from daemon.request_state import Outcome, RequestState
+from daemon.core.request_state import Outcome, RequestState
 from daemon.slo_headers import TPOT_HEADER, TTFT_HEADER, BadSloHeader, header_slo
 from ipc.messages import InstanceLoad, Ready, Role, StepOutputs, TokenOutput
 from ipc.params import SamplingParams

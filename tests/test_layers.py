@@ -21,7 +21,7 @@ COMMAND_LINE = 4
 BOTTOM_ALLOWED = {"policies": set(), "ipc": set()}
 #: The two sans-I/O cores. Every module of their own package that they import, however
 #: indirectly, is part of them (found, not listed by hand: a list went stale).
-CORE_ROOTS = ("daemon.controller_core", "engines.instance_core",
+CORE_ROOTS = ("daemon.core.controller_core", "engines.instance_core",
               "daemon.gateway_view")  # (a pure view of the core, read by /metrics and /health)
 IO_MODULES = {"asyncio", "zmq", "aiohttp", "socket", "time", "os", "threading", "subprocess",
               "uvloop", "selectors"}
@@ -106,8 +106,8 @@ CORES = _core_modules()
 
 
 def test_the_cores_are_found_whole():
-    for module in ("daemon.core_handoff", "daemon.core_prefixes", "daemon.prefix_index",
-                   "daemon.waiting_room", "daemon.recovery", "engines.instance_core"):
+    for module in ("daemon.core.handoffs", "daemon.core.prefixes", "daemon.core.prefix_index",
+                   "daemon.core.waiting_room", "daemon.core.recovery_plan", "engines.instance_core"):
         assert module in CORES
 
 
@@ -130,9 +130,9 @@ def test_policies_are_pure():
 def test_a_file_that_imports_up_is_caught(tmp_path):
     """The check itself works: an engines module importing the daemon is an upward import."""
     path = tmp_path / "bad.py"
-    path.write_text("from daemon.controller_core import ControllerCore\n")
-    assert "daemon.controller_core" in _ours(_imports(path))
-    assert _rank("daemon.controller_core") > _rank("engines.scheduler")
+    path.write_text("from daemon.core.controller_core import ControllerCore\n")
+    assert "daemon.core.controller_core" in _ours(_imports(path))
+    assert _rank("daemon.core.controller_core") > _rank("engines.scheduler")
 
 
 def test_a_command_ranks_as_its_own_package():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, FromInstance, Send, Settle, StartAccepting, Token
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting, Token
 from daemon.layout import layout_modes, parse_layout
-from daemon.request_state import Outcome, RequestState
+from daemon.core.request_state import Outcome, RequestState
 from engines.engine import Engine
 from engines.instance_core import InstanceCore
 from engines.modes import role_of_mode
@@ -228,7 +228,7 @@ def test_the_next_handoff_goes_to_the_decode_instance_with_more_room():
 def test_a_handoff_of_a_request_whose_client_left_is_dropped():
     core = pd_core()
     core.handle(Arrived(1.0, "a", list(PROMPT), SamplingParams(max_tokens=3)))
-    from daemon.controller_events import ClientLeft
+    from daemon.core.events import ClientLeft
     core.handle(ClientLeft(1.05, "a"))
     actions = core.handle(FromInstance(1.1, Handoff(instance_id=0, request_id="a",
                                                     token_ids=PROMPT + [1],

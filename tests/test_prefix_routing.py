@@ -8,12 +8,12 @@ import msgspec
 import pytest
 
 from daemon.choices import usage_counts
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, FromInstance, Send, Settle, StartAccepting
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting
 from daemon.metrics import Metrics
-from daemon.prefix_index import PrefixIndex
-from daemon.request_state import Outcome
+from daemon.core.prefix_index import PrefixIndex
+from daemon.core.request_state import Outcome
 from ipc.messages import (
     CachedPrompt, FinishReason, Heartbeat, Ready, Role, StepOutputs, TokenOutput,
 )

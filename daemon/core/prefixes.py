@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from daemon.request_state import Tracked
+from daemon.core.request_state import Tracked
 from ipc.messages import CachedPrompt
 
 

@@ -5,8 +5,8 @@ holds new requests of an Ascendra layout in its waiting room and binds them to
 instances as they free up (`core_dispatch`, `policies.global_queue`) or routes them at
 once (`policies.router`), forwards LP offloads to an HP, passes a P/D layout's
 prefilled requests to a decode instance (`core_handoff`), passes tokens on, moves the
-requests of an instance that died (`core_recovery`, `daemon.recovery`), bounds the
-waiting queue (`daemon.overload`) and drains on shutdown. It opens no socket, reads
+requests of an instance that died (`core_recovery`, `daemon.core.recovery_plan`), bounds the
+waiting queue (`daemon.core.admission_bounds`) and drains on shutdown. It opens no socket, reads
 no clock and never sleeps: every event carries `now`, and waits are `StartTimer`
 actions. The daemon (`daemon/controller.py`, asyncio + ZeroMQ) and the simulator
 (`bench/sim/simulator.py`, an event heap) are its two drivers, so both make the same
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_events import (
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.events import (
     Action,
     Arrived,
     ClientLeft,
@@ -45,16 +45,16 @@ from daemon.controller_events import (
     TimerFired,
     Token,
 )
-from daemon.core_dispatch import Dispatch
-from daemon.core_handoff import Handoffs
-from daemon.core_prefixes import Prefixes
-from daemon.core_recovery import RECOVERY, Recovery
-from daemon.overload import WaitingQueue, retry_after
-from daemon.prefix_index import PrefixIndex
-from daemon.recovery import recovery_target, reroute_offload
-from daemon.request_state import Outcome, RequestState, Tracked, Trigger
+from daemon.core.late_binding import Dispatch
+from daemon.core.handoffs import Handoffs
+from daemon.core.prefixes import Prefixes
+from daemon.core.recovery import RECOVERY, Recovery
+from daemon.core.admission_bounds import WaitingQueue, retry_after
+from daemon.core.prefix_index import PrefixIndex
+from daemon.core.recovery_plan import recovery_target, reroute_offload
+from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
 from ipc.api_codes import EndCode, Refusal
-from daemon.waiting_room import WaitingRoom
+from daemon.core.waiting_room import WaitingRoom
 from ipc.messages import (
     Abort,
     Finished,

@@ -1,7 +1,7 @@
 """The controller core's global queue: late binding, HP rescue and shedding (a mixin of
 `ControllerCore`, which owns the state; sans-I/O like it).
 
-Requests of an Ascendra layout wait in the core's `WaitingRoom` (daemon/waiting_room.py)
+Requests of an Ascendra layout wait in the core's `WaitingRoom` (daemon/core/waiting_room.py)
 until `policies.global_queue.plan` binds them to an LP whose predicted prefill backlog is
 under `bind_steps` of its token budgets, rescues them on an HP that can still finish them in time,
 or sheds them; every event that changes a backlog or the queue runs `_dispatch`.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
-from daemon.controller_events import Action, Moved
-from daemon.request_state import Outcome, Tracked, Trigger
+from daemon.core.events import Action, Moved
+from daemon.core.request_state import Outcome, Tracked, Trigger
 from ipc.api_codes import EndCode
 from ipc.messages import Origin, Role, Submit
 from policies.global_queue import Plan, Waiting

@@ -6,12 +6,12 @@ instance's messages arrive in order), so the request is STREAMING. The core pick
 decode instance (`policies.decode_choice`) and sends it a `SubmitPrefilled`; the KV
 frames are the driver's to carry (they never enter the core). With no decode instance
 ready, the request is treated as one whose instance died: resumed by recompute wherever
-recovery places it (daemon/core_recovery.py).
+recovery places it (daemon/core/recovery.py).
 """
 from __future__ import annotations
 
-from daemon.controller_events import Action, Send
-from daemon.request_state import Trigger
+from daemon.core.events import Action, Send
+from daemon.core.request_state import Trigger
 from ipc.messages import Handoff, Role, SubmitPrefilled
 from policies.decode_choice import DecodeView, choose_decode
 

@@ -16,7 +16,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from daemon.request_state import Tracked
+from daemon.core.request_state import Tracked
 from ipc.messages import InstanceLoad, Ready
 from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
 from policies.perf.prefill_curve import curve_seconds

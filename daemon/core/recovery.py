@@ -3,14 +3,14 @@
 
 Every request the dead instance held becomes MOVING (no instance holds it); each is
 resubmitted (no first token yet) or resumed by recompute (mid-decode) on a ready instance
-as `daemon/recovery.py` plans, now or as soon as one becomes ready; what no instance takes
+as `daemon/core/recovery_plan.py` plans, now or as soon as one becomes ready; what no instance takes
 within `recovery_timeout` ends with an error naming the instance.
 """
 from __future__ import annotations
 
-from daemon.controller_events import Action, Moved, SendFailed, StartTimer, Timer
-from daemon.recovery import recover, recovery_target
-from daemon.request_state import Outcome, RequestState, Tracked, Trigger
+from daemon.core.events import Action, Moved, SendFailed, StartTimer, Timer
+from daemon.core.recovery_plan import recover, recovery_target
+from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
 from ipc.api_codes import EndCode
 from ipc.messages import Origin, Submit, SubmitPrefilled
 
@@ -56,7 +56,7 @@ class Recovery:
             out.append(StartTimer(timer, now + self.config.recovery_timeout))
 
     def _place_moving(self, out: list[Action]) -> None:
-        """Hand every MOVING request to a ready instance (`daemon.recovery` plans how)."""
+        """Hand every MOVING request to a ready instance (`daemon.core.recovery_plan` plans how)."""
         moving = [t for t in self.requests.values() if t.state is RequestState.MOVING]
         if not moving:
             return

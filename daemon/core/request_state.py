@@ -92,7 +92,7 @@ class Tracked:
     give_up_time: float = float("inf")  # MOVING: end it if not placed by then
     why_moving: str = ""               # MOVING: what happened to its instance
     #: Prefix caching: the names of its prompt's full blocks, the prompt tokens each
-    #: instance was known to hold at arrival (daemon/prefix_index.py), and those its
+    #: instance was known to hold at arrival (daemon/core/prefix_index.py), and those its
     #: serving instance found cached (reported when it was admitted there).
     block_names: list[bytes] = field(default_factory=list)
     cached_on: dict[int, int] = field(default_factory=dict)
