@@ -92,7 +92,7 @@ def test_requests_waiting_at_the_controller_count_as_waiting():
     core = core_late()  # 2L1H with the global queue: each LP takes two, four wait
     for i in range(8):
         arrive(core, f"r{i}", now=1.0, prompt=[5] * 100)
-    pending = sum(t.state is RequestState.PENDING for t in core.requests.values())
+    pending = sum(t.state is RequestState.PENDING for t in core.ledger.requests.values())
     assert pending == 4
     assert gateway_view(core).num_requests_waiting == 8
     core.handle(_step(LP0, 1, 7, TokenOutput("r0", 9), accepted=2))
