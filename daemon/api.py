@@ -37,7 +37,7 @@ from daemon.openai_schema import ChatCompletionRequest, CompletionRequest, parse
 from daemon.openapi import build_openapi
 from daemon.request_plan import Limits, Prompt, plan_choices
 from daemon.responses import ResponseBuilder, error_body, model_object
-from daemon.overload import RESTARTING_RETRY_AFTER
+from daemon.core.admission_bounds import RESTARTING_RETRY_AFTER
 from daemon.served_models import ServedModels, model_not_found
 from daemon.slo_headers import BadSloHeader, with_header_slos
 

@@ -22,7 +22,7 @@ from daemon.detokenizer import IncrementalDetokenizer
 from daemon.errors import ApiError
 from daemon.logprobs import ChatLogprobs, CompletionLogprobs, TokenText
 from daemon.request_plan import Choice
-from daemon.request_state import Outcome
+from daemon.core.request_state import Outcome
 from daemon.responses import ResponseBuilder
 from daemon.stream_events import DONE, StreamEvents
 

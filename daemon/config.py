@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from daemon.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.layout import layout_modes, parse_layout
 from daemon.model_plan import ModelPlan, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig

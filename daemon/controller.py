@@ -1,6 +1,6 @@
 """The controller process's driver: the controller core over asyncio, ZeroMQ and HTTP streams.
 
-Every decision is the core's (`daemon/controller_core.py`). This file only turns the
+Every decision is the core's (`daemon/core/controller_core.py`). This file only turns the
 world into core events -- a request from the HTTP API, a message on the instances'
 socket, a process that exited, a send that failed, a timer -- stamped with
 `time.monotonic()`, and carries out the actions that come back: send a message, pass
@@ -17,9 +17,9 @@ import asyncio
 import logging
 import time
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import (
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, InstanceReady, Refuse, Send, SendFailed,
     Settle, StartAccepting, StartTimer, Timer, TimerFired, Token,
 )
@@ -29,7 +29,7 @@ from daemon.health import Health, Probe, build_health, liveness, readiness
 from daemon.metrics import Metrics
 from daemon.request_handle import RequestHandle
 from daemon.request_log import RequestLog
-from daemon.request_state import Outcome
+from daemon.core.request_state import Outcome
 from daemon.supervisor import InstanceSlot, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable
@@ -54,8 +54,8 @@ class Controller:
         roles = {c.instance_id: c.resolved_role for c in configs}
         self.core = ControllerCore(roles, controller, slo)
         self.metrics = Metrics(roles)
-        self.metrics.queued_requests.set_function(lambda: self.core.queue.requests)
-        self.metrics.queued_tokens.set_function(lambda: self.core.queue.tokens)
+        self.metrics.queued_requests.set_function(lambda: self.core.ledger.bounds.requests)
+        self.metrics.queued_tokens.set_function(lambda: self.core.ledger.bounds.tokens)
         self.metrics.watch_gateway(model_name, lambda: gateway_view(self.core))
         self.supervisor = Supervisor(configs, self._instance_exited, backoff_max)
         self.streams: dict[str, RequestHandle] = {}
@@ -75,11 +75,11 @@ class Controller:
         """Stop admitting; wait up to `timeout` for requests in flight (the core then ends
         the rest with an error naming the drain timeout)."""
         self._handle(Drain(self.clock(), timeout))
-        if self.core.requests:
+        if self.core.ledger.requests:
             await self._drained.wait()
 
     async def stop(self) -> None:
-        for instance_id in self.core.ready_ids():
+        for instance_id in self.core.ledger.ready_ids():
             try:
                 await self.channel.send(instance_id, Shutdown())
             except InstanceUnreachable:
@@ -97,7 +97,7 @@ class Controller:
 
     @property
     def max_model_len(self) -> int:
-        return self.core.max_model_len
+        return self.core.ledger.max_model_len
 
     def health(self) -> Health:
         return build_health(self.core, self.supervisor, self.model_name)
@@ -171,7 +171,7 @@ class Controller:
                     self.supervisor.mark_ready(ready)
         if tokens:
             self.metrics.observe_tokens(tokens)
-        if self.core.draining and not self.core.requests:
+        if self.core.draining and not self.core.ledger.requests:
             self._drained.set()
 
     def _fire(self, timer: Timer) -> None:
@@ -211,14 +211,14 @@ class Controller:
                 if type(message) is Handoff:  # not passed on (its client left): let it go
                     self.channel.kv_frames.pop(message.request_id, None)
                 if isinstance(message, Heartbeat):
-                    view = self.core.instances.get(message.instance_id)
+                    view = self.core.ledger.instances.get(message.instance_id)
                     if view is not None and view.stats is message:
                         self.metrics.heartbeat(message)
             except Exception:  # one bad message must not stop the reader
                 log.exception("controller: failed to handle %r", message)
 
     def _instance_exited(self, slot: InstanceSlot, code: int) -> None:
-        held = len(self.core.instances[slot.instance_id].held)
+        held = len(self.core.ledger.instances[slot.instance_id].held)
         if held:
             log.warning("instance %d stopped holding %d requests; moving them",
                         slot.instance_id, held)

@@ -1,8 +1,8 @@
 """The one error type the HTTP layer turns into an OpenAI-shaped JSON error."""
 from __future__ import annotations
 
-from daemon.controller_events import Refuse, Settle
-from daemon.request_state import Outcome
+from daemon.core.events import Refuse, Settle
+from daemon.core.request_state import Outcome
 from ipc.api_codes import REFUSAL_CODES, EndCode
 
 

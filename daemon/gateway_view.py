@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import msgspec
 
-from daemon.controller_core import ControllerCore, InstanceView
+from daemon.core.controller_core import ControllerCore
+from daemon.core.ledger import InstanceView
 
 
 class GatewayView(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,12 +33,12 @@ class GatewayView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def gateway_view(core: ControllerCore) -> GatewayView:
-    ready = [view for view in core.instances.values() if view.ready is not None]
+    ready = [view for view in core.ledger.instances.values() if view.ready is not None]
     running = sum(_running(view) for view in ready)
     total_blocks = sum(view.ready.num_kv_blocks for view in ready)
     used_blocks = sum(min(view.num_kv_blocks_used, view.ready.num_kv_blocks) for view in ready)
     return GatewayView(
-        num_requests_waiting=max(0, len(core.requests) - running),
+        num_requests_waiting=max(0, len(core.ledger.requests) - running),
         num_requests_running=running,
         kv_cache_usage_perc=used_blocks / total_blocks if total_blocks else 0.0,
         block_size=max((view.ready.block_size for view in ready), default=0),

@@ -19,7 +19,7 @@ from typing import Literal
 
 import msgspec
 
-from daemon.controller_core import ControllerCore
+from daemon.core.controller_core import ControllerCore
 from daemon.supervisor import Supervisor
 
 Status = Literal["ok", "degraded", "draining"]
@@ -84,7 +84,7 @@ def readiness(core: ControllerCore) -> Probe:
         why = "draining: the server is shutting down"
     elif not core.accepting:
         why = "starting: the instances are not all ready yet"
-    elif not core.ready_ids():
+    elif not core.ledger.ready_ids():
         why = "no instance is ready (restarting)"
     else:
         why = ""
@@ -92,19 +92,19 @@ def readiness(core: ControllerCore) -> Probe:
 
 
 def liveness(core: ControllerCore) -> Probe:
-    sound = core.draining or not core.accepting or core.ready_ids()
+    sound = core.draining or not core.accepting or core.ledger.ready_ids()
     return _probe(core, "" if sound else "no instance is ready (restarting)")
 
 
 def _probe(core: ControllerCore, why: str) -> Probe:
-    return Probe(ok=not why, reason=why, instances_ready=len(core.ready_ids()),
-                 instances=len(core.instances))
+    return Probe(ok=not why, reason=why, instances_ready=len(core.ledger.ready_ids()),
+                 instances=len(core.ledger.instances))
 
 
 def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str) -> Health:
     instances = []
     for slot in supervisor.slots.values():
-        view = core.instances[slot.instance_id]
+        view = core.ledger.instances[slot.instance_id]
         beat, ready = view.stats, view.ready
         instances.append(InstanceHealth(
             id=slot.instance_id, model=model_name, role=view.role.value,
@@ -123,8 +123,9 @@ def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str) 
     all_ready = all(i.state == "ready" for i in instances)
     status: Status = ("ok" if core.accepting and all_ready
                       else "degraded" if core.accepting else "draining")
-    health = Health(status=status, model=model_name, requests_in_flight=len(core.requests),
-                    queued_requests=core.queue.requests, queued_tokens=core.queue.tokens,
+    ledger = core.ledger
+    health = Health(status=status, model=model_name, requests_in_flight=len(ledger.requests),
+                    queued_requests=ledger.bounds.requests, queued_tokens=ledger.bounds.tokens,
                     instances=instances)
     health.models = [_as_model(health)]
     return health

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.controller_events import Moved, Refuse, Settle, TicketOpened, Token
+from daemon.core.events import Moved, Refuse, Settle, TicketOpened, Token
 from daemon.gateway_metrics import GatewayCollector
 from daemon.gateway_view import GatewayView
 from daemon.prefix_metrics import PrefixCacheMetrics
-from daemon.request_state import Outcome
+from daemon.core.request_state import Outcome
 from ipc.messages import Heartbeat, Origin, Role
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30, 60)

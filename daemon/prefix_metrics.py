@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from daemon.controller_events import Settle
-from daemon.request_state import Outcome
+from daemon.core.events import Settle
+from daemon.core.request_state import Outcome
 from ipc.messages import Heartbeat
 
 

@@ -6,7 +6,7 @@ reads one at a time with `first()` / `tokens()`, or everything queued at once wi
 `take()` (waking on `ready`, an asyncio.Event the handles of one response may share:
 `listen`), and calls `close(outcome)` when it is done for any reason -- which tells the
 controller core the client left (it aborts the request on its instance if it had not
-finished). The request's state lives in the core (`daemon/request_state.py`); a
+finished). The request's state lives in the core (`daemon/core/request_state.py`); a
 request that moves between instances keeps its stream, so the client's stream and its
 detokenizer simply go on.
 """
@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from daemon.errors import ApiError
-from daemon.request_state import Outcome
+from daemon.core.request_state import Outcome
 from ipc.messages import TokenOutput
 
 

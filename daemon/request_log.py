@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from daemon.controller_events import Arrived, Moved, Refuse, Send, Settle, Token
+from daemon.core.events import Arrived, Moved, Refuse, Send, Settle, Token
 from ipc.messages import Origin, Submit
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import (
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, Moved, Refuse, Send, SendFailed,
     Settle, StartAccepting, StartTimer, TicketOpened, TimerFired, Token,
 )
-from daemon.request_state import IllegalTransition, Outcome, RequestState, Tracked, Trigger
+from daemon.core.request_state import IllegalTransition, Outcome, RequestState, Tracked, Trigger
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
     Abort, Finished, FinishReason, InstanceLoad, Offload, OffloadedRequest, Origin, Ready,
@@ -58,8 +58,8 @@ def test_a_new_request_is_sent_with_its_deadline_and_default_slos():
     assert target in (LP0, LP1) and isinstance(submit, Submit)
     assert (submit.arrival_time, submit.deadline, submit.ttft_slo, submit.tbt_slo) == (3.0, 4.0, 1.0, 0.1)
     assert submit.origin is Origin.NEW
-    assert core.requests["a"].state is RequestState.QUEUED
-    assert core.queue.requests == 1 and core.queue.tokens == 3
+    assert core.ledger.requests["a"].state is RequestState.QUEUED
+    assert core.ledger.bounds.requests == 1 and core.ledger.bounds.tokens == 3
 
 
 def test_tokens_flow_then_the_last_one_settles_it_completed():
@@ -67,12 +67,12 @@ def test_tokens_flow_then_the_last_one_settles_it_completed():
     [(target, _)] = sends(arrive(core, "a"))
     [first] = core.handle(tokens(target, TokenOutput("a", 9)))
     assert isinstance(first, Token) and first.ttft == pytest.approx(1.0) and first.tbt is None
-    assert core.requests["a"].state is RequestState.STREAMING and core.queue.requests == 0
+    assert core.ledger.requests["a"].state is RequestState.STREAMING and core.ledger.bounds.requests == 0
     last, settle = core.handle(tokens(target, TokenOutput("a", 8, FinishReason.LENGTH)))
     assert isinstance(last, Token) and last.tbt == 0.0
     assert settle == Settle("a", Outcome.COMPLETED, None, "", target, 1.0,
                              prompt_tokens=3)
-    assert "a" not in core.requests
+    assert "a" not in core.ledger.requests
 
 
 def test_one_step_of_tokens_first_middle_last_and_stale_in_order():
@@ -90,7 +90,7 @@ def test_one_step_of_tokens_first_middle_last_and_stale_in_order():
     assert (a_next.ttft, a_next.tbt) == (None, pytest.approx(0.5))
     assert (a_last.ttft, a_last.tbt, a_last.output.finish_reason) == (None, 0.0, FinishReason.LENGTH)
     assert isinstance(settle, Settle) and settle.e2e == pytest.approx(1.5)
-    assert core.requests["b"].token_ids == []
+    assert core.ledger.requests["b"].token_ids == []
 
 
 def test_an_open_hp_ticket_takes_the_next_new_request_only():
@@ -111,7 +111,7 @@ def test_refusals_name_their_reason_and_ask_to_retry():
     arrive(core, "a")
     [full] = arrive(core, "b")
     assert full.refusal is Refusal.QUEUE_FULL and "max_queued_requests = 1" in full.message
-    assert full.retry_after >= 1 and "b" not in core.requests
+    assert full.retry_after >= 1 and "b" not in core.ledger.requests
 
 
 def test_an_offload_moves_to_the_hp_with_the_shortest_queue_prompt_tokens_only():
@@ -123,7 +123,7 @@ def test_an_offload_moves_to_the_hp_with_the_shortest_queue_prompt_tokens_only()
     assert target == HP and submit.origin is Origin.OFFLOAD
     assert submit.deadline == 2.0 and submit.prompt_token_ids == [5, 6, 7]
     assert Moved("a", Origin.OFFLOAD, lp, HP) in actions
-    assert core.requests["a"].instance == HP and core.requests["a"].offloaded
+    assert core.ledger.requests["a"].instance == HP and core.ledger.requests["a"].offloaded
     # The LP's late words about it no longer reach it: only its holder speaks for it.
     assert core.handle(tokens(lp, TokenOutput("a", 1))) == []
 
@@ -149,7 +149,7 @@ def test_a_dead_instances_requests_are_resubmitted_or_resumed_elsewhere():
     [(target, resumed)] = sends(actions)
     assert target != HP and resumed.origin is Origin.RESUME
     assert resumed.prompt_token_ids == [5, 6, 7, 11, 12] and resumed.sampling.max_tokens == 2
-    assert core.requests["s"].state is RequestState.STREAMING
+    assert core.ledger.requests["s"].state is RequestState.STREAMING
     assert Moved("s", Origin.RESUME, None, target) in actions
     # "w" did not move: its instance lives. Now its instance dies too.
     actions = core.handle(InstanceDown(3.5, waiting_on, exit_code=1))
@@ -164,7 +164,7 @@ def test_with_no_instance_ready_requests_wait_then_end_at_the_recovery_timeout()
     arrive(core, "a")
     actions = core.handle(InstanceDown(2.0, 0, exit_code=-9))
     [timer] = [a for a in actions if isinstance(a, StartTimer)]
-    assert timer.at == 7.0 and core.requests["a"].state is RequestState.MOVING
+    assert timer.at == 7.0 and core.ledger.requests["a"].state is RequestState.MOVING
     [settle] = core.handle(TimerFired(7.0, timer.timer))
     assert settle.outcome is Outcome.ERRORED and settle.code is EndCode.INSTANCE_FAILED
     assert "within 5 s" in settle.message and "instance 0 stopped" in settle.message
@@ -179,7 +179,7 @@ def test_a_restarted_instance_takes_back_what_waited_for_it():
     actions = core.handle(FromInstance(3.0, ready(0, Role.PEER, pid=2)))
     [(target, submit)] = sends(actions)
     assert target == 0 and submit.origin is Origin.RESUBMIT
-    assert core.requests["a"].state is RequestState.QUEUED and core.requests["a"].num_recoveries == 1
+    assert core.ledger.requests["a"].state is RequestState.QUEUED and core.ledger.requests["a"].num_recoveries == 1
 
 
 def test_a_client_that_leaves_ends_its_request_and_aborts_it_on_its_instance():
@@ -188,7 +188,7 @@ def test_a_client_that_leaves_ends_its_request_and_aborts_it_on_its_instance():
     actions = core.handle(ClientLeft(1.5, "a"))
     assert actions == [Settle("a", Outcome.CANCELLED, None, "", target, None, prompt_tokens=3),
                        Send(target, Abort(request_id="a"))]
-    assert core.queue.requests == 0
+    assert core.ledger.bounds.requests == 0
     assert core.handle(ClientLeft(1.6, "a")) == []  # once only
 
 
@@ -222,7 +222,7 @@ def test_drain_refuses_new_requests_and_ends_the_rest_at_its_timeout():
     assert refused.refusal is Refusal.SHUTTING_DOWN
     [settle] = core.handle(TimerFired(7.0, timer.timer))
     assert settle.code is EndCode.SHUTTING_DOWN and "2 s" in settle.message
-    assert not core.requests
+    assert not core.ledger.requests
 
 
 def test_messages_from_an_instance_that_is_not_ready_reach_no_request():
@@ -280,7 +280,7 @@ def test_a_burst_waits_at_the_controller_and_lps_take_it_as_they_free_up():
     for i in range(8):  # 8 x 100 tokens = 0.1 s each; each LP takes two (bound 0.2 s)
         sent += sends(arrive(core, f"r{i}", now=1.0, prompt=[5] * 100))
     assert sorted(target for target, _ in sent) == [LP0, LP0, LP1, LP1]
-    assert sum(t.state is RequestState.PENDING for t in core.requests.values()) == 4
+    assert sum(t.state is RequestState.PENDING for t in core.ledger.requests.values()) == 4
     # LP0 took both in and has one left (0.1 s): it takes one more, LP1 stays full
     later = sends(report(core, LP0, 1.1, accepted=2, queued_seconds=0.1))
     assert [target for target, _ in later] == [LP0]
@@ -294,7 +294,7 @@ def test_a_request_the_lps_cannot_serve_in_time_is_rescued_by_the_hp_at_once():
     actions = arrive(core, "urgent", now=1.0, prompt=[5] * 100)
     [(target, submit)] = sends(actions)
     assert target == HP and submit.origin is Origin.OFFLOAD
-    assert Moved("urgent", Origin.OFFLOAD, None, HP) in actions and core.requests["urgent"].offloaded
+    assert Moved("urgent", Origin.OFFLOAD, None, HP) in actions and core.ledger.requests["urgent"].offloaded
 
 
 def test_with_drop_a_request_no_instance_can_serve_in_time_ends_at_once():
@@ -303,7 +303,7 @@ def test_with_drop_a_request_no_instance_can_serve_in_time_ends_at_once():
         report(core, i, 0.5, accepted=0, queued_seconds=5.0)
     [settle] = [a for a in arrive(core, "late", now=1.0, prompt=[5] * 100) if isinstance(a, Settle)]
     assert settle.outcome is Outcome.DROPPED and settle.code is EndCode.TTFT_SLO_MISSED
-    assert "predicted to miss" in settle.message and not core.requests
+    assert "predicted to miss" in settle.message and not core.ledger.requests
     assert settle.retry_after == 1  # a 503 with Retry-After: about one TTFT target
 
 
@@ -313,7 +313,7 @@ def test_a_miss_budget_of_zero_demotes_what_drop_would_end():
         report(core, i, 0.5, accepted=0, queued_seconds=5.0)
     actions = arrive(core, "late", now=1.0, prompt=[5] * 100)
     assert not [a for a in actions if isinstance(a, Settle)]
-    assert core.requests["late"].state in (RequestState.PENDING, RequestState.QUEUED)
+    assert core.ledger.requests["late"].state in (RequestState.PENDING, RequestState.QUEUED)
 
 
 def test_with_demote_it_waits_behind_the_feasible_ones_and_never_for_ever():
@@ -321,7 +321,7 @@ def test_with_demote_it_waits_behind_the_feasible_ones_and_never_for_ever():
     for i in (LP0, LP1, HP):
         report(core, i, 0.5, accepted=0, queued_seconds=5.0)
     assert sends(arrive(core, "late", now=1.0, prompt=[5] * 100)) == []
-    assert core.requests["late"].state is RequestState.PENDING
+    assert core.ledger.requests["late"].state is RequestState.PENDING
     [settle] = [a for a in report(core, LP0, 4.5, accepted=0, queued_seconds=5.0)
                 if isinstance(a, Settle)]  # 3.5 s > 3 x its 1 s TTFT SLO
     assert settle.outcome is Outcome.DROPPED and "waited 3.5 s" in settle.message
@@ -335,7 +335,7 @@ def test_an_offload_no_hp_can_finish_in_time_waits_at_the_controller_again():
     report(core, LP1, 1.1, accepted=0, queued_seconds=5.0)
     actions = core.handle(FromInstance(1.2, Offload(instance_id=lp, requests=[
         OffloadedRequest("a", [5] * 100)])))
-    assert sends(actions) == [] and core.requests["a"].state is RequestState.PENDING
+    assert sends(actions) == [] and core.ledger.requests["a"].state is RequestState.PENDING
 
 
 def test_a_pending_request_whose_client_leaves_ends_without_an_abort():
@@ -343,10 +343,10 @@ def test_a_pending_request_whose_client_leaves_ends_without_an_abort():
     for i in (LP0, LP1):  # busy past the bound, but in time for it: it waits for them
         report(core, i, 0.5, accepted=0, queued_seconds=0.5)
     arrive(core, "a", now=1.0, prompt=[5] * 100)
-    assert core.requests["a"].state is RequestState.PENDING
+    assert core.ledger.requests["a"].state is RequestState.PENDING
     assert core.handle(ClientLeft(1.5, "a")) == [Settle("a", Outcome.CANCELLED, None, "", None, None,
                                                               prompt_tokens=100)]
-    assert core.queue.requests == 0 and not len(core.room)
+    assert core.ledger.bounds.requests == 0 and not len(core.late_binding.room)
 
 
 def test_an_hp_ticket_takes_a_new_request_before_lps_with_room_do():

@@ -1,11 +1,12 @@
-"""The pure parts of fault handling: recovery plans (daemon/recovery.py), the bounded
-waiting queue (daemon/overload.py), and what a resumed request means to an engine."""
+"""The pure parts of fault handling: recovery plans (daemon/core/recovery_plan.py), the
+admission bounds (daemon/core/admission_bounds.py), and what a resumed request means to an
+engine."""
 from __future__ import annotations
 
 import math
 
-from daemon.overload import WaitingQueue, retry_after
-from daemon.recovery import recover, recovery_target, reroute_offload, resume_submit
+from daemon.core.admission_bounds import AdmissionBounds, retry_after
+from daemon.core.recovery_plan import recover, recovery_target, reroute_offload, resume_submit
 from engines.engine import Engine
 from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
@@ -112,22 +113,22 @@ def test_a_resumed_request_is_never_dropped_offloaded_or_demoted():
     assert offload == [fresh]
 
 
-# ---- the bounded waiting queue -----------------------------------------------------------
+# ---- the admission bounds ----------------------------------------------------------------
 
-def test_waiting_queue_refuses_past_either_limit():
-    queue = WaitingQueue(max_requests=2, max_tokens=100)
-    assert queue.refusal(60) is None
-    queue.add(60)
-    refusal = queue.refusal(41)
+def test_the_admission_bounds_refuse_past_either_limit():
+    bounds = AdmissionBounds(max_requests=2, max_tokens=100)
+    assert bounds.refusal(60) is None
+    bounds.add(60)
+    refusal = bounds.refusal(41)
     assert "max_queued_tokens = 100" in refusal and "41" in refusal
-    assert queue.refusal(40) is None
-    queue.add(40)
-    assert "max_queued_requests = 2" in queue.refusal(1)
-    queue.remove(60)
-    assert queue.refusal(60) is None and (queue.requests, queue.tokens) == (1, 40)
-    queue.remove(40)
-    queue.remove(40)  # never below zero
-    assert (queue.requests, queue.tokens) == (0, 0)
+    assert bounds.refusal(40) is None
+    bounds.add(40)
+    assert "max_queued_requests = 2" in bounds.refusal(1)
+    bounds.remove(60)
+    assert bounds.refusal(60) is None and (bounds.requests, bounds.tokens) == (1, 40)
+    bounds.remove(40)
+    bounds.remove(40)  # never below zero
+    assert (bounds.requests, bounds.tokens) == (0, 0)
 
 
 def test_retry_after_is_about_one_ttft_target_and_at_least_a_second():

@@ -17,7 +17,7 @@ from bench.sim.fleet_run import FleetResult
 from bench.sim.record_keeper import RecordKeeper
 from bench.sim.simulator import Simulation
 from bench.studies.fleet_scaling import NO_PICKER, ScalingConfig, _jobs, default_config
-from daemon.controller_events import Refuse, Settle
+from daemon.core.events import Refuse, Settle
 from daemon.gateway_view import gateway_view
 from bench.sim.endpoint_picker import (
     Picker, epp_scores, kv_cache_scores, pick_endpoint, queue_scores,

@@ -9,13 +9,13 @@ import socket
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, ClientLeft, FromInstance, StartAccepting
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import Arrived, ClientLeft, FromInstance, StartAccepting
 from daemon.gateway_view import GatewayView, gateway_view
 from daemon.health import Probe
 from daemon.request_log import read_request_log
-from daemon.request_state import Outcome, RequestState
+from daemon.core.request_state import Outcome, RequestState
 from daemon.slo_headers import TPOT_HEADER, TTFT_HEADER, BadSloHeader, header_slo
 from ipc.messages import InstanceLoad, Ready, Role, StepOutputs, TokenOutput
 from ipc.params import SamplingParams
@@ -92,7 +92,7 @@ def test_requests_waiting_at_the_controller_count_as_waiting():
     core = core_late()  # 2L1H with the global queue: each LP takes two, four wait
     for i in range(8):
         arrive(core, f"r{i}", now=1.0, prompt=[5] * 100)
-    pending = sum(t.state is RequestState.PENDING for t in core.requests.values())
+    pending = sum(t.state is RequestState.PENDING for t in core.ledger.requests.values())
     assert pending == 4
     assert gateway_view(core).num_requests_waiting == 8
     core.handle(_step(LP0, 1, 7, TokenOutput("r0", 9), accepted=2))

@@ -4,7 +4,9 @@ Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line (be
 The `*_cmd.py` modules bench/cli.py registers rank as their own package: a command may import
 its own package and below, never a higher one, and only bench/cli.py names a command (as text,
 imported when it runs: tests/test_cli_imports.py). A core (events in, actions out) imports no
-event loop, socket, clock or OS module, and nothing of ours that does.
+event loop, socket, clock or OS module, and nothing of ours that does: the controller core is
+its folder, daemon/core/ (which imports nothing else of daemon/), the instance core the
+modules of engines.instance_core's import closure.
 """
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ RANK = {"policies": 0, "ipc": 0, "engines": 1, "daemon": 2, "bench": 3}
 COMMAND_LINE = 4
 #: What each bottom package may import of ours besides itself.
 BOTTOM_ALLOWED = {"policies": set(), "ipc": set()}
-#: The two sans-I/O cores. Every module of their own package that they import, however
-#: indirectly, is part of them (found, not listed by hand: a list went stale).
-CORE_ROOTS = ("daemon.controller_core", "engines.instance_core",
-              "daemon.gateway_view")  # (a pure view of the core, read by /metrics and /health)
+#: The controller core: every module in this folder.
+CORE_FOLDER = "daemon.core"
+#: The instance core, and a pure view of the controller core (read by /metrics and /health):
+#: each with every module of daemon/ it imports, however indirectly (found, not listed by
+#: hand: a list went stale).
+CORE_ROOTS = ("engines.instance_core", "daemon.gateway_view")
 IO_MODULES = {"asyncio", "zmq", "aiohttp", "socket", "time", "os", "threading", "subprocess",
               "uvloop", "selectors"}
 #: Never anywhere below a core, however indirectly.
@@ -92,13 +96,16 @@ def _closure(module: str) -> set[str]:
     return seen
 
 
+def _in_core_folder(module: str) -> bool:
+    return module == CORE_FOLDER or module.startswith(CORE_FOLDER + ".")
+
+
 def _core_modules() -> list[str]:
-    """The cores and the modules of their own package in their import closure."""
-    found = set()
+    """Every module of the controller core's folder, the roots, and the daemon modules in
+    the roots' import closure."""
+    found = {m for m in MODULES if _in_core_folder(m)}
     for root in CORE_ROOTS:
-        package = root.split(".")[0]
-        found |= {m for m in _closure(root) if m == root or (
-            package == "daemon" and m.startswith("daemon."))}
+        found |= {m for m in _closure(root) if m == root or m.startswith("daemon.")}
     return sorted(found)
 
 
@@ -106,9 +113,24 @@ CORES = _core_modules()
 
 
 def test_the_cores_are_found_whole():
-    for module in ("daemon.core_handoff", "daemon.core_prefixes", "daemon.prefix_index",
-                   "daemon.waiting_room", "daemon.recovery", "engines.instance_core"):
+    for module in ("daemon.core.controller_core", "daemon.core.ledger",
+                   "daemon.core.late_binding", "daemon.core.recovery",
+                   "daemon.core.recovery_plan", "daemon.core.handoffs", "daemon.core.prefixes",
+                   "daemon.core.prefix_index", "daemon.core.waiting_room",
+                   "daemon.core.admission_bounds", "daemon.core.request_state",
+                   "daemon.core.events", "daemon.core.controller_config",
+                   "engines.instance_core", "daemon.gateway_view"):
         assert module in CORES
+
+
+def test_the_controller_core_imports_nothing_else_of_the_daemon():
+    """daemon/core/ is the controller core whole: nothing in it reaches out of the folder
+    into daemon/ (what the core needs lives in it; the daemon's I/O never does)."""
+    for module in MODULES:
+        if _in_core_folder(module):
+            outside = {t for t in _ours(_imports(MODULES[module]))
+                       if t.startswith("daemon.") and not _in_core_folder(t)}
+            assert not outside, f"{module} imports {outside}"
 
 
 @pytest.mark.parametrize("module", CORES)
@@ -130,9 +152,9 @@ def test_policies_are_pure():
 def test_a_file_that_imports_up_is_caught(tmp_path):
     """The check itself works: an engines module importing the daemon is an upward import."""
     path = tmp_path / "bad.py"
-    path.write_text("from daemon.controller_core import ControllerCore\n")
-    assert "daemon.controller_core" in _ours(_imports(path))
-    assert _rank("daemon.controller_core") > _rank("engines.scheduler")
+    path.write_text("from daemon.core.controller_core import ControllerCore\n")
+    assert "daemon.core.controller_core" in _ours(_imports(path))
+    assert _rank("daemon.core.controller_core") > _rank("engines.scheduler")
 
 
 def test_a_command_ranks_as_its_own_package():

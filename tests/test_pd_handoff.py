@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, FromInstance, Send, Settle, StartAccepting, Token
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting, Token
 from daemon.layout import layout_modes, parse_layout
-from daemon.request_state import Outcome, RequestState
+from daemon.core.request_state import Outcome, RequestState
 from engines.engine import Engine
 from engines.instance_core import InstanceCore
 from engines.modes import role_of_mode
@@ -195,14 +195,14 @@ def test_the_controller_routes_new_requests_to_prefill_and_hands_them_to_a_decod
     assert send.instance_id == 0 and isinstance(send.message, Submit)
     core.handle(FromInstance(1.1, StepOutputs(instance_id=0, step=1, time=1.1, step_seconds=0.1,
                                               outputs=[TokenOutput("a", 42)])))
-    assert core.requests["a"].state is RequestState.STREAMING
+    assert core.ledger.requests["a"].state is RequestState.STREAMING
     actions = core.handle(FromInstance(1.1, Handoff(instance_id=0, request_id="a",
                                                     token_ids=PROMPT + [42],
                                                     num_computed_tokens=len(PROMPT))))
     (send,) = [a for a in actions if isinstance(a, Send)]
     assert send.instance_id == 1 and send.message.token_ids == PROMPT + [42]
-    assert send.message.submit.request_id == "a" and core.requests["a"].instance == 1
-    assert "a" not in core.instances[0].held and "a" in core.instances[1].held
+    assert send.message.submit.request_id == "a" and core.ledger.requests["a"].instance == 1
+    assert "a" not in core.ledger.instances[0].held and "a" in core.ledger.instances[1].held
     actions = core.handle(FromInstance(1.2, StepOutputs(
         instance_id=1, step=1, time=1.2, step_seconds=0.01,
         outputs=[TokenOutput("a", 43), ]))) + core.handle(FromInstance(1.3, StepOutputs(
@@ -222,13 +222,13 @@ def test_the_next_handoff_goes_to_the_decode_instance_with_more_room():
         core.handle(FromInstance(now, Handoff(instance_id=0, request_id=rid,
                                               token_ids=[3] * prompt_len + [4],
                                               num_computed_tokens=prompt_len)))
-    assert core.requests["a"].instance == 1 and core.requests["b"].instance == 2
+    assert core.ledger.requests["a"].instance == 1 and core.ledger.requests["b"].instance == 2
 
 
 def test_a_handoff_of_a_request_whose_client_left_is_dropped():
     core = pd_core()
     core.handle(Arrived(1.0, "a", list(PROMPT), SamplingParams(max_tokens=3)))
-    from daemon.controller_events import ClientLeft
+    from daemon.core.events import ClientLeft
     core.handle(ClientLeft(1.05, "a"))
     actions = core.handle(FromInstance(1.1, Handoff(instance_id=0, request_id="a",
                                                     token_ids=PROMPT + [1],

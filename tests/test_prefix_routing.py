@@ -8,12 +8,12 @@ import msgspec
 import pytest
 
 from daemon.choices import usage_counts
-from daemon.controller_config import ControllerConfig, SloConfig
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import Arrived, FromInstance, Send, Settle, StartAccepting
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting
 from daemon.metrics import Metrics
-from daemon.prefix_index import PrefixIndex
-from daemon.request_state import Outcome
+from daemon.core.prefix_index import PrefixIndex
+from daemon.core.request_state import Outcome
 from ipc.messages import (
     CachedPrompt, FinishReason, Heartbeat, Ready, Role, StepOutputs, TokenOutput,
 )
@@ -160,8 +160,8 @@ def test_a_completed_conversation_turn_is_known_with_its_output():
         outputs=[TokenOutput("t1", t) for t in replies[:-1]]
         + [TokenOutput("t1", replies[-1], FinishReason.LENGTH)])))
     # the instance computed the prompt and every reply token but the last: 3 full blocks
-    names = core.prefixes.names(list(range(50, 58)) + replies + [70, 71])
-    assert core.prefixes.cached_tokens(names, 15) == {first: 12}
+    names = core.prefixes.index.names(list(range(50, 58)) + replies + [70, 71])
+    assert core.prefixes.index.cached_tokens(names, 15) == {first: 12}
 
 
 # ---- metrics and usage ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ from bench.loadgen.workloads import workload
 from bench.ruler.ruler import (
     Point, RulerConfig, SeedCapacity, Subject, seed_capacity, sim_config, workload_requests,
 )
-from daemon.controller_config import ControllerConfig
+from daemon.core.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
 from policies.routing import Routing
 

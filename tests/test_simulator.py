@@ -24,7 +24,7 @@ from bench.loadgen.workload import build_workload, prompt_token_ids, request_pro
 from bench.records import RunResult
 from bench.results import encode_result
 from bench.sim.simulator import PROMPT_SEED, Simulation
-from daemon.controller_config import ControllerConfig
+from daemon.core.controller_config import ControllerConfig
 from engines.engine import Engine
 from engines.executors.executor_config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
 from engines.perf_setup import build_perf_model

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.controller_events import Token
+from daemon.core.events import Token
 from daemon.detokenizer import IncrementalDetokenizer
 from daemon.errors import ApiError
 from daemon.metrics import LATENCY_BUCKETS, Metrics

@@ -28,7 +28,7 @@ from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.records import RequestRecord
 from bench.records_file import record_rows, write_records
 from bench.results import RunResult, print_summary, summarize, write_result
-from daemon.controller_config import SloConfig
+from daemon.core.controller_config import SloConfig
 from daemon.health import Health
 
 DEFAULT_NUM_REQUESTS = 1000

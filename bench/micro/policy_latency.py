@@ -145,7 +145,7 @@ def perf_model_predictor() -> Predictor:
 
 
 def measure(waiting_count: int, iters: int) -> dict[str, dict[str, dict]]:
-    from daemon.waiting_room import HORIZON
+    from daemon.core.waiting_room import HORIZON
     waiting = waiting_queue(waiting_count)
     linear = LinearPredictor(seconds_per_token=1e-4, fixed=0.01)
     per_layer = PerLayerPredictor(seconds_per_token=1e-4, fixed=0.01)

@@ -32,7 +32,7 @@ from bench.ruler.classes import DEFAULT_CLASS_FLOOR, ClassGoodput, RequestClasse
 from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
-from daemon.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.layout import layout_modes
 from engines.scheduler_config import SchedulerConfig
 

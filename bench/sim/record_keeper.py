@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from bench.records import RequestRecord
 from bench.results import is_good
-from daemon.controller_config import SloConfig
-from daemon.controller_events import Moved, Refuse, Send, Settle, Token
-from daemon.request_state import Outcome
+from daemon.core.controller_config import SloConfig
+from daemon.core.events import Moved, Refuse, Send, Settle, Token
+from daemon.core.request_state import Outcome
 from ipc.messages import Origin, Submit, SubmitPrefilled
 
 #: How the core's outcomes read in a run's records.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from daemon.config import InstancesConfig
-from daemon.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig
 from engines.engine import Engine
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile

@@ -30,8 +30,8 @@ from bench.sim.event_heap import EventHeap
 from bench.sim.kv_transfer_time import kv_transfer_seconds
 from bench.sim.record_keeper import RecordKeeper
 from bench.sim.sim_instances import SimConfig, SimInstance, build_instance
-from daemon.controller_core import ControllerCore
-from daemon.controller_events import (
+from daemon.core.controller_core import ControllerCore
+from daemon.core.events import (
     Arrived, FromInstance, Send, StartAccepting, StartTimer, TimerFired, Token,
 )
 from engines.batch import Batch

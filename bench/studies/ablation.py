@@ -23,7 +23,7 @@ from bench.loadgen.workloads import workload
 from bench.parallel import imap
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject, seed_capacity
-from daemon.controller_config import ControllerConfig
+from daemon.core.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
 from policies.value import VALUE_FUNCTIONS
 

@@ -27,7 +27,7 @@ from bench.ruler.capacity_table import SWEEPS, UPSTREAM, capacity_table
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.sim.simulate import simulate
 from bench.studies.reproduce import CAPACITY_WORKLOADS
-from daemon.controller_config import ControllerConfig
+from daemon.core.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
 
 STORM_QPS, STORM_REQUESTS = 15.0, 1500

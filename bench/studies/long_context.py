@@ -32,7 +32,7 @@ from bench.loadgen.workloads import build_requests, workload
 from bench.results import is_good
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulate import simulate
-from daemon.controller_config import SloConfig
+from daemon.core.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.executors.profiles.interconnect import get_interconnect
 from engines.executors.profiles.registry import get_profile

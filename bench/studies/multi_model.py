@@ -36,7 +36,7 @@ from bench.loadgen.workloads import build_requests, workload
 from bench.results import is_good
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
-from daemon.controller_config import SloConfig
+from daemon.core.controller_config import SloConfig
 from engines.batch import Batch
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig

@@ -26,7 +26,7 @@ from bench.records import RunResult
 from bench.results import is_good
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.sim.simulate import simulate
-from daemon.controller_config import ControllerConfig
+from daemon.core.controller_config import ControllerConfig
 from engines.modes import BASELINES as BASELINE_MODES
 from engines.scheduler_config import SchedulerConfig
 

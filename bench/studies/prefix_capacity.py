@@ -30,7 +30,7 @@ from bench.ruler.capacity_table import capacity_table
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import START_GROWTH, RulerConfig, SeedCapacity, Subject, seed_capacity, \
     workload_requests
-from daemon.controller_config import ControllerConfig
+from daemon.core.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
 from policies.routing import Routing
 

@@ -29,7 +29,7 @@ from bench.parallel import imap
 from bench.records import RunResult
 from bench.sim.simulate import simulate
 from bench.sim.simulator import SimConfig
-from daemon.controller_config import SloConfig
+from daemon.core.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.scheduler_config import SchedulerConfig
 from policies.value import DEFAULT_VALUE_FUNCTION

@@ -1,4 +1,4 @@
-"""The controller core's settings: default SLOs, routing, waiting-queue bounds, recovery.
+"""The controller core's settings: default SLOs, routing, admission bounds, recovery.
 
 msgspec structs with their defaults and descriptions written once, here; `ascendra serve`
 (TOML sections [slo] and [controller], flags), the simulator and the tests all use them.

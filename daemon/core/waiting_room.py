@@ -1,6 +1,8 @@
-"""The controller's waiting room (late binding): requests no instance holds yet, and what
-the controller predicts of each instance's prefill backlog. Sans-I/O; the controller
-core owns one and applies what `plan` decides (policies/global_queue.py).
+"""The controller's waiting room, the structure late binding works on (docs/design.md
+§5.6): requests no instance holds yet, and what the controller predicts of each
+instance's prefill backlog. Sans-I/O; the core's late-binding component
+(daemon/core/late_binding.py) owns one and applies what `plan` decides
+(policies/global_queue.py).
 
 Backlog of an instance, in prompt tokens = those it reported waiting after its last step
 (`InstanceLoad`) + those of every Submit sent to it that it had not taken in then (the
@@ -16,7 +18,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from daemon.request_state import Tracked
+from daemon.core.request_state import Tracked
 from ipc.messages import InstanceLoad, Ready
 from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
 from policies.perf.prefill_curve import curve_seconds

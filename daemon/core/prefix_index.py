@@ -4,8 +4,9 @@ sent there, and of every request completed there with its output, least recently
 forgotten first once an instance's count passes its KV blocks (llm-d's approximate
 prefix-cache scorer: no message from the instances, only what the controller routed).
 
-It answers one question, for routing and the offload gate: how many prompt tokens of a
-request each instance would find cached. Sans-I/O, like the core that owns it.
+It answers one question, for routing and the HP gate: how many prompt tokens of a
+request each instance would find cached. Sans-I/O; the core's prefixes component
+(daemon/core/prefixes.py) owns it.
 """
 from __future__ import annotations
 

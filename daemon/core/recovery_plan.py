@@ -1,7 +1,8 @@
-"""What becomes of the requests an instance held when it dies. Pure: requests in, plan out.
+"""Recovery plans: what becomes of the requests an instance held when it dies. Pure
+functions: requests in, plans out.
 
-The controller core calls `recover` for every request the dead instance held, and
-`recovery_target` to pick the instance that takes it over:
+The core's recovery component (daemon/core/recovery.py) calls `recover` for every request
+the dead instance held, and `recovery_target` to pick the instance that takes it over:
 
 * No first token yet -> **resubmit**: the request as first sent (prompt tokens only,
   arrival and deadline kept) goes to another instance with origin RESUBMIT (not NEW,
@@ -20,7 +21,7 @@ The controller core calls `recover` for every request the dead instance held, an
   reproducible (same crash point, same output) but not the same text an uninterrupted
   run would give; greedy requests (temperature 0) are exact.
 * Where it is impossible -> **give up** with a message for the client: the new prompt
-  would not fit the context of any instance, or (decided by the controller core) no
+  would not fit the context of any instance, or (decided by the recovery component) no
   instance became ready within `recovery_timeout`.
 
 Targets (`recovery_target`): where offloads go -- the ready HP instance with the fewest
@@ -39,7 +40,7 @@ from ipc.messages import Origin, Role, Submit
 from policies.routing import least_loaded, route_offload
 
 
-class Recovery(NamedTuple):
+class RecoveryPlan(NamedTuple):
     """One request's fate: resubmit or resume it (`submit` set) or end it (`error` set)."""
 
     kind: Origin
@@ -47,7 +48,7 @@ class Recovery(NamedTuple):
     error: str | None = None
 
 
-def recover(original: Submit, generated: Sequence[int], max_model_len: int) -> Recovery:
+def recover(original: Submit, generated: Sequence[int], max_model_len: int) -> RecoveryPlan:
     """The plan for a request whose instance died.
 
     `original` is the request as first sent, `generated` every token the controller has
@@ -55,15 +56,16 @@ def recover(original: Submit, generated: Sequence[int], max_model_len: int) -> R
     the instance that would take it.
     """
     if not generated:
-        return Recovery(Origin.RESUBMIT, msgspec.structs.replace(original, origin=Origin.RESUBMIT))
+        resubmitted = msgspec.structs.replace(original, origin=Origin.RESUBMIT)
+        return RecoveryPlan(Origin.RESUBMIT, resubmitted)
     resumed = resume_submit(original, generated)
     if resumed is None:  # it had already produced everything it asked for
-        return Recovery(Origin.RESUME, error="it had generated every token it asked for")
+        return RecoveryPlan(Origin.RESUME, error="it had generated every token it asked for")
     if len(resumed.prompt_token_ids) >= max_model_len:
-        return Recovery(Origin.RESUME, error=(
+        return RecoveryPlan(Origin.RESUME, error=(
             f"it cannot be resumed: its prompt and output so far ({len(resumed.prompt_token_ids)} "
             f"tokens) leave no room in the context of {max_model_len} tokens"))
-    return Recovery(Origin.RESUME, resumed)
+    return RecoveryPlan(Origin.RESUME, resumed)
 
 
 def resume_submit(original: Submit, generated: Sequence[int]) -> Submit | None:

@@ -1,10 +1,11 @@
 """One request's life in the controller: its state, the legal moves, and how it ends.
 
-The controller core keeps a `Tracked` per accepted request. Its `state` changes only
-through `advance`, which looks the move up in `TRANSITIONS` (the pattern of h11's
-`_state.py`: legal moves are data; an illegal one raises before anything changes):
+The core's ledger (daemon/core/ledger.py) keeps a `Tracked` per accepted request. Its
+`state` changes only through `advance`, which looks the move up in `TRANSITIONS` (the
+pattern of h11's `_state.py`: legal moves are data; an illegal one raises before anything
+changes):
 
-    PENDING ──dispatched──▶ QUEUED             (late binding: it waited at the controller)
+    PENDING ──bound──▶ QUEUED                  (late binding: it waited at the controller)
     QUEUED ──requeued──▶ PENDING               (an offload no HP can finish in time)
     QUEUED ──first token──▶ STREAMING          QUEUED ──offloaded──▶ QUEUED (on an HP)
     QUEUED / STREAMING ──holder lost──▶ MOVING  (its instance died: no instance holds it)
@@ -29,7 +30,7 @@ class RequestState(enum.Enum):
 
 
 class Trigger(enum.Enum):
-    DISPATCHED = "dispatched"
+    BOUND = "bound"
     REQUEUED = "requeued"
     FIRST_TOKEN = "first_token"
     OFFLOADED = "offloaded"
@@ -43,7 +44,7 @@ class Trigger(enum.Enum):
 P, Q, S = RequestState.PENDING, RequestState.QUEUED, RequestState.STREAMING
 M, D = RequestState.MOVING, RequestState.DONE
 TRANSITIONS: dict[tuple[RequestState, Trigger], RequestState] = {
-    (P, Trigger.DISPATCHED): Q,
+    (P, Trigger.BOUND): Q,
     (Q, Trigger.REQUEUED): P,
     (P, Trigger.ENDED): D,
     (Q, Trigger.FIRST_TOKEN): S,
@@ -92,7 +93,7 @@ class Tracked:
     give_up_time: float = float("inf")  # MOVING: end it if not placed by then
     why_moving: str = ""               # MOVING: what happened to its instance
     #: Prefix caching: the names of its prompt's full blocks, the prompt tokens each
-    #: instance was known to hold at arrival (daemon/prefix_index.py), and those its
+    #: instance was known to hold at arrival (daemon/core/prefix_index.py), and those its
     #: serving instance found cached (reported when it was admitted there).
     block_names: list[bytes] = field(default_factory=list)
     cached_on: dict[int, int] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Bounded waiting: how many requests (and prompt tokens) may wait for a first token.
+"""Admission bounds: how many requests (and prompt tokens) may wait for a first token.
 
 The controller counts every request it has accepted and that has no first token yet --
 waiting in an instance's queue, on its way there, or waiting to be taken over after an
@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import math
 
-QUEUE_FULL = "queue_full"
 
-
-class WaitingQueue:
-    """The counts, kept as requests come and go (the controller calls `add` on accept and
-    `remove` once when a request gets its first token or ends without one)."""
+class AdmissionBounds:
+    """The counts, kept as requests come and go (the core's ledger calls `add` on accept
+    and `remove` once when a request gets its first token or ends without one)."""
 
     def __init__(self, max_requests: int, max_tokens: int) -> None:
         self.max_requests = max_requests

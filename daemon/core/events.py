@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from daemon.request_state import Outcome
+from daemon.core.request_state import Outcome
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import Origin, Ready, ToController, ToInstance, TokenOutput
 from ipc.params import SamplingParams

@@ -1,0 +1,340 @@
+"""The controller's decisions, sans-I/O: `ControllerCore.handle(event) -> actions`.
+
+One object owns every accepted request from arrival to its one terminal answer. It is
+made of components with explicit state, each called from here with what it needs:
+
+* `Ledger` (ledger.py): the books -- every request (`Tracked`, request_state.py), every
+  instance (`InstanceView`), the admission bounds (admission_bounds.py); the one place a
+  request is sent, released or ended (its `Settle`);
+* `LateBinding` (late_binding.py): an Ascendra layout's waiting room (waiting_room.py),
+  its requests bound to instances as they free up (`policies.global_queue`), rescued on
+  an HP or shed, and the HP gate; without it, new requests are routed at once
+  (`policies.router`);
+* `Recovery` (recovery.py, planned by recovery_plan.py): the requests of an instance
+  that died move to another;
+* `Handoffs` (handoffs.py): a P/D layout's prefilled requests go on to a decode instance;
+* `Prefixes` (prefixes.py, prefix_index.py): what each instance is known to cache.
+
+Here: arrivals (refused, routed or put in the waiting room), messages from instances
+(tokens -- the per-token hot path --, offloads, tickets, ends), clients that leave,
+timers and the drain. It opens no socket, reads no clock and never sleeps: every event
+carries `now`, and waits are `StartTimer` actions (events.py). The daemon
+(`daemon/controller.py`, asyncio + ZeroMQ) and the simulator (`bench/sim/simulator.py`, an
+event heap) are its two drivers, so both make the same decisions for the same events.
+
+It raises only on misuse (an unknown event, a duplicate request id, an illegal state
+move), and checks before it changes anything.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from daemon.core.admission_bounds import retry_after
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.events import (
+    Action,
+    Arrived,
+    ClientLeft,
+    Drain,
+    Event,
+    FromInstance,
+    InstanceDown,
+    InstanceReady,
+    Moved,
+    Refuse,
+    Send,
+    SendFailed,
+    StartAccepting,
+    StartTimer,
+    TicketOpened,
+    Timer,
+    TimerFired,
+    Token,
+)
+from daemon.core.handoffs import Handoffs
+from daemon.core.late_binding import LateBinding
+from daemon.core.ledger import InstanceView, Ledger
+from daemon.core.prefixes import Prefixes
+from daemon.core.recovery import RECOVERY, Recovery
+from daemon.core.recovery_plan import recovery_target, reroute_offload
+from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
+from daemon.core.waiting_room import WaitingRoom
+from ipc.api_codes import EndCode, Refusal
+from ipc.messages import (
+    Abort,
+    Finished,
+    FinishReason,
+    Handoff,
+    Heartbeat,
+    InstanceFailed,
+    Offload,
+    Origin,
+    Ready,
+    RequestError,
+    Role,
+    StepOutputs,
+    Submit,
+    Ticket,
+    TokenOutput,
+)
+from policies.router import Router
+from policies.routing import Routing
+
+DRAIN = "drain"
+
+
+class ControllerCore:
+    """`handle(event) -> actions`. Its parts: `ledger` (requests, instances, admission
+    bounds), `router` (`policies.router`: routing on arrival, HP tickets), `late_binding`
+    (the waiting room; None without the global queue), `recovery`, `handoffs`, `prefixes`;
+    and whether it accepts new requests or drains."""
+
+    def __init__(self, roles: Mapping[int, Role], config: ControllerConfig = ControllerConfig(),
+                 slo: SloConfig = SloConfig()) -> None:
+        self.config, self.slo = config, slo
+        lp_ids = [i for i, r in roles.items() if r is Role.LP]
+        # the pool new requests go to: LPs, else a P/D layout's prefill instances, else peers
+        pool = lp_ids or [i for i, r in roles.items() if r is Role.PREFILL] or [
+            i for i, r in roles.items() if r is Role.PEER]
+        self.router = Router(pool=pool,
+                             hp_ids=[i for i, r in roles.items() if r is Role.HP],
+                             routing=config.routing)
+        self.prefixes = Prefixes()
+        #: Late binding (Ascendra layouts with the global queue): requests no instance holds.
+        room = (WaitingRoom(config.shed, rescue=config.hp_gate, miss_budget=config.miss_budget,
+                            prefix_aware=config.routing is Routing.PREFIX_AWARE)
+                if config.global_queue and lp_ids else None)
+        self.ledger = Ledger(roles, config, slo.ttft_slo, room, self.prefixes)
+        self.late_binding = (LateBinding(room, self.ledger, self.router.tickets, config)
+                             if room is not None else None)
+        self.recovery = Recovery(self.ledger, config)
+        self.handoffs = Handoffs(self.ledger, self.recovery)
+        self.accepting = self.draining = False
+        self.drain_timeout = 0.0
+
+    # ---- the one entry point ---------------------------------------------------------
+    def handle(self, event: Event) -> list[Action]:
+        out: list[Action] = []
+        match event:
+            case Arrived():
+                self._arrived(event, out)
+            case FromInstance(now=now, message=message):
+                self._from_instance(now, message, out)
+            case SendFailed():
+                self.recovery.send_failed(event, out)
+            case InstanceDown(now=now, instance_id=instance_id, exit_code=code):
+                self.router.forget(instance_id)
+                if self.late_binding is not None:
+                    self.late_binding.forget(instance_id)
+                self.recovery.instance_down(now, instance_id, code, out)
+            case ClientLeft(request_id=request_id, outcome=outcome):
+                self._client_left(request_id, outcome, out)
+            case TimerFired(now=now, timer=timer):
+                self._timer_fired(now, timer, out)
+            case StartAccepting():
+                self.accepting = True
+            case Drain(now=now, timeout=timeout):
+                self.accepting, self.draining, self.drain_timeout = False, True, timeout
+                out.append(StartTimer(Timer(DRAIN), now + timeout))
+            case _:
+                raise TypeError(f"not a controller event: {event!r}")
+        return out
+
+    # ---- arrivals ----------------------------------------------------------------------
+    def _arrived(self, event: Arrived, out: list[Action]) -> None:
+        ledger, late_binding = self.ledger, self.late_binding
+        if event.request_id in ledger.requests:
+            raise ValueError(f"duplicate request id {event.request_id!r}")
+        refusal = self._refusal(len(event.prompt_token_ids))
+        target = None
+        names, cached_on = self.prefixes.look_up(event.prompt_token_ids)
+        if refusal is None and not ledger.ready_ids():
+            refusal = (Refusal.NO_INSTANCE, "no instance is ready; try again shortly")
+        elif refusal is None and late_binding is None:
+            target, _ = self.router.route_new(ledger.ready_ids(), ledger.in_flight(), cached_on)
+        if refusal is not None:
+            out.append(Refuse(event.request_id, *refusal, retry_after(self.slo.ttft_slo)))
+            return
+        now, ttft_slo = event.now, event.ttft_slo or self.slo.ttft_slo
+        submit = Submit(request_id=event.request_id, prompt_token_ids=event.prompt_token_ids,
+                        sampling=event.sampling, arrival_time=now, deadline=now + ttft_slo,
+                        ttft_slo=ttft_slo, tbt_slo=event.tbt_slo or self.slo.tbt_slo,
+                        priority=event.priority)
+        state = RequestState.QUEUED if late_binding is None else RequestState.PENDING
+        tracked = Tracked(event.request_id, now, submit, submit, state=state,
+                          block_names=names, cached_on=cached_on)
+        ledger.add(tracked)
+        if late_binding is None:
+            ledger.send_to(tracked, target, submit, out)
+            return
+        late_binding.add(tracked)
+        late_binding.bind_waiting(now, out)
+
+    def _refusal(self, num_tokens: int) -> tuple[Refusal, str] | None:
+        if self.draining:
+            return Refusal.SHUTTING_DOWN, "the server is shutting down and accepts no new requests"
+        if not self.accepting:
+            return Refusal.STARTING, "the server is starting; try again shortly"
+        full = self.ledger.bounds.refusal(num_tokens)
+        return (Refusal.QUEUE_FULL, full) if full is not None else None
+
+    # ---- messages from instances -------------------------------------------------------
+    def _from_instance(self, now: float, message, out: list[Action]) -> None:
+        ledger, late_binding = self.ledger, self.late_binding
+        if isinstance(message, Ready):
+            self._ready(message, out)
+            if late_binding is not None:
+                late_binding.bind_waiting(now, out)
+            return
+        view = ledger.instances.get(message.instance_id)
+        if isinstance(message, InstanceFailed) or view is None or view.ready is None:
+            # InstanceFailed: its exit follows. Not ready: the last words of a process that
+            # has died since (its requests have moved on) -- nothing of it reaches them.
+            return
+        match message:
+            case StepOutputs(outputs=outputs, load=load):
+                ledger.found_cached(view, message.cached)
+                self._tokens(now, view, outputs, out)
+                if load is not None:
+                    view.reported(load.num_running, load.num_kv_blocks_used)
+                if late_binding is not None and load is not None:
+                    late_binding.reported(view.instance_id, load)
+                    late_binding.bind_waiting(now, out)
+            case Heartbeat():
+                view.stats = message
+                view.reported(message.num_running, message.num_kv_blocks_used)
+            case Offload():
+                self._offloaded(now, view, message, out)
+            case Handoff():
+                self.handoffs.handed_off(now, view, message, out)
+            case Ticket(instance_id=instance_id):
+                if self.router.ticket(instance_id):
+                    out.append(TicketOpened(instance_id))
+                    if late_binding is not None:
+                        late_binding.bind_waiting(now, out)
+            case Finished(request_id=request_id, reason=reason):
+                tracked = ledger.held(request_id, view)
+                if tracked is not None:
+                    self._finished_early(tracked, reason, out)
+            case RequestError(request_id=request_id, message=text):
+                tracked = ledger.held(request_id, view)
+                if tracked is not None:
+                    ledger.end(tracked, Outcome.REJECTED, EndCode.INVALID, text, out)
+            case _:
+                raise TypeError(f"not an instance message: {message!r}")
+
+    def _ready(self, ready: Ready, out: list[Action]) -> None:
+        view = self.ledger.instances.get(ready.instance_id)
+        if view is None:
+            return  # a ghost: no instance of the layout has that id
+        view.ready, view.stats = ready, None
+        view.reported(0, 0)
+        self.prefixes.ready(ready)
+        if self.late_binding is not None:
+            self.late_binding.ready(ready)
+        out.append(InstanceReady(ready))
+        self.recovery.place_moving(out)
+
+    def _tokens(self, now: float, view: InstanceView, outputs: list[TokenOutput],
+                out: list[Action]) -> None:
+        """A step's tokens, in order: `_token` of each. The commonest case -- a streaming
+        request's next token, not its last -- is written out here (one per token of every
+        request: the controller's hot path); the rest go through `_token`."""
+        held, requests, emit = view.held, self.ledger.requests, out.append
+        for output in outputs:
+            tracked = requests.get(output.request_id) if output.request_id in held else None
+            if (tracked is None or tracked.first_token_time is None
+                    or output.finish_reason is not None):
+                self._token(now, view, output, out)
+                continue
+            tbt, tracked.last_token_time = now - tracked.last_token_time, now
+            tracked.token_ids.append(output.token_id)
+            emit(Token(tracked.request_id, output, None, tbt))
+
+    def _token(self, now: float, view: InstanceView, output: TokenOutput,
+               out: list[Action]) -> None:
+        ledger = self.ledger
+        tracked = ledger.held(output.request_id, view)
+        if tracked is None:
+            return  # settled already (a client that left: its abort is on its way)
+        ttft = tbt = None
+        if tracked.first_token_time is None:
+            ledger.unqueue(tracked)
+            tracked.first_token_time, ttft = now, now - tracked.arrival_time
+            tracked.advance(Trigger.FIRST_TOKEN)
+        else:
+            tbt = now - tracked.last_token_time
+        tracked.last_token_time = now
+        tracked.token_ids.append(output.token_id)
+        out.append(Token(tracked.request_id, output, ttft, tbt))
+        if output.finish_reason is not None:
+            ledger.end(tracked, Outcome.COMPLETED, None, "", out)
+
+    def _finished_early(self, tracked: Tracked, reason: FinishReason, out: list[Action]) -> None:
+        if reason is FinishReason.DROP:
+            self.ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                            "dropped: the request could no longer meet its TTFT SLO "
+                            f"({reason.value})", out)
+        else:
+            self.ledger.end(tracked, Outcome.ERRORED, EndCode.ENDED_EARLY,
+                            f"the request ended early on its instance ({reason.value})", out)
+
+    def _offloaded(self, now: float, view: InstanceView, message: Offload,
+                   out: list[Action]) -> None:
+        """LP -> controller -> HP: prompt tokens only, same arrival and deadline. With late
+        binding and the HP gate, only to an HP that can still finish it in time (else it
+        waits in the waiting room again); without, to the HP with the shortest queue. With
+        no HP ready, back to the least loaded ready instance, pinned there
+        (`reroute_offload`)."""
+        ledger, late_binding = self.ledger, self.late_binding
+        for moved in message.requests:
+            tracked = ledger.held(moved.request_id, view)
+            if tracked is None:
+                continue  # the client left meanwhile
+            ledger.release(tracked)
+            submit = msgspec.structs.replace(tracked.submit, origin=Origin.OFFLOAD,
+                                             prompt_token_ids=moved.prompt_token_ids)
+            ready = ledger.ready_ids()
+            if late_binding is not None and self.config.hp_gate:
+                target = late_binding.gated_hp(now, submit, tracked.cached_on)
+                if target is None:
+                    late_binding.requeue(tracked)
+                    continue
+            else:
+                target = self.router.route_offload(ready, ledger.queued())
+            if target is None:
+                submit = reroute_offload(submit)
+                target = recovery_target(ready, ledger.roles, ledger.queued(), ledger.in_flight())
+            if target is None:
+                ledger.end(tracked, Outcome.ERRORED, EndCode.UNAVAILABLE,
+                           "offloaded, but no instance is ready", out)
+                continue
+            tracked.offloaded = True
+            tracked.advance(Trigger.OFFLOADED)
+            ledger.send_to(tracked, target, submit, out)
+            out.append(Moved(tracked.request_id, submit.origin, view.instance_id, target))
+        if late_binding is not None:
+            late_binding.bind_waiting(now, out)
+
+    # ---- clients, timers ---------------------------------------------------------------
+    def _client_left(self, request_id: str, outcome: Outcome, out: list[Action]) -> None:
+        tracked = self.ledger.requests.get(request_id)
+        if tracked is None:
+            return  # it had ended already
+        holder = tracked.instance
+        self.ledger.end(tracked, outcome, None, "", out)
+        if holder is not None:  # None: between instances, held by none
+            out.append(Send(holder, Abort(request_id=request_id)))
+
+    def _timer_fired(self, now: float, timer: Timer, out: list[Action]) -> None:
+        if timer.kind == RECOVERY:
+            self.recovery.give_up(now, out)
+        elif timer.kind == DRAIN:
+            for tracked in list(self.ledger.requests.values()):
+                self.ledger.end(tracked, Outcome.ERRORED, EndCode.SHUTTING_DOWN,
+                                "the server is shutting down and this request did not finish "
+                                f"within the drain timeout ({self.drain_timeout:g} s)", out)
+        else:
+            raise ValueError(f"unknown timer {timer!r}")

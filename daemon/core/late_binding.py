@@ -1,0 +1,148 @@
+"""The controller core's late binding (docs/design.md §5.6): the component that owns the
+waiting room and binds its requests to instances, rescues them on an HP or sheds them.
+Sans-I/O, like the core.
+
+Requests of an Ascendra layout with the global queue wait in the `WaitingRoom`
+(daemon/core/waiting_room.py) until `policies.global_queue.plan` binds them to an LP
+whose predicted prefill backlog is under `bind_steps` of its token budgets, rescues them
+on an HP that can still finish them in time, or sheds them; every event that changes a
+backlog or the queue runs `bind_waiting`. An HP holding an open ticket takes one request
+first (`policies.ticket_pick`). `gated_hp` is the HP gate: the ready HP that can finish a
+request's prefill before its deadline, for rescues and LP offloads alike.
+"""
+from __future__ import annotations
+
+import msgspec
+
+from daemon.core.controller_config import ControllerConfig
+from daemon.core.events import Action, Moved
+from daemon.core.ledger import Ledger
+from daemon.core.request_state import Outcome, Tracked, Trigger
+from daemon.core.waiting_room import WaitingRoom
+from ipc.api_codes import EndCode
+from ipc.messages import InstanceLoad, Origin, Ready, Role, Submit
+from policies.admission import TicketBook
+from policies.global_queue import Plan, Waiting
+from policies.ticket_pick import ticket_pick
+
+#: Seconds between plans of a queue no LP can take more from (rescue and shed decisions).
+PLAN_INTERVAL = 0.05
+
+
+class LateBinding:
+    def __init__(self, room: WaitingRoom, ledger: Ledger, tickets: TicketBook,
+                 config: ControllerConfig) -> None:
+        self.room = room          # the ledger keeps its backlogs and membership in step
+        self.ledger = ledger
+        self.tickets = tickets    # the router's: HPs asking for one new request each
+        self.config = config
+        self.last_plan = -float("inf")
+
+    # ---- what the waiting room hears ---------------------------------------------------
+    def add(self, tracked: Tracked) -> None:
+        """A new request waits (PENDING) for an instance."""
+        self.room.add(tracked)
+
+    def requeue(self, tracked: Tracked) -> None:
+        """An LP's offload no HP can finish in time waits again, pinned to the LPs."""
+        tracked.advance(Trigger.REQUEUED)
+        tracked.requeued = True
+        self.room.add(tracked)
+
+    def ready(self, ready: Ready) -> None:
+        self.room.ready(ready)
+
+    def reported(self, instance_id: int, load: InstanceLoad) -> None:
+        self.room.reported(instance_id, load)
+
+    def forget(self, instance_id: int) -> None:
+        self.room.forget(instance_id)
+
+    # ---- binding -----------------------------------------------------------------------
+    def bind_waiting(self, now: float, out: list[Action]) -> None:
+        """Apply a plan of the waiting room: shed, rescue on an HP, give an HP that holds
+        a ticket one request, bind the rest to LPs. A plan looks at the whole queue, so it
+        runs when it can bind something (an LP under its bound, an open ticket) or
+        `PLAN_INTERVAL` after the last one (for rescues and sheds), not on every event of
+        a busy queue."""
+        room, ledger = self.room, self.ledger
+        if not len(room) or not self._worth_planning(now):
+            return
+        self.last_plan = now
+        for tracked in room.waited_too_long(now, self.config.max_wait_slo_multiple):
+            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                       f"dropped: it waited {now - tracked.arrival_time:.1f} s, over "
+                       f"{self.config.max_wait_slo_multiple:g} times its TTFT SLO, for an "
+                       "instance", out)
+        lps = [i for i in ledger.ready_ids() if ledger.roles[i] is Role.LP]
+        hps = [i for i in ledger.ready_ids() if ledger.roles[i] is Role.HP]
+        if not lps and not hps:
+            return
+        plan, by_id = room.plan(now, lps, hps, self._bound())
+        for w in plan.shed:
+            ledger.end(by_id[w.key], Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                       "dropped: it was predicted to miss its TTFT SLO on every instance", out)
+        for w, target in plan.to_hp:
+            self._bind(by_id[w.key], target, Origin.OFFLOAD, out)
+        ticketed = self._serve_ticket(plan, by_id, out)
+        for w, target in plan.to_lp:
+            if w is ticketed:
+                continue
+            tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
+            self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out)
+
+    def _serve_ticket(self, plan: Plan, by_id: dict[str, Tracked], out: list[Action],
+                      ) -> Waiting | None:
+        """An HP holding a ticket is idle enough to start a new request now: it takes one
+        before the LPs do (policies/ticket_pick.py picks which), else it would get only
+        what the LPs' bound leaves over. Returns the request it took, if any."""
+        if not self.tickets:
+            return None
+        candidates = [w for w, _ in plan.to_lp] + plan.order
+        if not candidates:
+            return None
+        hp = self.tickets.take()
+        chosen = candidates[ticket_pick(candidates, hp)]
+        self._bind(by_id[chosen.key], hp, Origin.NEW, out)
+        return chosen
+
+    def _worth_planning(self, now: float) -> bool:
+        if now - self.last_plan >= PLAN_INTERVAL or self.tickets:
+            return True
+        bound, ledger = self._bound(), self.ledger
+        return any(self.room.backlog_tokens(i) < bound for i in ledger.ready_ids()
+                   if ledger.roles[i] is Role.LP)
+
+    def _bound(self) -> int:
+        """Prompt tokens an LP may have queued and still take more."""
+        ledger = self.ledger
+        lp = next((ledger.instances[i].ready for i in ledger.ready_ids()
+                   if ledger.roles[i] is Role.LP), None)
+        return round(self.config.bind_steps * ((lp.token_budget if lp else 0) or 2048))
+
+    def _bind(self, tracked: Tracked, target: int, origin: Origin, out: list[Action]) -> None:
+        self.room.remove(tracked)
+        tracked.advance(Trigger.BOUND)
+        submit = tracked.submit
+        if origin is not Origin.NEW:
+            submit = msgspec.structs.replace(submit, origin=origin)
+            tracked.offloaded |= origin is Origin.OFFLOAD
+            out.append(Moved(tracked.request_id, origin, None, target))
+        self.ledger.send_to(tracked, target, submit, out)
+
+    # ---- the HP gate -------------------------------------------------------------------
+    def gated_hp(self, now: float, submit: Submit, cached_on: dict[int, int] | None = None,
+                 ) -> int | None:
+        """The ready HP that can finish `submit`'s prefill before its deadline soonest,
+        counting only the prompt tokens it would not find cached (`cached_on`)."""
+        best = None
+        cached_on = cached_on or {}
+        ledger = self.ledger
+        for i in ledger.ready_ids():
+            if ledger.roles[i] is Role.HP:
+                tokens = (self.room.backlog_tokens(i) + len(submit.prompt_token_ids)
+                          - cached_on.get(i, 0))
+                finish = now + self.room.seconds(i, tokens)
+                if finish <= submit.deadline and (best is None or finish < best[0]):
+                    best = (finish, i)
+        return best[1] if best else None

@@ -1,0 +1,131 @@
+"""The controller core's books: every accepted request (`Tracked`), every instance
+(`InstanceView`) and the admission bounds over the requests without a first token.
+
+The ledger is the one place a request is taken on (`add`), sent to an instance
+(`send_to`), let go by one (`release`), counted out of the bounds (`unqueue`) and ended
+(`end`, which emits its `Settle`). Two structures of the other components follow every
+Submit and every end, so the ledger is handed them and keeps them in step: the waiting
+room (its backlogs, and its queue a request leaves when it ends; docs/design.md §5.6)
+and the prefix index (what each instance is known to cache). Sans-I/O, like the core.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from daemon.core.admission_bounds import AdmissionBounds, retry_after
+from daemon.core.controller_config import ControllerConfig
+from daemon.core.events import Action, Send, Settle
+from daemon.core.prefixes import Prefixes
+from daemon.core.request_state import Outcome, Tracked, Trigger
+from daemon.core.waiting_room import WaitingRoom
+from ipc.api_codes import EndCode
+from ipc.messages import CachedPrompt, Heartbeat, Ready, Role, Submit
+
+
+@dataclass(slots=True)
+class InstanceView:
+    """What the core knows of one instance."""
+
+    instance_id: int
+    role: Role
+    ready: Ready | None = None     # None: not serving (starting, restarting)
+    stats: Heartbeat | None = None  # its last heartbeat since it became ready
+    #: Its batch and KV cache as of its latest report (a step's load or a heartbeat).
+    num_running: int = 0
+    num_kv_blocks_used: int = 0
+    #: Requests it holds, and those of them without a first token (insertion-ordered sets).
+    held: dict[str, None] = field(default_factory=dict)
+    waiting: dict[str, None] = field(default_factory=dict)
+
+    def reported(self, num_running: int, num_kv_blocks_used: int) -> None:
+        """Its latest report; one socket per instance keeps them in order, so the last wins."""
+        self.num_running, self.num_kv_blocks_used = num_running, num_kv_blocks_used
+
+
+class Ledger:
+    def __init__(self, roles: Mapping[int, Role], config: ControllerConfig, ttft_slo: float,
+                 room: WaitingRoom | None, prefixes: Prefixes) -> None:
+        self.roles = dict(roles)
+        self.instances = {i: InstanceView(i, role) for i, role in sorted(roles.items())}
+        self.requests: dict[str, Tracked] = {}
+        self.bounds = AdmissionBounds(config.max_queued_requests, config.max_queued_tokens)
+        self.ttft_slo = ttft_slo  # the default, for a dropped request's Retry-After
+        self.room = room          # the late-binding component's (None: no late binding)
+        self.prefixes = prefixes
+
+    # ---- views -------------------------------------------------------------------------
+    def ready_ids(self) -> list[int]:
+        return [i for i, view in self.instances.items() if view.ready is not None]
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest context every ready instance serves (0: none is ready)."""
+        lens = [v.ready.max_model_len for v in self.instances.values() if v.ready is not None]
+        return min(lens) if lens else 0
+
+    def in_flight(self) -> dict[int, int]:
+        return {i: len(view.held) for i, view in self.instances.items()}
+
+    def queued(self) -> dict[int, int]:
+        """Requests without a first token, per instance that holds them."""
+        return {i: len(view.waiting) for i, view in self.instances.items()}
+
+    def held(self, request_id: str, view: InstanceView) -> Tracked | None:
+        """The request if `view`'s instance holds it now (not a former holder)."""
+        return self.requests.get(request_id) if request_id in view.held else None
+
+    # ---- a request's bookkeeping -------------------------------------------------------
+    def add(self, tracked: Tracked) -> None:
+        """An accepted request: tracked, and counted against the admission bounds."""
+        self.requests[tracked.request_id] = tracked
+        self.bounds.add(len(tracked.original.prompt_token_ids))
+
+    def send_to(self, tracked: Tracked, target: int, submit: Submit, out: list[Action]) -> None:
+        view = self.instances[target]
+        tracked.instance, tracked.submit = target, submit
+        if self.room is not None:  # what it will compute: its prompt less a cached prefix
+            self.room.sent(target, len(submit.prompt_token_ids) - tracked.cached_on.get(target, 0))
+        view.held[tracked.request_id] = None
+        if tracked.waiting:
+            view.waiting[tracked.request_id] = None
+        self.prefixes.sent(tracked, target)
+        out.append(Send(target, submit))
+
+    def release(self, tracked: Tracked) -> None:
+        if tracked.instance is not None:
+            view = self.instances[tracked.instance]
+            view.held.pop(tracked.request_id, None)
+            view.waiting.pop(tracked.request_id, None)
+            tracked.instance = None
+
+    def unqueue(self, tracked: Tracked) -> None:
+        """It got its first token or ended: it no longer waits (once per request)."""
+        if tracked.waiting:
+            self.bounds.remove(len(tracked.original.prompt_token_ids))
+            if tracked.instance is not None:
+                self.instances[tracked.instance].waiting.pop(tracked.request_id, None)
+
+    def found_cached(self, view: InstanceView, cached: Iterable[CachedPrompt]) -> None:
+        """`view`'s instance admitted these requests with part of their prompts cached."""
+        for hit in cached:
+            tracked = self.held(hit.request_id, view)
+            if tracked is not None and tracked.first_token_time is None:
+                tracked.num_cached_tokens = hit.num_cached_tokens
+
+    def end(self, tracked: Tracked, outcome: Outcome, code: EndCode | None, message: str,
+            out: list[Action]) -> None:
+        """Its one terminal answer: forgotten everywhere, and its `Settle` emitted."""
+        holder = tracked.instance
+        if self.room is not None:
+            self.room.remove(tracked)
+        self.unqueue(tracked)
+        self.release(tracked)
+        tracked.advance(Trigger.ENDED)
+        del self.requests[tracked.request_id]
+        e2e = (tracked.last_token_time - tracked.arrival_time
+               if tracked.last_token_time is not None else None)
+        again = retry_after(self.ttft_slo) if outcome is Outcome.DROPPED else None
+        self.prefixes.completed(tracked, holder if outcome is Outcome.COMPLETED else None)
+        out.append(Settle(tracked.request_id, outcome, code, message, holder, e2e, again,
+                          len(tracked.original.prompt_token_ids), tracked.num_cached_tokens))
