@@ -8,7 +8,7 @@ import msgspec
 
 from bench.json_file import write_json
 from bench.parallel import add_workers_flag
-from bench.sim.sim_flags import add_class_floor_flag, add_sim_flags, sim_settings
+from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured", type=int, default=2000,
                    help="measured requests per simulated point (default %(default)s; the "
                         "capacity table's ruler uses 4500)")
-    add_class_floor_flag(p)
+    add_fair_floor_flag(p)
     add_workers_flag(p)
     p.add_argument("--json", metavar="OUT", help="write the answer here")
     p.set_defaults(run=run)
@@ -27,14 +27,14 @@ def run(args: argparse.Namespace) -> int:
     from bench.ruler.plan import plan
     _, config = sim_settings(args)
     config = msgspec.structs.replace(config, measured=args.measured, seeds=(args.seed,),
-                                     class_floor=args.class_floor)
+                                     fair_floor=args.fair_floor)
     answer = plan(config, args.gpus, workers=args.workers,
                   progress=lambda line: print(line, file=sys.stderr))
     width = max(len(c.layout) for c in answer.candidates)
     print(f"{args.gpus} GPUs, workload {config.workload.name} on {config.profile}: hardware "
           f"ceiling {answer.ceiling_qps:.2f} QPS (all served), {answer.ceiling_target_qps:.2f} "
           f"QPS (the cheapest {config.target:g} %), {answer.fair_ceiling_qps:.2f} QPS (fair: "
-          f"every prompt-length class >= {100 * config.class_floor:g} %)")
+          f"every prompt-length class >= {100 * config.fair_floor:g} %)")
     print(f"  {'layout':>{width}}  capacity  fair capacity")
     for c in sorted(answer.candidates, key=lambda c: (-c.fair_capacity_qps, -c.capacity_qps)):
         mark = "  <- recommended" if c.layout == answer.recommended else ""

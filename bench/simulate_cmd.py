@@ -23,7 +23,7 @@ from bench.ruler.ruler import (
     RulerConfig, SeedCapacity, Subject, point_rows, ruler_classes, seed_capacity, sim_config,
 )
 from bench.sim.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
-from bench.sim.sim_flags import add_class_floor_flag, add_sim_flags, sim_settings
+from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 from bench.sim.simulate import simulate
 from daemon.layout import layout_modes
 
@@ -56,7 +56,7 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--start-qps", type=float, default=None,
                    help="where the search starts (default: 0.8 x the hardware ceiling)")
-    add_class_floor_flag(p)
+    add_fair_floor_flag(p)
     p.add_argument("--tolerance", type=float, default=RulerConfig().tolerance,
                    help="stop once the bracket is this narrow, relative (default %(default)s)")
     add_workers_flag(p)
@@ -94,13 +94,13 @@ class CapacityAnswer(msgspec.Struct, kw_only=True):
     config: RulerConfig
     ceiling_qps: float
     ceiling_target_qps: float      # serving only the cheapest `target` % of the requests
-    fair_ceiling_qps: float        # ... with every prompt-length class at the class floor
+    fair_ceiling_qps: float        # ... with every prompt-length class at the fair floor
     #: The request classes' bounds (prompt-length quartiles of the workload, tokens).
     prompt_class_bounds: tuple[int, ...]
     mean_qps: float
     min_qps: float
     max_qps: float
-    fair_mean_qps: float           # every class at `config.class_floor` too
+    fair_mean_qps: float           # every class at `config.fair_floor` too
     fair_min_qps: float
     fair_max_qps: float
     seeds: list[SeedCapacity]
@@ -111,7 +111,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     config = msgspec.structs.replace(config, seeds=seeds, target=args.target,
                                      measured=args.measured, tolerance=args.tolerance,
-                                     class_floor=args.class_floor)
+                                     fair_floor=args.fair_floor)
     ceiling = workload_ceilings(config, len(layout_modes(subject.layout)))
     start = args.start_qps or 0.8 * ceiling.all_served_qps
     print("capacity of", msgspec.json.encode(_printable(subject, config)).decode(),

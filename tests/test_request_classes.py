@@ -1,4 +1,4 @@
-"""Who pays (bench/ruler/classes.py): request classes, the class floor on the steady-state
+"""Who pays (bench/ruler/classes.py): request classes, the fair floor on the steady-state
 rule, token-weighted goodput, and the fair hardware ceiling."""
 from __future__ import annotations
 
@@ -46,13 +46,13 @@ def test_refusing_the_longest_prompts_holds_the_rule_but_not_the_floor():
     lengths = [100, 1000, 3000, 6000] * 25
     records = [record(i, n, good=not (n == 6000 and i % 25 < 8)) for i, n in enumerate(lengths)]
     classes = RequestClasses.from_prompts(lengths)
-    verdict = judge(records, 90.0, *SLO, rule=WHOLE, classes=classes, class_floor=0.8)
+    verdict = judge(records, 90.0, *SLO, rule=WHOLE, classes=classes, fair_floor=0.8)
     assert verdict.goodput_pct == 92.0 and verdict.holds
     assert not verdict.fair_holds
     worst = min(verdict.classes, key=lambda c: c.goodput_pct)
     assert worst.name == "prompt >=6000" and worst.goodput_pct == 68.0
     # with no floor the fair rule is the usual one
-    assert judge(records, 90.0, *SLO, rule=WHOLE, classes=classes, class_floor=0.0).fair_holds
+    assert judge(records, 90.0, *SLO, rule=WHOLE, classes=classes, fair_floor=0.0).fair_holds
     # the refused requests were the biggest: token goodput (81 %) is far below 92 %
     assert verdict.token_goodput_pct == pytest.approx(100 * (1 - 8 * 6002 / (25 * 10108)))
 
@@ -81,19 +81,19 @@ def test_the_fair_ceiling_lies_between_all_served_and_the_cheapest_share():
     profile = LinearProfile()
     everyone = ceiling_qps(profile, lengths, 1, tbt_slo=10.0)
     cheapest = ceiling_qps(profile, lengths, 1, tbt_slo=10.0, served_share=0.9)
-    fair = ceiling_qps(profile, lengths, 1, tbt_slo=10.0, served_share=0.9, class_floor=0.8,
+    fair = ceiling_qps(profile, lengths, 1, tbt_slo=10.0, served_share=0.9, fair_floor=0.8,
                        classes=classes)
     assert everyone < fair < cheapest
     # the fair ceiling refused 2 costly and 8 cheap requests: the same as serving these
     kept = [(100, 20)] * 82 + [(5000, 500)] * 8
     assert fair == pytest.approx(ceiling_qps(profile, kept, 1, tbt_slo=10.0) * 100 / 90)
     # a floor of 1 refuses no one
-    assert ceiling_qps(profile, lengths, 1, tbt_slo=10.0, served_share=0.9, class_floor=1.0,
+    assert ceiling_qps(profile, lengths, 1, tbt_slo=10.0, served_share=0.9, fair_floor=1.0,
                        classes=classes) == pytest.approx(everyone)
 
 
 def test_a_ruler_config_refuses_a_floor_outside_zero_to_one():
     from bench.ruler.ruler import RulerConfig
-    with pytest.raises(ValueError, match="class_floor"):
-        RulerConfig(class_floor=1.5)
-    assert msgspec.structs.replace(RulerConfig(), class_floor=0.0).class_floor == 0.0
+    with pytest.raises(ValueError, match="fair_floor"):
+        RulerConfig(fair_floor=1.5)
+    assert msgspec.structs.replace(RulerConfig(), fair_floor=0.0).fair_floor == 0.0

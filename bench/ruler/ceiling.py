@@ -19,7 +19,7 @@ Capacity asks for goodput >= 90 %, not 100 %: a perfect scheduler may give up on
 of requests that cost most and serve the rest. `served_share` = 0.9 gives that ceiling:
 the fluid rate of the cheapest 90 % (cost = prompt tokens x seconds per prefill token +
 output tokens x seconds per decode, both from the profile), divided by 0.9 because the
-arrival rate counts every request. With a class floor F (`class_floor`, and each
+arrival rate counts every request. With a fair floor F (`fair_floor`, and each
 request's class in `classes`) the costliest are refused only while their class keeps at
 least F of its requests: the fair ceiling, the bound for a point that must hold fairly
 (bench/ruler/classes.py).
@@ -41,10 +41,10 @@ BUDGETS = tuple(sorted({int(b) for b in np.geomspace(64, 16384, 17)}))
 
 def ceiling_qps(profile, lengths: Sequence[tuple[int, int]], num_instances: int,
                 tbt_slo: float, kv_tokens: int | None = None, served_share: float = 1.0,
-                class_floor: float = 0.0, classes: Sequence[int] | None = None) -> float:
+                fair_floor: float = 0.0, classes: Sequence[int] | None = None) -> float:
     """Requests/s `num_instances` instances of `profile` can sustain on requests of these
     (prompt, output) lengths with each step within `tbt_slo` seconds, serving the
-    cheapest `served_share` of them -- and at least `class_floor` of each class of
+    cheapest `served_share` of them -- and at least `fair_floor` of each class of
     `classes` (one class index per request)."""
     if not lengths:
         raise ValueError("a ceiling needs at least one request")
@@ -53,7 +53,7 @@ def ceiling_qps(profile, lengths: Sequence[tuple[int, int]], num_instances: int,
     prompts, outputs = np.asarray(lengths, dtype=float).T
     kept_share = 1.0
     if served_share < 1:
-        keep = _cheapest(profile, prompts, outputs, served_share, class_floor,
+        keep = _cheapest(profile, prompts, outputs, served_share, fair_floor,
                          np.zeros(len(prompts), dtype=int) if classes is None
                          else np.asarray(classes))
         kept_share = len(keep) / len(prompts)  # above served_share if a floor stopped it
@@ -62,16 +62,16 @@ def ceiling_qps(profile, lengths: Sequence[tuple[int, int]], num_instances: int,
 
 
 def _cheapest(profile, prompts: np.ndarray, outputs: np.ndarray, share: float,
-              class_floor: float, classes: np.ndarray) -> np.ndarray:
+              fair_floor: float, classes: np.ndarray) -> np.ndarray:
     """Indices of the requests kept when the costliest (by GPU time) are refused, up to
-    `1 - share` of them, each only while its class keeps `class_floor` of its own."""
+    `1 - share` of them, each only while its class keeps `fair_floor` of its own."""
     per_prefill = profile.step_time(BatchShape.prefill_only(2048)) / 2048
     context = int(prompts.mean() + outputs.mean() / 2)
     per_decode = profile.step_time(BatchShape.of(decodes=[context] * 128)) / 128
     cost = prompts * per_prefill + outputs * per_decode
     to_refuse = len(cost) - max(1, round(share * len(cost)))
     labels, sizes = np.unique(classes, return_counts=True)
-    may_refuse = dict(zip(labels.tolist(), np.floor(sizes * (1 - class_floor) + 1e-9).tolist()))
+    may_refuse = dict(zip(labels.tolist(), np.floor(sizes * (1 - fair_floor) + 1e-9).tolist()))
     refused = np.zeros(len(cost), dtype=bool)
     for i in np.argsort(-cost, kind="stable"):
         if to_refuse == 0:
@@ -105,7 +105,7 @@ class Ceilings(msgspec.Struct, frozen=True):
     """A workload's ceilings on N GPUs, requests/s."""
     all_served_qps: float      # every request served, each step within the TBT target
     cheapest_qps: float        # the cheapest `target` % served (the bound for that target)
-    fair_qps: float            # ... with every prompt-length class at the class floor
+    fair_qps: float            # ... with every prompt-length class at the fair floor
 
 
 def workload_ceilings(config: RulerConfig, num_instances: int = 3) -> Ceilings:
@@ -123,4 +123,4 @@ def workload_ceilings(config: RulerConfig, num_instances: int = 3) -> Ceilings:
         round(ceiling_qps(profile, lengths, num_instances, tbt), 3),
         round(ceiling_qps(profile, lengths, num_instances, tbt, served_share=share), 3),
         round(ceiling_qps(profile, lengths, num_instances, tbt, served_share=share,
-                          class_floor=config.class_floor, classes=prompt_classes), 3))
+                          fair_floor=config.fair_floor, classes=prompt_classes), 3))

@@ -8,7 +8,7 @@ ruler also groups the measured requests into classes and reports each class's go
   the same for every layout and rate of a table, and printed with it);
 * **SLO class**: a mixed-SLO workload's classes (`RequestRecord.slo_class`).
 
-Under a class floor F a point holds *fairly* when it holds by the usual rule and every
+Under a fair floor F a point holds *fairly* when it holds by the usual rule and every
 class also reaches F (bench/ruler/steady_state.py). The share of prompt + output
 tokens that belonged to good requests (token-weighted goodput) says the same from the
 other side: refusing long prompts costs it more than request goodput.
@@ -24,7 +24,7 @@ from bench.records import RequestRecord
 from bench.results import is_good, token_goodput_pct
 
 #: The floor a class must reach for a point to hold fairly, as a share of its requests.
-DEFAULT_CLASS_FLOOR = 0.8
+DEFAULT_FAIR_FLOOR = 0.8
 QUARTILES = (0.25, 0.5, 0.75)
 
 
@@ -88,5 +88,5 @@ def holds_floor(goodput: Sequence[ClassGoodput], floor: float) -> bool:
     return all(c.goodput_pct >= 100.0 * floor - 1e-9 for c in goodput)
 
 
-__all__ = ["DEFAULT_CLASS_FLOOR", "ClassGoodput", "RequestClasses", "class_goodput",
+__all__ = ["DEFAULT_FAIR_FLOOR", "ClassGoodput", "RequestClasses", "class_goodput",
            "holds_floor", "token_goodput_pct"]

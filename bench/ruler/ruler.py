@@ -14,7 +14,7 @@ The protocol (stated in full by `RulerConfig` and printed with every result):
 * **capacity** -- the highest rate that holds the target (bench/ruler/capacity.py), searched
   from a start near the hardware ceiling (bench/ruler/ceiling.py), to `tolerance`;
 * **fair capacity** -- the highest rate that holds it with every request class
-  (bench/ruler/classes.py: prompt-length quartiles, SLO classes) at `class_floor` too,
+  (bench/ruler/classes.py: prompt-length quartiles, SLO classes) at `fair_floor` too,
   searched from the capacity down (it is never above it: the rule is stricter).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from bench.loadgen.workloads import WorkloadSpec, build_requests
 from bench.records import RecordRow
 from bench.records_file import record_rows
 from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
-from bench.ruler.classes import DEFAULT_CLASS_FLOOR, ClassGoodput, RequestClasses
+from bench.ruler.classes import DEFAULT_FAIR_FLOOR, ClassGoodput, RequestClasses
 from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
@@ -67,11 +67,11 @@ class RulerConfig(msgspec.Struct, frozen=True, kw_only=True):
     num_kv_blocks: int | None = None
     interconnect: str = ""             # SimConfig.interconnect: a P/D layout's KV link
     #: Fair capacity: every class's goodput must reach this share too (0: no floor).
-    class_floor: float = DEFAULT_CLASS_FLOOR
+    fair_floor: float = DEFAULT_FAIR_FLOOR
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.class_floor <= 1.0:
-            raise ValueError(f"class_floor must be in [0, 1], got {self.class_floor}")
+        if not 0.0 <= self.fair_floor <= 1.0:
+            raise ValueError(f"fair_floor must be in [0, 1], got {self.fair_floor}")
 
 
 class Point(msgspec.Struct, frozen=True):
@@ -133,7 +133,7 @@ def run_point(subject: Subject, config: RulerConfig, qps: float, seed: int,
                                                           config.rule, primed))
     verdict = judge([r for r in records if r.outcome != "lost"] if simulation.stopped_early
                     else records, config.target, config.slo.ttft_slo, config.slo.tbt_slo,
-                    config.rule, classes or ruler_classes(config), config.class_floor)
+                    config.rule, classes or ruler_classes(config), config.fair_floor)
     holds = verdict.holds and not simulation.stopped_early
     return Point(qps=qps, holds=holds,
                  goodput_pct=round(verdict.goodput_pct, 2),
@@ -169,7 +169,7 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
 
     capacity = find_capacity(lambda q: point(q).holds, start_qps=start_qps,
                              tolerance=config.tolerance, growth=growth)
-    fair = capacity if config.class_floor == 0 or capacity == 0 else find_capacity(
+    fair = capacity if config.fair_floor == 0 or capacity == 0 else find_capacity(
         lambda q: point(q).fair_holds, start_qps=capacity, tolerance=config.tolerance,
         growth=NEAR_GROWTH)
     tried = sorted(points.values(), key=lambda p: p.qps)

@@ -20,7 +20,7 @@ and are never measured; the shares above apply to the requests after them.
 
 With request classes (bench/ruler/classes.py) the verdict also gives each class's goodput
 over the measured requests, and `fair_holds`: the point holds and every class reaches
-the class floor.
+the fair floor.
 """
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ class Verdict(msgspec.Struct, frozen=True):
 
 def judge(records: Sequence[RequestRecord], target: float, ttft_slo: float, tbt_slo: float,
           rule: MeasureRule = MeasureRule(), classes: RequestClasses | None = None,
-          class_floor: float = 0.0) -> Verdict:
+          fair_floor: float = 0.0) -> Verdict:
     """Does this run hold `target` % goodput in steady state (see the module docstring),
-    and with every class of `classes` at `class_floor` (a share) too?"""
+    and with every class of `classes` at `fair_floor` (a share) too?"""
     measured = rule.measured(records)
     good = [is_good(r, ttft_slo, tbt_slo) for r in measured]
     if not good:
@@ -88,7 +88,7 @@ def judge(records: Sequence[RequestRecord], target: float, ttft_slo: float, tbt_
     holds = overall >= target and min(windows) >= target - rule.window_slack
     per_class = class_goodput(measured, classes, ttft_slo, tbt_slo) if classes else []
     return Verdict(overall, windows, holds, len(good), per_class,
-                   holds and holds_floor(per_class, class_floor),
+                   holds and holds_floor(per_class, fair_floor),
                    token_goodput_pct(measured, ttft_slo, tbt_slo))
 
 

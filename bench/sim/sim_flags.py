@@ -51,9 +51,9 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     return subject, config
 
 
-def add_class_floor_flag(p: argparse.ArgumentParser) -> None:
-    """The ruler's class floor, for the commands that search a capacity."""
-    p.add_argument("--class-floor", type=float, default=RulerConfig().class_floor,
+def add_fair_floor_flag(p: argparse.ArgumentParser) -> None:
+    """The ruler's fair floor, for the commands that search a capacity."""
+    p.add_argument("--fair-floor", type=float, default=RulerConfig().fair_floor,
                    help="fair capacity: every request class (prompt-length quartile, SLO "
                         "class) must reach this goodput share too; 0 = no floor "
                         "(default %(default)s)")

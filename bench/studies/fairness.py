@@ -1,10 +1,10 @@
-"""`python -m bench.studies.fairness --out DIR`: who pays for a capacity -- per-class floors
+"""`python -m bench.studies.fairness --out DIR`: who pays for a capacity -- per-fair floors
 on the ruler, Pareto tables at equal load (docs/results/fairness.md).
 
 Phases (`--phases`, default both; each writes DIR/<phase>.json as it ends):
 
 * `capacity`: the capacity table (bench/ruler/capacity_table.py) on `--workloads`, every
-  row with its capacity and its fair capacity (every request class at `--class-floor`),
+  row with its capacity and its fair capacity (every request class at `--fair-floor`),
   beside the three ceilings (all served, cheapest 90 %, fair).
 * `pareto`: for each workload, at the best baseline's capacity (from `capacity`), every
   row of the table (Ascendra's layouts, each baseline at its tuned setting with and
@@ -64,7 +64,7 @@ def _point(job: tuple[Subject, RulerConfig, float, int]) -> tuple[float, float, 
     records = Simulation(sim_config(subject, config),
                          workload_requests(config, qps, seed)).run()
     verdict = judge(records, config.target, config.slo.ttft_slo, config.slo.tbt_slo,
-                    config.rule, ruler_classes(config), config.class_floor)
+                    config.rule, ruler_classes(config), config.fair_floor)
     return (verdict.goodput_pct, verdict.token_goodput_pct,
             {c.name: c.goodput_pct for c in verdict.classes})
 
@@ -146,13 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default=",".join(CAPACITY_WORKLOADS))
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--class-floor", type=float, default=RulerConfig().class_floor)
+    parser.add_argument("--fair-floor", type=float, default=RulerConfig().fair_floor)
     add_workers_flag(parser)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     config_of = {name: RulerConfig(workload=workload(name), measured=args.measured, seeds=seeds,
-                                   class_floor=args.class_floor)
+                                   fair_floor=args.fair_floor)
                  for name in args.workloads.split(",")}
     phases = args.phases.split(",")
     if "capacity" in phases:

@@ -104,7 +104,8 @@ class ControllerCore:
         self.prefixes = Prefixes()
         #: Late binding (Ascendra layouts with the global queue): requests no instance holds.
         room = (WaitingRoom(config.shed, rescue=config.hp_gate, miss_budget=config.miss_budget,
-                            prefix_aware=config.routing is Routing.PREFIX_AWARE)
+                            prefix_aware=config.routing is Routing.PREFIX_AWARE,
+                            class_floor=config.class_floor)
                 if config.global_queue and lp_ids else None)
         self.ledger = Ledger(roles, config, slo.ttft_slo, room, self.prefixes)
         self.late_binding = (LateBinding(room, self.ledger, self.router.tickets, config)
@@ -264,6 +265,8 @@ class ControllerCore:
             ledger.unqueue(tracked)
             tracked.first_token_time, ttft = now, now - tracked.arrival_time
             tracked.advance(Trigger.FIRST_TOKEN)
+            if ledger.room is not None:
+                ledger.room.answered(tracked, met=now <= tracked.submit.deadline)
         else:
             tbt = now - tracked.last_token_time
         tracked.last_token_time = now

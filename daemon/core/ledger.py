@@ -119,6 +119,8 @@ class Ledger:
         holder = tracked.instance
         if self.room is not None:
             self.room.remove(tracked)
+            if outcome is Outcome.DROPPED and tracked.first_token_time is None:
+                self.room.answered(tracked, met=False)
         self.unqueue(tracked)
         self.release(tracked)
         tracked.advance(Trigger.ENDED)

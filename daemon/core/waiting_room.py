@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from daemon.core.request_state import Tracked
 from ipc.messages import InstanceLoad, Ready
+from policies.class_floor import PromptClasses
 from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
 from policies.perf.prefill_curve import curve_seconds
 
@@ -72,7 +73,7 @@ def model_rate(ready: Ready) -> float:
 
 class WaitingRoom:
     def __init__(self, shed: Shed, rescue: bool = True, miss_budget: float = 1.0,
-                 prefix_aware: bool = False) -> None:
+                 prefix_aware: bool = False, class_floor: float = 0.0) -> None:
         self.shed = Shed(shed)
         self.rescue = rescue
         #: Price each request per instance by the prompt tokens it would not find cached
@@ -85,6 +86,8 @@ class WaitingRoom:
         self._keys: dict[str, tuple] = {}
         self._seq = itertools.count()
         self.backlogs: dict[int, _Backlog] = {}
+        #: Prompt-length classes and their recent TTFT record (docs/design.md §5.8).
+        self.classes = PromptClasses(floor=class_floor)
 
     # ---- the queue ---------------------------------------------------------------------
     def add(self, tracked: Tracked) -> None:
@@ -92,6 +95,8 @@ class WaitingRoom:
         key = (-submit.priority, submit.deadline, tracked.arrival_time, next(self._seq))
         if not tracked.requeued:
             self._arrivals.append(tracked.arrival_time)
+            if self.classes.active:
+                self.classes.arrived(len(tracked.original.prompt_token_ids))
         self._keys[tracked.request_id] = key
         bisect.insort(self._queue, (key, tracked), key=lambda item: item[0])
 
@@ -100,6 +105,12 @@ class WaitingRoom:
         if key is not None:
             i = bisect.bisect_left(self._queue, key, key=lambda item: item[0])
             del self._queue[i]
+
+    def answered(self, tracked: Tracked, met: bool) -> None:
+        """A request got its first answer: its first token (`met`: by its deadline), or
+        a drop. Its class's record (the class floor) counts it."""
+        if self.classes.active:
+            self.classes.answered(len(tracked.original.prompt_token_ids), met)
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._keys
@@ -144,17 +155,22 @@ class WaitingRoom:
         lp_rate = sum(self.backlogs[i].rate for i in lps) / len(lps) if lps else 1.0
         hp_rate = sum(self.backlogs[i].rate for i in hps) / len(hps) if hps else lp_rate
         waiting = []
+        classes = self.classes
         for _, t in head:
             tokens = len(t.submit.prompt_token_ids)
+            klass = classes.of(len(t.original.prompt_token_ids)) if classes.active else 0
             if self.prefix_aware and t.cached_on:
-                waiting.append(_priced_per_instance(t, tokens, lps, hps, lp_rate, hp_rate))
+                waiting.append(_priced_per_instance(t, tokens, lps, hps, lp_rate, hp_rate,
+                                                    klass))
                 continue
             waiting.append(Waiting(t.request_id, t.arrival_time, t.submit.deadline,
-                                   tokens / lp_rate, tokens / hp_rate, t.submit.priority))
+                                   tokens / lp_rate, tokens / hp_rate, t.submit.priority,
+                                   klass=klass))
         lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in lps]
         hp_lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in hps]
         decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
-                       bound_tokens / lp_rate, self.shed, self._shed_allowance(now))
+                       bound_tokens / lp_rate, self.shed, self._shed_allowance(now),
+                       classes.protected())
         self._drops.extend(now for _ in decided.shed)
         return decided, by_id
 
@@ -166,7 +182,7 @@ class WaitingRoom:
 
 
 def _priced_per_instance(t: Tracked, tokens: int, lps: list[int], hps: list[int],
-                         lp_rate: float, hp_rate: float) -> Waiting:
+                         lp_rate: float, hp_rate: float, klass: int) -> Waiting:
     """A request with a prefix cached somewhere: its seconds on each instance (what it
     would still compute there), the cheapest LP's and HP's as its plain costs."""
     cost_on = tuple((i, (tokens - t.cached_on.get(i, 0)) / rate)
@@ -174,4 +190,4 @@ def _priced_per_instance(t: Tracked, tokens: int, lps: list[int], hps: list[int]
     lp_costs = [c for i, c in cost_on if i in lps] or [tokens / lp_rate]
     hp_costs = [c for i, c in cost_on if i in hps] or [tokens / hp_rate]
     return Waiting(t.request_id, t.arrival_time, t.submit.deadline, min(lp_costs),
-                   min(hp_costs), t.submit.priority, cost_on)
+                   min(hp_costs), t.submit.priority, cost_on, klass)
