@@ -66,11 +66,11 @@ class Instance:
         return self._exit_code
 
     def _serve_once(self) -> None:
-        commands = self.channel.drain(0.0 if self.core.has_work else self._idle_timeout())
-        if commands:
+        received = self.channel.drain(0.0 if self.core.has_work else self._idle_timeout())
+        if received:
             self._last_command = self.clock()
-        for command in commands:
-            self.handle(command)
+        for command, frames in received:
+            self.handle(command, frames)
             if self._exit_code is not None:
                 return
         if self.core.has_work:
@@ -78,11 +78,10 @@ class Instance:
         self._send(self.core.ask_for_work())
         self._housekeeping()
 
-    def handle(self, command) -> None:
+    def handle(self, command, frames=()) -> None:
         self.core.num_bad_frames = self.channel.num_bad_frames
         if isinstance(command, SubmitPrefilled):  # its KV frames, if any came with it
-            self.core.kv_in[command.request_id] = self.channel.kv_frames.pop(
-                command.request_id, [])
+            self.core.kv_in[command.request_id] = list(frames)
         self._send(self.core.handle(command, self.clock()))
         if self.core.stopped:
             log.info("instance %d: shutting down", self.instance_id)
