@@ -33,7 +33,7 @@ from daemon.core.request_state import Outcome
 from daemon.supervisor import InstanceSlot, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable
-from ipc.messages import Handoff, Heartbeat, InstanceFailed, Shutdown, SubmitPrefilled, ToInstance
+from ipc.messages import Heartbeat, InstanceFailed, Shutdown, SubmitPrefilled, ToInstance
 from ipc.params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,9 @@ class Controller:
         self._reader: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()  # sends
         self._timers: dict[Timer, asyncio.TimerHandle] = {}
+        #: P/D: a Handoff's KV frames, by request id, while the core handles it (its
+        #: SubmitPrefilled takes them on; never into the core).
+        self._kv_frames: dict[str, list] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------
     async def start(self, timeout: float = 600.0) -> None:
@@ -153,7 +156,7 @@ class Controller:
             match action:
                 case Send(instance_id=instance_id, message=message):
                     # a P/D hand-off's KV frames go on as they came (never into the core)
-                    frames = (self.channel.kv_frames.pop(message.request_id, ())
+                    frames = (self._kv_frames.pop(message.request_id, ())
                               if type(message) is SubmitPrefilled else ())
                     self._spawn(self._send(instance_id, message, frames))
                 case Settle(request_id=request_id):
@@ -200,16 +203,18 @@ class Controller:
         suspending, so while messages keep coming the reader gives the other tasks (the
         streams, new requests, sends) a turn every READER_SLICE seconds."""
         slice_end = self.clock() + READER_SLICE
-        async for message in self.channel:
+        async for message, frames in self.channel:
             if self.clock() >= slice_end:
                 await asyncio.sleep(0)
                 slice_end = self.clock() + READER_SLICE
             try:
                 if isinstance(message, InstanceFailed):
                     log.error("instance %d failed: %s", message.instance_id, message.message)
+                if frames:
+                    self._kv_frames[message.request_id] = frames
                 self._handle(FromInstance(self.clock(), message))
-                if type(message) is Handoff:  # not passed on (its client left): let it go
-                    self.channel.kv_frames.pop(message.request_id, None)
+                if frames:  # not passed on (its client left): let them go
+                    self._kv_frames.pop(message.request_id, None)
                 if isinstance(message, Heartbeat):
                     view = self.core.ledger.instances.get(message.instance_id)
                     if view is not None and view.stats is message:

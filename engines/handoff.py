@@ -3,18 +3,23 @@
 A P/D layout (`<n>P<m>D`, DistServe) splits a request's life across two instances:
 
 * `hand_off` (prefill instance, after a step): every request that has just got a token
-  and goes on leaves the instance -- its KV is copied out of the executor's cache (when
-  the executor keeps one: `export_kv`), then its blocks are freed. The caller sends a
-  `Handoff` per request, with the copied layers as raw frames after it.
+  and goes on leaves the instance, its blocks freed. Its `Handoff` message goes to the
+  controller; when the executor keeps a KV cache (`carries_kv`) it comes as an `ExportKv`
+  instead: the blocks whose KV must travel, for the driver to copy out (`export_kv`) and
+  send as raw frames after the message -- before it runs another step, the only thing
+  that writes into freed blocks.
 * `PrefilledQueue` and `take_in` (decode instance, on a `SubmitPrefilled`): the request
-  is rebuilt with every token it has so far and waits, its KV frames with it, until the
-  instance has a seat and the blocks for it; then the blocks are allocated, the KV is
-  written in (`import_kv`), and it decodes on from the next step. KV it cannot use (or
-  a request too big to ever fit beside nothing) is recomputed instead, as a request
-  preempted by recompute would be: greedy output is the same either way.
+  is rebuilt with every token it has so far and waits until the instance has a seat and
+  the blocks for it; then the blocks are allocated and, when its KV came with it, an
+  `ImportKv` tells the driver to write the frames in (`import_kv`) before the next step
+  (it decodes on from there). The frames stay with the driver meanwhile: the channel
+  hands them over with their message. KV it cannot use (or a request too big to ever fit
+  beside nothing) is recomputed instead, as a request preempted by recompute would be:
+  greedy output is the same either way; KV the executor refuses (`import_kv` raises) is
+  reported back (`InstanceCore.refuse_kv`) and the request refused.
 
-Executors without a cache (the sim executor) move nothing: a simulator charges the
-transfer time on its own clock.
+Executors without a cache (the sim executor) move nothing and no KV action is made: a
+simulator charges the transfer time on its own clock.
 """
 from __future__ import annotations
 
@@ -29,28 +34,45 @@ from ipc.messages import Handoff, KvLayout, SubmitPrefilled, TokenOutput
 log = logging.getLogger(__name__)
 
 
+class ExportKv(NamedTuple):
+    """Send `handoff` with the KV of the first `num_tokens` tokens in `block_ids` (the
+    driver's `executor.export_kv`: its layout in the message, its frames after it)."""
+
+    handoff: Handoff
+    block_ids: list[int]
+    num_tokens: int
+
+
+class ImportKv(NamedTuple):
+    """Write the KV frames that came with request `request_id`'s SubmitPrefilled into
+    `block_ids` (the driver's `executor.import_kv`) before the next step; if the executor
+    refuses them, tell the core (`InstanceCore.refuse_kv`)."""
+
+    request_id: str
+    block_ids: list[int]
+    layout: KvLayout
+
+
 def hand_off(engine: Engine, outputs: Sequence[TokenOutput], instance_id: int,
-             ) -> list[tuple[Handoff, list]]:
-    """The hand-offs of one step's `outputs`: (message, KV frames) per request that got a
-    token and did not finish. Each leaves the engine (its blocks are free on return)."""
-    handoffs = []
+             ) -> list[Handoff | ExportKv]:
+    """The hand-offs of one step's `outputs`, one per request that got a token and did not
+    finish: its Handoff, or an ExportKv when its KV travels too. Each leaves the engine
+    (its blocks are free on return; their contents stay until the next step)."""
+    carries_kv = engine.executor.carries_kv
+    handoffs: list[Handoff | ExportKv] = []
     for output in outputs:
         if output.finish_reason is not None:
             continue
         request = engine.scheduler.requests.get(output.request_id)
         if request is None or not request.is_decoding:
             continue
-        layout, frames = _export(engine, request)
-        handoffs.append((Handoff(instance_id=instance_id, request_id=request.request_id,
-                                 token_ids=list(request.token_ids),
-                                 num_computed_tokens=request.num_computed_tokens, kv=layout),
-                         frames))
+        handoff = Handoff(instance_id=instance_id, request_id=request.request_id,
+                          token_ids=list(request.token_ids),
+                          num_computed_tokens=request.num_computed_tokens)
+        handoffs.append(ExportKv(handoff, list(request.block_table), request.num_computed_tokens)
+                        if carries_kv else handoff)
         engine.abort(request.request_id)
     return handoffs
-
-
-def _export(engine: Engine, request: Request):
-    return engine.executor.export_kv(request.block_table, request.num_computed_tokens)
 
 
 def prefilled_request(message: SubmitPrefilled, deadline: float) -> Request:
@@ -74,15 +96,14 @@ def prefilled_request(message: SubmitPrefilled, deadline: float) -> Request:
 
 class Prefilled(NamedTuple):
     request: Request
-    kv: KvLayout | None
-    frames: Sequence
+    kv: KvLayout | None  # the header of the KV frames the driver holds for it
 
 
 class PrefilledQueue:
     """A decode instance's prefilled requests that wait for a seat and KV blocks, oldest
-    first, their KV frames with them (a DistServe decode instance pulls a request's KV
-    only once it has room). `admit` takes in what fits; with nothing running it takes the
-    oldest in even so (it recomputes there), so the queue never stalls."""
+    first (a DistServe decode instance pulls a request's KV only once it has room; the
+    driver keeps the frames till then). `admit` takes in what fits; with nothing running
+    it takes the oldest in even so (it recomputes there), so the queue never stalls."""
 
     def __init__(self) -> None:
         self._queue: dict[str, Prefilled] = {}
@@ -105,20 +126,19 @@ class PrefilledQueue:
     def ids(self) -> list[str]:
         return list(self._queue)
 
-    def admit(self, engine: Engine) -> list[tuple[str, str]]:
-        """Take in, oldest first, every request that fits now; (request id, why) of each
-        that could not be served here after all (its KV did not fit this cache)."""
-        refused = []
+    def admit(self, engine: Engine) -> list[ImportKv]:
+        """Take in, oldest first, every request that fits now; the KV each brought that the
+        driver must write into its blocks."""
+        imports = []
         while self._queue:
             request_id, item = next(iter(self._queue.items()))
             if engine.scheduler.running and not _fits(engine, item.request):
                 break
             del self._queue[request_id]
-            try:
-                take_in(engine, item)
-            except ValueError as exc:
-                refused.append((request_id, str(exc)))
-        return refused
+            kv_import = take_in(engine, item)
+            if kv_import is not None:
+                imports.append(kv_import)
+        return imports
 
 
 def _fits(engine: Engine, request: Request) -> bool:
@@ -127,23 +147,21 @@ def _fits(engine: Engine, request: Request) -> bool:
             and engine.kv.can_allocate(request, request.num_tokens - 1))
 
 
-def take_in(engine: Engine, item: Prefilled) -> None:
-    """Run the request here from its KV (or recompute it: no room, or no usable KV);
-    ValueError (and nothing kept) when its KV does not fit this cache."""
-    request, kv, frames = item
-    executor = engine.executor
-    usable = (kv is None and not executor.carries_kv) or (
-        kv is not None and executor.carries_kv and len(frames) == kv.num_layers)
+def take_in(engine: Engine, item: Prefilled) -> ImportKv | None:
+    """Run the request here from its KV (or recompute it: no room, or no usable KV); the
+    import to make when its KV is to be written in. The channel hands a SubmitPrefilled
+    over with exactly as many frames as its `kv` header has layers, so the header says
+    whether the KV came with it."""
+    request, kv = item
+    carries_kv = engine.executor.carries_kv
+    usable = (kv is None) is not carries_kv
     if not usable:
-        log.warning("request %s: its KV did not come with it (%d of %s frames); recomputing "
-                    "it", request.request_id, len(frames), kv.num_layers if kv else "no")
+        log.warning("request %s: its KV did not come with it (%s); recomputing it",
+                    request.request_id, "an executor without a KV cache" if kv else "no frames")
     cached = request.num_tokens - 1 if usable else 0
     if engine.scheduler.add_prefilled(request, cached):
-        if cached and executor.carries_kv:
-            try:
-                executor.import_kv(request.block_table, kv, frames)
-            except ValueError:  # frames that do not fit this cache: refused, nothing kept
-                engine.abort(request.request_id)
-                raise
+        if cached and carries_kv:
+            return ImportKv(request.request_id, list(request.block_table), kv)
     elif cached:
         log.info("request %s: no room for its KV here; recomputing it", request.request_id)
+    return None

@@ -1,18 +1,20 @@
 """The instance process's driver: the instance core over a ZeroMQ socket and a real executor.
 
     send Ready
-    loop:
+    loop:                    # the core's turn (engines/instance_core.py), carried out here
         drain commands       # without blocking while there is work; blocking (with a
                              # timeout, for heartbeats and liveness checks) when idle
-        step                 # core.begin_step -> executor.execute -> core.finish_step
-        send what it says    # ONE StepOutputs per step, then offloads and drops
-        ask for work         # HP: a Ticket when idle with room to spare
+        core.take            # each command; exit after Shutdown
+        core.begin_step      # the batch: run on the executor and timed, then
+        core.finish_step     # ONE StepOutputs per step, hand-offs, offloads, drops, Ticket
         heartbeat, liveness  # periodic Heartbeat; exit if the controller is gone
 
-Every rule is the core's (`engines/instance_core.py`); this file times the step, moves
-messages and watches its parent. Exit codes: 0 after Shutdown, 1 after an unexpected
-error (InstanceFailed sent first), 3 when the controller is gone (parent changed, or
-no message within controller_timeout).
+Every rule is the core's; this file times the step, moves messages, does the device work
+the core asks for (a P/D hand-off's KV: `export_kv` for a Handoff, its frames attached;
+`import_kv` of the frames that came with a SubmitPrefilled, kept here till then) and
+watches its parent. Exit codes: 0 after Shutdown, 1 after an unexpected error
+(InstanceFailed sent first), 3 when the controller is gone (parent changed, or no message
+within controller_timeout).
 """
 from __future__ import annotations
 
@@ -21,11 +23,14 @@ import os
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from engines.engine import Engine
+from engines.handoff import ExportKv, ImportKv
 from engines.instance_config import InstanceConfig
-from engines.instance_core import InstanceCore
+from engines.instance_core import InstanceCore, Output
 from ipc.channel import InstanceChannel
-from ipc.messages import Handoff, InstanceFailed, Ready, SubmitPrefilled
+from ipc.messages import InstanceFailed, Ready
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +46,15 @@ class Instance:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.core = InstanceCore(config.instance_id, config.resolved_role, engine)
-        self.engine = engine
+        self.executor = engine.executor
         self.channel = channel
         self.clock = clock
         self.instance_id = config.instance_id
         self.parent_pid = config.parent_pid if config.parent_pid is not None else os.getppid()
         self._exit_code: int | None = None
+        #: P/D decode instance: the KV frames of prefilled requests waiting for a seat, by
+        #: request id, till the core asks for them (ImportKv).
+        self._kv_frames: dict[str, list] = {}
         now = clock()
         self._next_heartbeat = now + config.heartbeat_interval
         self._last_command = now
@@ -66,41 +74,46 @@ class Instance:
         return self._exit_code
 
     def _serve_once(self) -> None:
-        commands = self.channel.drain(0.0 if self.core.has_work else self._idle_timeout())
-        if commands:
+        """One turn of the core's loop."""
+        core = self.core
+        received = self.channel.drain(0.0 if core.has_work else self._idle_timeout())
+        if received:
             self._last_command = self.clock()
-        for command in commands:
-            self.handle(command)
-            if self._exit_code is not None:
-                return
-        if self.core.has_work:
-            self._step()
-        self._send(self.core.ask_for_work())
-        self._housekeeping()
-
-    def handle(self, command) -> None:
-        self.core.num_bad_frames = self.channel.num_bad_frames
-        if isinstance(command, SubmitPrefilled):  # its KV frames, if any came with it
-            self.core.kv_in[command.request_id] = self.channel.kv_frames.pop(
-                command.request_id, [])
-        self._send(self.core.handle(command, self.clock()))
-        if self.core.stopped:
+        commands = []
+        for command, frames in received:
+            if frames:  # a SubmitPrefilled's KV (a duplicate id's never replaces the first's)
+                self._kv_frames.setdefault(command.request_id, frames)
+            commands.append(command)
+        self._carry_out(core.take(commands, self.clock(), self.channel.num_bad_frames))
+        if core.stopped:
             log.info("instance %d: shutting down", self.instance_id)
             self._exit_code = EXIT_OK
-
-    def _step(self) -> None:
+            return
         start = self.clock()
-        batch = self.core.begin_step(start)
-        sampled = self.engine.executor.execute(batch) if batch else []
+        batch = core.begin_step(start)
+        sampled = self.executor.execute(batch) if batch else []
         end = self.clock()
-        self._send(self.core.finish_step(batch, sampled, end - start if batch else 0.0, end))
+        self._carry_out(core.finish_step(batch, sampled, end - start if batch else 0.0, end))
+        if self._kv_frames:  # frames of requests no longer waiting (aborted, recomputed)
+            self._kv_frames = {request_id: frames for request_id, frames
+                               in self._kv_frames.items() if request_id in core.prefilled}
+        self._housekeeping()
 
-    def _send(self, messages) -> None:
-        for message in messages:
-            if isinstance(message, Handoff):  # a P/D hand-off: its KV as raw frames after it
-                self.channel.send(message, self.core.kv_out.pop(message.request_id, ()))
+    def _carry_out(self, outputs: list[Output]) -> None:
+        """Send the core's messages, in order; do the KV moves it asks for."""
+        for output in outputs:
+            kind = type(output)
+            if kind is ExportKv:  # a P/D hand-off: its KV as raw frames after the message
+                layout, frames = self.executor.export_kv(output.block_ids, output.num_tokens)
+                self.channel.send(msgspec.structs.replace(output.handoff, kv=layout), frames)
+            elif kind is ImportKv:
+                frames = self._kv_frames.pop(output.request_id, [])
+                try:
+                    self.executor.import_kv(output.block_ids, output.layout, frames)
+                except ValueError as exc:  # frames that do not fit this cache
+                    self._carry_out(self.core.refuse_kv(output.request_id, str(exc)))
             else:
-                self.channel.send(message)
+                self.channel.send(output)
 
     def _idle_timeout(self) -> float:
         now = self.clock()
@@ -112,8 +125,7 @@ class Instance:
     def _housekeeping(self) -> None:
         now = self.clock()
         if now >= self._next_heartbeat:
-            self.core.num_bad_frames = self.channel.num_bad_frames
-            self.channel.send(self.core.heartbeat(now))
+            self.channel.send(self.core.heartbeat(now, self.channel.num_bad_frames))
             self._next_heartbeat = now + self.config.heartbeat_interval
         if os.getppid() != self.parent_pid:
             log.warning("instance %d: parent %d is gone; exiting",

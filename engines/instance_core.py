@@ -1,21 +1,35 @@
-"""One instance's rules, sans-I/O: commands in, messages out; the step in two halves.
+"""One instance's rules, sans-I/O: commands in, messages out; the loop's turn in three calls.
 
-    handle(command, now)  -> replies        Submit, Abort, Ping, Shutdown
-    begin_step(now)       -> batch          the driver runs it: an executor, or a
-    finish_step(batch, sampled, seconds, now) -> messages   virtual clock in the simulator
-    ask_for_work()        -> [Ticket] or [] (HP, between steps)
+    take(commands, now, num_bad_frames)  -> outputs   each command, in order; none after
+                                                      Shutdown (`stopped`: the driver exits)
+    begin_step(now)                      -> batch     empty: nothing to run this turn
+    finish_step(batch, sampled, seconds, now) -> outputs   the step's tokens, what left the
+                                                      queue, then (HP) a Ticket
+
+A driver carries the outputs out in order, each call's before the next call: wire
+messages (`ToController`) it sends; `ExportKv` and `ImportKv` (P/D layouts, an executor
+with a KV cache: engines/handoff.py) it does on its executor, attaching the exported
+frames to the Handoff or reporting frames it could not import (`refuse_kv`). Between
+`begin_step` and `finish_step` it runs the batch -- the instance process on its executor,
+timing it, the simulator by advancing its virtual clock by the batch's predicted latency
+-- and for an empty batch calls `finish_step` at once (offloads and drops may have left
+the queue; an idle HP asks for work). So the engine loop of docs/design.md §3 (drain the
+commands, handle each, step if there is work, ask for work) is written here once; the
+instance process (`engines/instance.py`) and the simulator (`bench/sim/simulator.py`)
+follow it and make no decision of their own. The core touches no device and no frame.
 
 It owns the engine and what the controller must hear about it: every Submit gets
 exactly one terminal answer (a finishing token, Finished, an Offload, a Handoff
-from a P/D layout's prefill instance, or a RequestError), and an HP with nothing waiting and room to spare holds one ticket
-(docs/design.md §5.5). The instance process (`engines/instance.py`) and the simulator
-(`bench/sim/simulator.py`) drive the same object; neither makes a decision of its own.
+from a P/D layout's prefill instance, or a RequestError), and an HP with nothing waiting
+and room to spare holds one ticket (docs/design.md §5.5).
 """
 from __future__ import annotations
 
 from engines.batch import Batch
 from engines.engine import Engine
-from engines.handoff import Prefilled, PrefilledQueue, hand_off, prefilled_request
+from engines.handoff import (
+    ExportKv, ImportKv, Prefilled, PrefilledQueue, hand_off, prefilled_request,
+)
 from ipc.messages import (
     Abort, CachedPrompt, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
     Ping, Ready,
@@ -29,6 +43,9 @@ RATE_WEIGHT = 0.1
 #: Prompt lengths of the prefill curve an instance reports in Ready (powers of two).
 CURVE_LENGTHS = tuple(2 ** k for k in range(4, 18))
 
+#: What a driver carries out: a message to send, or KV to move on its executor.
+Output = ToController | ExportKv | ImportKv
+
 
 class InstanceCore:
     def __init__(self, instance_id: int, role: Role, engine: Engine) -> None:
@@ -39,13 +56,8 @@ class InstanceCore:
         self.num_finished = self.num_offloaded = self.num_dropped = 0
         self.ticket_open = False  # HP: a Ticket was sent and no new request has come since
         self.stopped = False      # Shutdown received: the driver exits
-        self.num_bad_frames = 0   # the driver's count of frames it could not decode
         self.num_accepted = 0     # Submits taken in (the controller counts what is in flight)
         self.prefill_rate = 0.0   # prompt tokens/s while saturated (InstanceLoad.prefill_rate)
-        #: P/D layouts: KV frames by request id -- `kv_in` the driver fills before handing
-        #: over a SubmitPrefilled, `kv_out` it empties when sending a Handoff.
-        self.kv_in: dict[str, list] = {}
-        self.kv_out: dict[str, list] = {}
         #: Decode instances: prefilled requests waiting for a seat and KV blocks.
         self.prefilled = PrefilledQueue()
 
@@ -54,7 +66,20 @@ class InstanceCore:
         return self.engine.has_work or bool(self.prefilled)
 
     # ---- commands ----------------------------------------------------------------------
-    def handle(self, command: ToInstance, now: float) -> list[ToController]:
+    def take(self, commands: list[ToInstance], now: float, num_bad_frames: int = 0,
+             ) -> list[Output]:
+        """The turn's first part: each command the driver drained, in order, until a
+        Shutdown; `num_bad_frames`: the driver's count of frames it could not decode (a
+        Ping's Heartbeat reports it)."""
+        outputs: list[Output] = []
+        for command in commands:
+            outputs += self.handle(command, now, num_bad_frames)
+            if self.stopped:
+                break
+        return outputs
+
+    def handle(self, command: ToInstance, now: float, num_bad_frames: int = 0,
+               ) -> list[Output]:
         match command:
             case Submit():
                 return self._accept(command)
@@ -63,7 +88,7 @@ class InstanceCore:
             case Abort(request_id=request_id):
                 return self._abort(request_id)
             case Ping(ping_id=ping_id):
-                return [self.heartbeat(now, ping_id=ping_id)]
+                return [self.heartbeat(now, num_bad_frames, ping_id=ping_id)]
             case Shutdown():
                 self.stopped = True
                 ids = [*self.engine.scheduler.requests, *self.prefilled.ids()]
@@ -91,24 +116,29 @@ class InstanceCore:
                                  message=str(exc))]
         return []
 
-    def _accept_prefilled(self, message: SubmitPrefilled) -> list[ToController]:
+    def _accept_prefilled(self, message: SubmitPrefilled) -> list[Output]:
         """A decode instance takes a request prefilled elsewhere (engines/handoff.py)."""
         self.num_accepted += 1
-        frames = self.kv_in.pop(message.request_id, [])
         submit = message.submit
         deadline = submit.deadline if submit.deadline is not None else float("inf")
         try:
             self._check_token_ids(message.token_ids)
             request = prefilled_request(message, deadline)
-            self.prefilled.add(self.engine, Prefilled(request, message.kv, frames))
+            self.prefilled.add(self.engine, Prefilled(request, message.kv))
         except ValueError as exc:
             return [RequestError(instance_id=self.instance_id, request_id=message.request_id,
                                  message=str(exc))]
         return self._admit_prefilled()
 
-    def _admit_prefilled(self) -> list[ToController]:
-        return [RequestError(instance_id=self.instance_id, request_id=request_id, message=why)
-                for request_id, why in self.prefilled.admit(self.engine)]
+    def _admit_prefilled(self) -> list[Output]:
+        return self.prefilled.admit(self.engine)
+
+    def refuse_kv(self, request_id: str, why: str) -> list[Output]:
+        """The driver's executor refused the frames of an `ImportKv` (they do not fit this
+        cache): the request is refused, nothing of it kept, and the queue moves on."""
+        self.engine.abort(request_id)
+        return [RequestError(instance_id=self.instance_id, request_id=request_id, message=why),
+                *self._admit_prefilled()]
 
     def _check_token_ids(self, token_ids: list[int]) -> None:
         """Refuse ids outside the model's vocabulary (none for the sim executor)."""
@@ -126,13 +156,19 @@ class InstanceCore:
 
     # ---- the step ----------------------------------------------------------------------
     def begin_step(self, now: float) -> Batch:
+        """The turn's second part: the batch to run; empty when there is no work (or the
+        scheduler only took requests out of the queue)."""
+        if not self.has_work:
+            return Batch()
         return self.engine.begin_step(now)
 
     def finish_step(self, batch: Batch, sampled: list[int], seconds: float, now: float,
-                    ) -> list[ToController]:
-        """The step's tokens (one message), then what left the queue: offloads and drops."""
+                    ) -> list[Output]:
+        """The turn's last part, after `batch` ran for `seconds` (at once for an empty one):
+        the step's tokens (one message), what left the queue (hand-offs, offloads, drops),
+        then an HP's ask for work."""
         result = self.engine.finish_step(batch, sampled, seconds, now)
-        messages: list[ToController] = []
+        messages: list[Output] = []
         if batch:
             self.num_steps += 1
             queued = self.engine.scheduler.queued_prefill()
@@ -145,10 +181,7 @@ class InstanceCore:
         if self.prefilled:  # the step may have freed a seat or blocks
             messages += self._admit_prefilled()
         if self.role is Role.PREFILL and result.outputs:
-            for handoff, frames in hand_off(self.engine, result.outputs, self.instance_id):
-                if frames:
-                    self.kv_out[handoff.request_id] = frames
-                messages.append(handoff)
+            messages += hand_off(self.engine, result.outputs, self.instance_id)
         if result.offloaded:
             self.num_offloaded += len(result.offloaded)
             messages.append(Offload(instance_id=self.instance_id, requests=[
@@ -157,6 +190,7 @@ class InstanceCore:
             self.num_dropped += 1
             messages.append(Finished(instance_id=self.instance_id, request_id=request.request_id,
                                      reason=FinishReason.DROP))
+        messages += self.ask_for_work()
         return messages
 
     def ask_for_work(self) -> list[ToController]:
@@ -205,7 +239,9 @@ class InstanceCore:
         lengths = [n for n in CURVE_LENGTHS if n < scheduler.max_model_len]
         return [(n, predictor.prefill_time(n, 0, scheduler.token_budget)) for n in lengths]
 
-    def heartbeat(self, now: float, ping_id: int | None = None) -> Heartbeat:
+    def heartbeat(self, now: float, num_bad_frames: int = 0, ping_id: int | None = None,
+                  ) -> Heartbeat:
+        """`num_bad_frames`: the driver's count of frames it could not decode."""
         scheduler, kv = self.engine.scheduler, self.engine.kv
         perf = self.engine.perf_model
         return Heartbeat(
@@ -213,7 +249,7 @@ class InstanceCore:
             num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
             num_kv_blocks_used=kv.num_blocks - kv.num_free_blocks, num_kv_blocks=kv.num_blocks,
             num_preemptions=scheduler.num_preemptions, num_steps=self.num_steps,
-            num_bad_frames=self.num_bad_frames, num_finished=self.num_finished,
+            num_bad_frames=num_bad_frames, num_finished=self.num_finished,
             num_offloaded=self.num_offloaded, num_dropped=self.num_dropped,
             perf_model_mape=perf.mape if perf else None,
             prefix_queried_blocks=kv.stats.queried_blocks, prefix_hit_blocks=kv.stats.hit_blocks,

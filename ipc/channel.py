@@ -19,8 +19,9 @@ Frames: instance -> controller is one msgpack frame (the ROUTER prepends the rou
 id); controller -> instance is one msgpack frame. The one exception is a P/D hand-off's
 KV cache: a `Handoff` (instance -> controller) or `SubmitPrefilled` (controller ->
 instance) whose `kv` header is set is followed by exactly `kv.num_layers` raw frames,
-sent and passed on without a copy; the receiver keeps them in `kv_frames` by request id
-for its driver. Anything else is dropped and logged.
+sent and passed on without a copy. Both ends receive (message, frames) pairs -- frames
+empty for every other message -- so a driver gets a hand-off's KV with its message.
+Anything else is dropped and logged.
 
 Safety: sockets live in a private runtime directory (mode 0700, `make_runtime_dir`);
 frames over `max_frame_bytes` are refused by ZeroMQ; LINGER is bounded, so closing
@@ -41,6 +42,9 @@ import zmq.asyncio
 
 from ipc.codec import Encoder, controller_decoder, instance_decoder
 from ipc.messages import Handoff, SubmitPrefilled, ToController, ToInstance
+
+#: The frames of a message that has none after it.
+NO_FRAMES: tuple = ()
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +136,6 @@ class InstanceChannel:
         self._sock = sock
         self._encoder = Encoder()
         self._decoder = instance_decoder()
-        #: KV frames of the SubmitPrefilled messages drained, by request id (the driver's).
-        self.kv_frames: dict[str, list] = {}
 
     @property
     def num_bad_frames(self) -> int:
@@ -146,23 +148,25 @@ class InstanceChannel:
         else:
             self._sock.send(self._encoder.encode(message), copy=False)
 
-    def drain(self, timeout: float = 0.0, limit: int = 4096) -> list[ToInstance]:
+    def drain(self, timeout: float = 0.0, limit: int = 4096,
+              ) -> list[tuple[ToInstance, list | tuple]]:
         """Every command that is already queued (up to `limit`), waiting at most `timeout`
-        seconds for the first one. Malformed frames are dropped (logged and counted)."""
+        seconds for the first one: (command, its KV frames) pairs, the frames empty but for
+        a SubmitPrefilled's. Malformed frames are dropped (logged and counted)."""
         if not self._sock.poll(max(0, round(timeout * 1000)), zmq.POLLIN):
             return []
-        messages: list[ToInstance] = []
+        received: list[tuple[ToInstance, list | tuple]] = []
         for _ in range(limit):
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            message = self._decode(frames)
-            if message is not None:
-                messages.append(message)
-        return messages
+            pair = self._decode(frames)
+            if pair is not None:
+                received.append(pair)
+        return received
 
-    def _decode(self, frames: list) -> ToInstance | None:
+    def _decode(self, frames: list) -> tuple[ToInstance, list | tuple] | None:
         if len(frames) != 1 and len(frames) != 1 + _kv_frames_announced(frames[0].buffer,
                                                                           SubmitPrefilled):
             self._decoder.num_bad_frames += 1
@@ -170,9 +174,9 @@ class InstanceChannel:
                         "request's KV as many more as its header says)", len(frames))
             return None
         message = self._decoder.decode(frames[0].buffer)
-        if message is not None and len(frames) > 1:
-            self.kv_frames[message.request_id] = [f.buffer for f in frames[1:]]
-        return message
+        if message is None:
+            return None
+        return message, [f.buffer for f in frames[1:]] if len(frames) > 1 else NO_FRAMES
 
     def close(self) -> None:
         self._sock.close()
@@ -204,8 +208,6 @@ class ControllerChannel:
         self._sock = sock
         self._encoder = Encoder()
         self._decoder = controller_decoder()
-        #: KV frames of the Handoff messages received, by request id (the driver's).
-        self.kv_frames: dict[str, list] = {}
 
     @property
     def num_bad_frames(self) -> int:
@@ -232,21 +234,22 @@ class ControllerChannel:
                 raise InstanceUnreachable(f"instance {instance_id} is not reading") from None
             raise
 
-    async def recv(self) -> ToController:
-        """The next well-formed message from any instance; bad frames are dropped (logged)."""
+    async def recv(self) -> tuple[ToController, list | tuple]:
+        """The next well-formed message from any instance and its KV frames (empty but for
+        a Handoff's); bad frames are dropped (logged)."""
         while True:
             frames = await self._sock.recv_multipart(copy=False)
-            message = self._decode(frames)
-            if message is not None:
-                return message
+            pair = self._decode(frames)
+            if pair is not None:
+                return pair
 
     def __aiter__(self):
         return self
 
-    async def __anext__(self) -> ToController:
+    async def __anext__(self) -> tuple[ToController, list | tuple]:
         return await self.recv()
 
-    def _decode(self, frames: list) -> ToController | None:
+    def _decode(self, frames: list) -> tuple[ToController, list | tuple] | None:
         ident = frames[0].bytes
         if len(frames) != 2 and (len(frames) < 2 or len(frames) != 2 + _kv_frames_announced(
                 frames[1].buffer, Handoff)):
@@ -261,9 +264,7 @@ class ControllerChannel:
             log.warning("dropped a %s from %r claiming instance %d",
                         type(message).__name__, ident, message.instance_id)
             return None
-        if len(frames) > 2:
-            self.kv_frames[message.request_id] = frames[2:]
-        return message
+        return message, frames[2:] if len(frames) > 2 else NO_FRAMES
 
     def close(self) -> None:
         self._sock.close(linger=0)

@@ -41,7 +41,8 @@ class Harness:
         self._pings = itertools.count(1)
 
     async def recv(self):
-        message = await asyncio.wait_for(self.channel.recv(), TIMEOUT)
+        message, frames = await asyncio.wait_for(self.channel.recv(), TIMEOUT)
+        assert not frames  # only a P/D hand-off carries KV frames
         self.seen.append(message)
         return message
 
@@ -260,7 +261,7 @@ async def test_exits_when_its_parent_dies(runtime_dir):
             "import time; time.sleep(60)")
     middle = subprocess.Popen([sys.executable, "-c", code, config.to_json()], cwd=PROJECT_ROOT)
     try:
-        ready = await asyncio.wait_for(channel.recv(), TIMEOUT)
+        ready, _ = await asyncio.wait_for(channel.recv(), TIMEOUT)
         assert isinstance(ready, Ready) and not proc_gone(ready.pid)
         middle.kill()
         middle.wait()

@@ -39,9 +39,22 @@ def test_an_idle_hp_holds_one_ticket_until_a_new_request_uses_it():
     assert hp.ticket_open
     hp.handle(submit("new"), now=0.6)
     assert not hp.ticket_open
+    messages = []
     while hp.has_work:
-        run_step(hp)
-    assert hp.ask_for_work() == [Ticket(instance_id=7)]
+        messages += run_step(hp)
+    # a step that leaves nothing waiting asks for work: one ticket, held till used
+    assert [m for m in messages if isinstance(m, Ticket)] == [Ticket(instance_id=7)]
+    assert hp.ticket_open and hp.ask_for_work() == []
+
+
+def test_a_turn_takes_no_command_after_shutdown_and_an_idle_turn_only_asks_for_work():
+    hp = core()
+    outputs = hp.take([submit("a"), Shutdown(), submit("b")], now=0.0)
+    assert [type(m) for m in outputs] == [Finished] and hp.stopped
+    assert "b" not in hp.engine.scheduler.requests
+    idle = core()
+    batch = idle.begin_step(0.0)
+    assert not batch and idle.finish_step(batch, [], 0.0, 0.0) == [Ticket(instance_id=7)]
 
 
 def test_an_lp_never_asks_for_work():

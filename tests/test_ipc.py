@@ -15,8 +15,8 @@ from ipc.channel import (
 )
 from ipc.codec import Encoder, controller_decoder, instance_decoder
 from ipc.messages import (
-    Abort, Finished, Heartbeat, InstanceFailed, Origin, Ping, Ready, RequestError, Shutdown,
-    StepOutputs, Submit, TokenOutput,
+    Abort, Finished, Handoff, Heartbeat, InstanceFailed, KvLayout, Origin, Ping, Ready,
+    RequestError, Shutdown, StepOutputs, Submit, SubmitPrefilled, TokenOutput,
 )
 from ipc.params import SamplingParams
 
@@ -171,11 +171,36 @@ async def instance(controller):
 
 
 async def recv(controller: ControllerChannel):
-    return await asyncio.wait_for(controller.recv(), 5.0)
+    message, frames = await asyncio.wait_for(controller.recv(), 5.0)
+    assert frames == ()
+    return message
 
 
 async def drain(instance: InstanceChannel, timeout: float = 2.0):
-    return await asyncio.to_thread(instance.drain, timeout)
+    received = await asyncio.to_thread(instance.drain, timeout)
+    assert all(frames == () for _, frames in received)
+    return [message for message, _ in received]
+
+
+async def test_a_handoffs_kv_frames_come_with_its_message_both_ways(controller, instance):
+    layout = KvLayout(num_layers=2, num_blocks=1, block_size=16, num_kv_heads=2, head_dim=8,
+                      dtype="float32", num_tokens=3)
+    handoff = Handoff(instance_id=3, request_id="a", token_ids=[1, 2, 3, 4],
+                      num_computed_tokens=3, kv=layout)
+    instance.send(handoff, [b"layer0", b"layer1"])
+    message, frames = await asyncio.wait_for(controller.recv(), 5.0)
+    assert message == handoff and [f.bytes for f in frames] == [b"layer0", b"layer1"]
+    prefilled = SubmitPrefilled(submit=Submit(request_id="a", prompt_token_ids=[1, 2, 3],
+                                              sampling=SamplingParams(), arrival_time=0.0),
+                                token_ids=[1, 2, 3, 4], num_computed_tokens=3, kv=layout)
+    await controller.send(3, prefilled, frames)
+    await controller.send(3, Ping(ping_id=1))
+    received = []
+    while len(received) < 2:
+        received += await asyncio.to_thread(instance.drain, 2.0)
+    (got, kv), (ping, none) = received
+    assert got == prefilled and [bytes(f) for f in kv] == [b"layer0", b"layer1"]
+    assert ping == Ping(ping_id=1) and none == ()
 
 
 async def test_messages_flow_both_ways(controller, instance):

@@ -2,6 +2,7 @@
 picks a decode instance, and the KV copy between two torch executors' paged caches."""
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from daemon.core.controller_config import ControllerConfig, SloConfig
@@ -10,6 +11,7 @@ from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepti
 from daemon.layout import layout_modes, parse_layout
 from daemon.core.request_state import Outcome, RequestState
 from engines.engine import Engine
+from engines.handoff import ExportKv, ImportKv
 from engines.instance_core import InstanceCore
 from engines.modes import role_of_mode
 from engines.scheduler_config import SchedulerConfig
@@ -87,7 +89,7 @@ def test_a_prefill_instance_hands_a_request_off_after_its_first_token():
     assert messages[1] == Handoff(instance_id=5, request_id="a", token_ids=PROMPT + first,
                                   num_computed_tokens=len(PROMPT))
     assert not prefill.has_work and prefill.engine.kv.num_free_blocks == 64
-    assert prefill.kv_out == {}  # the fake executor keeps no tensors: nothing to carry
+    assert len(messages) == 2  # the fake executor keeps no tensors: no KV to export
 
 
 def test_a_request_that_ends_at_its_first_token_is_not_handed_off():
@@ -247,29 +249,45 @@ def torch_instance(model_dir, mode: str, role: Role, block_size: int) -> Instanc
 
 
 def generate_pd(prefill: InstanceCore, decode: InstanceCore, prompts, max_tokens: int):
-    """Every prompt through prefill -> (wire bytes) -> decode; the tokens per request."""
+    """Every prompt through prefill -> (wire bytes) -> decode; the tokens per request. The
+    KV moves the cores ask for are made here, as the instance process's driver makes them."""
     encoder, tokens = Encoder(), {f"r{i}": [] for i in range(len(prompts))}
+    in_flight: dict[str, list[bytes]] = {}  # the decode driver's frames, by request id
     for i, prompt in enumerate(prompts):
         prefill.handle(Submit(request_id=f"r{i}", prompt_token_ids=prompt,
                               sampling=SamplingParams(max_tokens=max_tokens), arrival_time=0.0),
                        now=0.0)
+
+    def carry_out(core: InstanceCore, outputs) -> None:
+        executor = core.engine.executor
+        for output in outputs:
+            if isinstance(output, StepOutputs):
+                for token in output.outputs:
+                    tokens[token.request_id].append(token.token_id)
+            elif isinstance(output, ImportKv):
+                executor.import_kv(output.block_ids, output.layout,
+                                   in_flight.pop(output.request_id))
+            elif isinstance(output, ExportKv):
+                layout, frames = executor.export_kv(output.block_ids, output.num_tokens)
+                message = msgspec.structs.replace(output.handoff, kv=layout)
+                wire = controller_decoder().decode(encoder.encode(message))
+                in_flight[message.request_id] = [bytes(f) for f in frames]
+                submit_ = Submit(request_id=message.request_id,
+                                 prompt_token_ids=prompts[int(message.request_id[1:])],
+                                 sampling=SamplingParams(max_tokens=max_tokens), arrival_time=0.0)
+                outputs = decode.take([SubmitPrefilled(
+                    submit=submit_, token_ids=wire.token_ids,
+                    num_computed_tokens=wire.num_computed_tokens, kv=wire.kv)], now=1.0)
+                assert all(isinstance(o, ImportKv) for o in outputs)
+                carry_out(decode, outputs)
+            else:
+                assert not isinstance(output, Handoff), "a torch executor's KV travels"
+
     for core in (prefill, decode):
         while core.has_work:
-            for message in step(core):
-                if isinstance(message, StepOutputs):
-                    for output in message.outputs:
-                        tokens[output.request_id].append(output.token_id)
-                elif isinstance(message, Handoff):
-                    wire = controller_decoder().decode(encoder.encode(message))
-                    frames = [bytes(f) for f in prefill.kv_out.pop(message.request_id)]
-                    submit_ = Submit(request_id=message.request_id,
-                                     prompt_token_ids=prompts[int(message.request_id[1:])],
-                                     sampling=SamplingParams(max_tokens=max_tokens),
-                                     arrival_time=0.0)
-                    decode.kv_in[message.request_id] = frames
-                    assert decode.handle(SubmitPrefilled(
-                        submit=submit_, token_ids=wire.token_ids,
-                        num_computed_tokens=wire.num_computed_tokens, kv=wire.kv), now=1.0) == []
+            batch = core.begin_step(1.0)
+            carry_out(core, core.finish_step(batch, core.engine.executor.execute(batch), 0.01, 1.0))
+    assert not in_flight
     return list(tokens.values())
 
 

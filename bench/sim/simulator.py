@@ -7,13 +7,16 @@ controller and instances is the real wire struct and takes `ipc_delay` seconds; 
 step's end is an event at now + its predicted latency. Deterministic: same inputs,
 same run.
 
-An instance follows the instance process's loop (engines/instance.py):
+An instance follows its core's turn (engines/instance_core.py), as the instance process
+(engines/instance.py) does:
 
-    drain the commands that reached it -> step -> send the step's tokens, offloads and
-    drops -> (HP) ask for a ticket -> drain ...
+    take the commands that reached it -> begin_step -> run the batch: its end is an event
+    at now + the executor's predicted latency -> finish_step (the step's tokens, offloads,
+    drops, an HP's ticket) -> take ...
 
 so a submit that arrives during a step waits for the step's end, and what a step takes
-out of the queue reaches the controller after the step ran. Before the first arrival
+out of the queue reaches the controller after the step ran. The sim executor keeps no KV
+cache, so the core asks for no KV moves: its outputs are all wire messages. Before the first arrival
 every instance is ready and every idle HP holds its ticket (the daemon accepts
 requests only then). Records are kept from the controller's actions
 (bench/sim/record_keeper.py), as the daemon's metrics are.
@@ -129,7 +132,7 @@ class Simulation:
         for message in messages:
             self._at(self.now + self.config.ipc_delay, self._from_instance, message)
 
-    # ---- the instances' side: the instance process's loop -----------------------------
+    # ---- the instances' side: the core's turn -----------------------------------------
     def _deliver(self, sim: SimInstance, command) -> None:
         """A command reaches the instance; its loop takes it in before its next step."""
         sim.inbox.append(command)
@@ -137,21 +140,19 @@ class Simulation:
             self._serve(sim)
 
     def _serve(self, sim: SimInstance) -> None:
-        """The loop from its drain until a step is under way (or the instance is idle)."""
+        """Turns from the drain until a step is under way (or the instance is idle)."""
         core = sim.core
-        while not sim.busy:
+        while True:
             inbox, sim.inbox = sim.inbox, []
-            for command in inbox:
-                self._to_controller(core.handle(command, self.now))
-            if not core.has_work:
-                self._to_controller(core.ask_for_work())
-                return
+            self._to_controller(core.take(inbox, self.now))
             batch = core.begin_step(self.now)
             if batch:
                 self._start_step(sim, batch)
-            else:  # only offloads or drops left the queue: no step runs, they go at once
-                self._to_controller(core.finish_step(batch, [], 0.0, self.now))
-                self._to_controller(core.ask_for_work())
+                return
+            # nothing to run: what left the queue (offloads, drops) and a ticket go at once
+            self._to_controller(core.finish_step(batch, [], 0.0, self.now))
+            if not core.has_work:
+                return
 
     def _start_step(self, sim: SimInstance, batch: Batch) -> None:
         for chunk in batch.chunks:
@@ -168,7 +169,6 @@ class Simulation:
         sim.busy = False
         self._to_controller(sim.core.finish_step(batch, sim.executor.tokens(batch), seconds,
                                                  self.now))
-        self._to_controller(sim.core.ask_for_work())
         self._serve(sim)
 
 
