@@ -282,7 +282,7 @@ class Scheduler:
         if not self.mode.admit_after_preempt and self._preempted_this_step:
             return
         seat_limit = self.max_num_seqs - len(self.running)
-        free = self.kv.num_free_blocks - int(self.mode.admission_watermark * self.kv.num_blocks)
+        free = self.kv.num_free_blocks - self._watermark_blocks()
         count_blocks = self.kv.admission_blocks
         if self.mode.elastic_batch:
             free -= self._decode_reserve(decodes)
@@ -305,6 +305,15 @@ class Scheduler:
             batch.admitted.append(request)
         for request, _ in selected:
             self.waiting.remove(request)
+
+    def _watermark_blocks(self) -> int:
+        """KV blocks admission leaves free (vLLM V0's watermark). None while nothing runs:
+        the watermark keeps running requests from being preempted, and a prompt that fits
+        the cache only without it would otherwise wait for ever (vLLM V0 refuses it as
+        too long instead; here it is served)."""
+        if not self.running:
+            return 0
+        return int(self.mode.admission_watermark * self.kv.num_blocks)
 
     def _output_reserve_blocks(self) -> int:
         """KV blocks kept for the output running requests are expected to still write."""

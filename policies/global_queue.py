@@ -105,10 +105,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
         ordered, late = _feasible(queue, lps, now, protected)
         late = _rescue(late, hp_lanes, now, out)
         if shed is Shed.DROP:
-            spared = [w for w in late if w.klass in protected]
-            out.shed, late = _costliest([w for w in late if w.klass not in protected],
-                                        shed_allowance)
-            late += spared
+            out.shed, late = _costliest(late, shed_allowance)
         late.sort(key=lambda w: (-w.priority, w.arrival))
     _bind(ordered + late, list(lps), bound, out, hp_lanes)
     return out

@@ -84,12 +84,23 @@ def request(i: int, prompt: int, max_tokens: int) -> Request:
 
 
 def test_vllm_v0_admits_a_prompt_only_while_its_watermark_stays_free():
-    """1 % of 1,000 blocks stay free: a 990-block prompt is admitted, a 991-block one waits
-    (the old `vllm` mode admitted anything that fit)."""
-    for prompt_blocks, admitted in ((990, True), (991, False)):
+    """1 % of 1,000 blocks stay free while a request runs: with a 10-block request running,
+    a 980-block prompt is admitted, a 981-block one waits (the old `vllm` mode admitted
+    anything that fit)."""
+    for prompt_blocks, admitted in ((980, True), (981, False)):
         s = scheduler("vllm-v0", 1000, chunk_size=16 * 1000)
-        s.add_request(request(0, 16 * prompt_blocks - 1, 8))
+        s.add_request(request(0, 16 * 10 - 1, 8))
+        s.update(s.schedule(0.0), [7], 0.0)
+        s.add_request(request(1, 16 * prompt_blocks - 1, 8))
         assert bool(s.schedule(0.0).admitted) is admitted
+
+
+def test_vllm_v0_serves_a_prompt_only_the_watermark_keeps_out_once_nothing_runs():
+    """A prompt that fits the cache but not beside the watermark would wait for ever with
+    nothing running (the engine then stops: no progress); it is admitted instead."""
+    s = scheduler("vllm-v0", 1000, chunk_size=16 * 1000)
+    s.add_request(request(0, 16 * 995 - 1, 8))
+    assert s.schedule(0.0).admitted
 
 
 @pytest.mark.slow

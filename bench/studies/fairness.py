@@ -11,6 +11,9 @@ Phases (`--phases`, default both; each writes DIR/<phase>.json as it ends):
   without drops) simulated to the end on every seed: each class's goodput over the
   measured requests (mean over seeds), request and token goodput, and the classes where
   a layout is worse than the best baseline.
+* `shedding`: fairness-aware shedding's effect: 2L1H with the controller's `class_floor` at
+  0 (the paper's rule) and at its default, each on every seed -- capacity, fair capacity,
+  and each class's goodput at the best baseline's capacity.
 """
 from __future__ import annotations
 
@@ -24,10 +27,14 @@ from bench.json_file import write_json
 from bench.loadgen.workloads import workload
 from bench.parallel import add_workers_flag, run_parallel
 from bench.ruler.capacity_table import capacity_table
-from bench.ruler.ruler import RulerConfig, Subject, ruler_classes, sim_config, workload_requests
+from bench.ruler.ruler import (
+    NEAR_GROWTH, RulerConfig, SeedCapacity, Subject, ruler_classes, seed_capacity, sim_config,
+    workload_requests,
+)
 from bench.ruler.steady_state import judge
 from bench.sim.simulator import Simulation
 from bench.studies.reproduce import CAPACITY_WORKLOADS
+from daemon.core.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
 
 #: A class counts as worse when its goodput is this many points under the reference's.
@@ -124,6 +131,58 @@ def print_pareto(tables: list[ParetoTable]) -> None:
                   + (", ".join(r.worse_than_best_baseline) or "-"))
 
 
+class SheddingRow(msgspec.Struct, kw_only=True):
+    workload: str
+    class_floor: float
+    capacity_qps: list[float]           # per seed
+    fair_capacity_qps: list[float]
+    at_best_baseline: ParetoRow         # every class at the best baseline's capacity
+
+
+def _capacity(job: tuple[Subject, RulerConfig, int, float]) -> SeedCapacity:
+    subject, config, seed, start = job
+    return seed_capacity(subject, config, seed, start, NEAR_GROWTH)
+
+
+def shedding(tables: list[dict], config_of: dict[str, RulerConfig], floors: tuple[float, ...],
+             workers: int | None = None) -> list[SheddingRow]:
+    """2L1H under each controller class floor: capacity searches from the table's 2L1H
+    capacity, and every class at the best baseline's capacity."""
+    subject = Subject(label="2L1H", layout="2L1H")
+    cap_jobs, point_jobs, keys = [], [], []
+    for table in tables:
+        base = config_of[table["workload"]]
+        start = next(r for r in table["rows"] if r["label"] == "2L1H")["mean_qps"]
+        qps = next(r for r in table["rows"] if r["label"] == table["best_baseline"])["mean_qps"]
+        for floor in floors:
+            config = msgspec.structs.replace(base, controller=msgspec.structs.replace(
+                base.controller, class_floor=floor))
+            keys.append((table["workload"], floor))
+            cap_jobs += [(subject, config, seed, start) for seed in config.seeds]
+            point_jobs += [(subject, config, qps, seed) for seed in config.seeds]
+    caps = run_parallel(_capacity, cap_jobs, workers)
+    points = run_parallel(_point, point_jobs, workers)
+    rows, n = [], len(next(iter(config_of.values())).seeds)
+    for k, (name, floor) in enumerate(keys):
+        mine = caps[k * n:(k + 1) * n]
+        runs = points[k * n:(k + 1) * n]
+        names = list(dict.fromkeys(c for _, _, classes in runs for c in classes))
+        rows.append(SheddingRow(
+            workload=name, class_floor=floor,
+            capacity_qps=[c.capacity_qps for c in mine],
+            fair_capacity_qps=[c.fair_capacity_qps for c in mine],
+            at_best_baseline=ParetoRow(
+                label=f"2L1H class_floor {floor:g}", goodput_pct=_mean([g for g, _, _ in runs]),
+                token_goodput_pct=_mean([t for _, t, _ in runs]),
+                classes={c: _mean([r[c] for _, _, r in runs if c in r]) for c in names})))
+    for r in rows:
+        print(f"  {r.workload:>10} class_floor {r.class_floor:g}: capacity "
+              f"{_mean(r.capacity_qps):.2f} {r.capacity_qps}, fair {_mean(r.fair_capacity_qps):.2f} "
+              f"{r.fair_capacity_qps}; at the best baseline's capacity: "
+              + ", ".join(f"{c} {v:.1f}" for c, v in r.at_best_baseline.classes.items()))
+    return rows
+
+
 def print_capacity(tables: list[dict]) -> None:
     for t in tables:
         print(f"\n{t['workload']}: ceilings {t['ceiling_qps']:.2f} (all served), "
@@ -142,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--phases", default="capacity,pareto")
+    parser.add_argument("--phases", default="capacity,pareto,shedding")
+    parser.add_argument("--class-floors", default=f"0,{ControllerConfig().class_floor:g}",
+                        help="the controller class floors the shedding phase compares")
     parser.add_argument("--workloads", default=",".join(CAPACITY_WORKLOADS))
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
@@ -165,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         result = pareto(tables, config_of, args.workers)
         write_json(args.out / "pareto.json", result)
         print_pareto(result)
+    if "shedding" in phases:
+        floors = tuple(float(f) for f in args.class_floors.split(","))
+        write_json(args.out / "shedding.json", shedding(tables, config_of, floors, args.workers))
     return 0
 
 
