@@ -7,8 +7,9 @@ longest prompts. That is the best count, and a user with long documents sees a t
 them refused. With a class floor F (`class_floor`, a share), a class whose recent
 requests met their TTFT target less often than F plus a margin is *protected*: the
 triage sets aside the costliest request of an unprotected class instead (shedding
-elsewhere: several short prompts may go for one long one), and a protected request that
-is late anyway is demoted -- served after every feasible request -- not dropped.
+elsewhere: several short prompts may go for one long one). A protected request that is
+late anyway is still dropped: demoting it instead was tried and only delayed everyone
+(docs/results/fairness.md).
 
 Classes are prompt-length quartiles of the recent arrivals (`PromptClasses`, the same
 split the capacity ruler reports). Each class's record is its last `OUTCOME_WINDOW`

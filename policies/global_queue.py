@@ -33,7 +33,7 @@ looks at the whole queue at `now`:
 
 With class floors (policies/class_floor.py) a request of a *protected* class is never
 the one set aside in step 1 while a request of another class could be (the costliest of
-those goes instead), and is demoted rather than dropped in step 3.
+those goes instead).
 
 Requests of a higher priority class are planned first. Pure: numbers in, decisions out.
 """

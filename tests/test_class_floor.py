@@ -31,14 +31,13 @@ def test_a_protected_class_keeps_its_request_and_another_class_gives_way():
     assert out.shed and all(x.klass == 0 for x in out.shed)
 
 
-def test_a_late_request_of_a_protected_class_is_demoted_not_dropped():
-    """Every request is of the protected class: the costliest is set aside as before, but
-    it waits behind the feasible ones instead of being dropped."""
+def test_when_every_request_is_protected_the_costliest_still_gives_way():
+    """No other class can give way: the triage is the paper's (demoting a late request
+    instead of dropping it was tried: it only delays everyone, docs/results/fairness.md)."""
     queue = [dataclasses.replace(x, klass=3) for x in QUEUE]
     out = plan(queue, [Lane(0, 0.0)], [], now=0.0, bound=1e9, shed=Shed.DROP,
                protected=frozenset({3}))
-    assert not out.shed
-    assert [x.key for x, _ in out.to_lp][-1] == "long"  # bound last, after the feasible
+    assert [x.key for x in out.shed] == ["long"]
 
 
 def test_classes_are_quartiles_of_recent_prompts():

@@ -67,10 +67,9 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     class_floor: Annotated[float, Meta(ge=0.0, le=1.0, description=(
         "With the global queue, fairness-aware shedding: requests are split into prompt-"
         "length quartiles of the recent arrivals, and a class whose recent requests met "
-        "their TTFT target less often than this share (plus 5 points) is protected -- the "
-        "triage sets aside and drops requests of other classes instead, and demotes its own "
-        "late ones rather than drop them. 0 = the paper's rule (the costliest late request "
-        "goes first, whoever it is)."))] = 0.0
+        "their TTFT target less often than this share (plus 5 points) is protected: the "
+        "triage sets aside and drops requests of other classes instead. 0 = the paper's "
+        "rule (the costliest late request goes first, whoever it is)."))] = 0.0
     max_wait_slo_multiple: Annotated[float, Meta(gt=0, description=(
         "A request still waiting at the controller after this many times its TTFT SLO ends "
         "with 503 ttft_slo_missed: nothing waits without an answer for ever."))] = 10.0
