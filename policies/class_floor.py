@@ -9,7 +9,7 @@ requests met their TTFT target less often than F plus a margin is *protected*: t
 triage sets aside the costliest request of an unprotected class instead (shedding
 elsewhere: several short prompts may go for one long one). A protected request that is
 late anyway is still dropped: demoting it instead was tried and only delayed everyone
-(docs/results/fairness.md).
+(docs/fairness.md).
 
 Classes are prompt-length quartiles of the recent arrivals (`PromptClasses`, the same
 split the capacity ruler reports). Each class's record is its last `OUTCOME_WINDOW`

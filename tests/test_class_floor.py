@@ -33,7 +33,7 @@ def test_a_protected_class_keeps_its_request_and_another_class_gives_way():
 
 def test_when_every_request_is_protected_the_costliest_still_gives_way():
     """No other class can give way: the triage is the paper's (demoting a late request
-    instead of dropping it was tried: it only delays everyone, docs/results/fairness.md)."""
+    instead of dropping it was tried: it only delays everyone, docs/fairness.md)."""
     queue = [dataclasses.replace(x, klass=3) for x in QUEUE]
     out = plan(queue, [Lane(0, 0.0)], [], now=0.0, bound=1e9, shed=Shed.DROP,
                protected=frozenset({3}))

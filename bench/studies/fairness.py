@@ -1,5 +1,5 @@
 """`python -m bench.studies.fairness --out DIR`: who pays for a capacity -- per-fair floors
-on the ruler, Pareto tables at equal load (docs/results/fairness.md).
+on the ruler, Pareto tables at equal load (docs/fairness.md).
 
 Phases (`--phases`, default both; each writes DIR/<phase>.json as it ends):
 
