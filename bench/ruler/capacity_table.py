@@ -214,3 +214,45 @@ def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject])
 
 def _ratio(qps: float, best: float) -> float | None:
     return round(qps / best, 3) if best else None
+
+
+def settings_table(configs: Sequence[RulerConfig], settings: Sequence[str],
+                   workers: int | None = None,
+                   progress: Callable[[str], None] | None = None) -> list[WorkloadTable]:
+    """A table of given settings only -- `layout@chunk`, `layout@chunk+drops`, or an
+    Ascendra layout -- each on every seed, searched from the ceiling: no sweep, so a
+    baseline is only as tuned as the setting named (say which, and where it was tuned).
+    The cheap way to a table when the full sweep (`capacity_table`) takes too long."""
+    subjects = [_parse_setting(s) for s in settings]
+    starts = {c.workload.name: 0.8 * workload_ceilings(c).all_served_qps for c in configs}
+    found = _Results(workers, progress)
+    found.run([_Job(s, c, seed, starts[c.workload.name], START_GROWTH)
+               for c in configs for s in subjects for seed in c.seeds], "settings")
+    tables = []
+    for c in configs:
+        rows = [_row(s.label, s, "given" if s.layout in SWEEPS else "default",
+                     [found.get(c, s, seed) for seed in c.seeds]) for s in subjects]
+        ceiling = workload_ceilings(c)
+        baselines = [r for r in rows if r.layout in SWEEPS]
+        top = max(baselines, key=lambda r: r.mean_qps)
+        fair_top = max(baselines, key=lambda r: r.fair_mean_qps)
+        for row in rows:
+            row.ratio_to_best_baseline = _ratio(row.mean_qps, top.mean_qps)
+            row.fair_ratio_to_best_baseline = _ratio(row.fair_mean_qps, fair_top.fair_mean_qps)
+        tables.append(WorkloadTable(
+            workload=c.workload.name, config=c, ceiling_qps=ceiling.all_served_qps,
+            ceiling_90_qps=ceiling.cheapest_qps, fair_ceiling_qps=ceiling.fair_qps,
+            best_baseline=top.label, best_fair_baseline=fair_top.label,
+            prompt_class_bounds=ruler_classes(c).prompt_bounds, rows=rows))
+    return tables
+
+
+def _parse_setting(text: str) -> Subject:
+    """`3xsglang@4096+drops` -> that baseline setting; `2L1H` -> the layout at defaults."""
+    layout, _, rest = text.partition("@")
+    if not rest:
+        return Subject(label=layout, layout=layout)
+    chunk, _, drops = rest.partition("+")
+    if drops not in ("", "drops"):
+        raise ValueError(f"setting {text!r}: write layout@chunk or layout@chunk+drops")
+    return _subject(layout, int(chunk), drops=bool(drops))

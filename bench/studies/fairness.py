@@ -26,7 +26,7 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.workloads import workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.ruler.capacity_table import capacity_table
+from bench.ruler.capacity_table import capacity_table, settings_table
 from bench.ruler.ruler import (
     NEAR_GROWTH, RulerConfig, SeedCapacity, Subject, ruler_classes, seed_capacity, sim_config,
     workload_requests,
@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--phases", default="capacity,pareto,shedding")
+    parser.add_argument("--settings", default="",
+                        help="comma-separated settings instead of the full sweep")
     parser.add_argument("--class-floors", default=f"0,{ControllerConfig().class_floor:g}",
                         help="the controller class floors the shedding phase compares")
     parser.add_argument("--workloads", default=",".join(CAPACITY_WORKLOADS))
@@ -217,9 +219,11 @@ def main(argv: list[str] | None = None) -> int:
                  for name in args.workloads.split(",")}
     phases = args.phases.split(",")
     if "capacity" in phases:
-        write_json(args.out / "capacity.json",
-                   capacity_table(list(config_of.values()), workers=args.workers,
-                                  progress=print))
+        configs = list(config_of.values())
+        tables = (settings_table(configs, args.settings.split(","), args.workers, print)
+                  if args.settings else capacity_table(configs, workers=args.workers,
+                                                       progress=print))
+        write_json(args.out / "capacity.json", tables)
     tables = json.loads((args.out / "capacity.json").read_text())
     print_capacity(tables)
     if "pareto" in phases:
