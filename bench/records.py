@@ -54,6 +54,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     #: Prompt tokens its instance found in its prefix cache (OpenAI's
     #: usage.prompt_tokens_details.cached_tokens).
     cached_tokens: int = 0
+    #: The role ("lp", "hp") its instance held when it gave its first token, in a layout
+    #: whose roles change online (`<n>A`); None elsewhere, and from a live client.
+    role: str | None = None
 
     def output_tokens(self) -> int:
         return self.num_output_tokens if self.num_output_tokens is not None else len(self.token_times)
@@ -107,6 +110,7 @@ class RecordRow(msgspec.Struct, kw_only=True):
     #: that got none (drop, error); None while it had neither (lost).
     answer_wait: float | None = None
     cached_tokens: int = 0             # prompt tokens found in its instance's prefix cache
+    role: str | None = None            # its instance's role when it served it (`<n>A`)
 
 
 class Percentiles(msgspec.Struct):

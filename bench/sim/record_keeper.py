@@ -57,6 +57,8 @@ class RecordKeeper:
                 record.outcome = RECORD_OUTCOMES[outcome]
                 record.end_time, record.instance = now, instance
                 record.cached_tokens = action.cached_tokens
+                if action.role is not None:
+                    record.role = action.role.value
                 if code is not None:
                     record.error_code, record.error = code.value, message
             case Refuse(request_id=request_id, refusal=refusal, message=message):
