@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.core.events import Moved, Refuse, Settle, TicketOpened, Token
+from daemon.core.events import Moved, Refuse, RoleSwitched, Settle, TicketOpened, Token
 from daemon.gateway_metrics import GatewayCollector
 from daemon.gateway_view import GatewayView
 from daemon.prefix_metrics import PrefixCacheMetrics
@@ -62,6 +62,16 @@ class Metrics:
         self.queued_tokens = Gauge("ascendra_queued_tokens", "Their prompt tokens (bounded by "
                                    "max_queued_tokens)", registry=r)
         self.prefix_cache = PrefixCacheMetrics(r)
+        # `<n>A` layouts: roles change online (docs/design.md §5.10)
+        self.role_changes = Counter("ascendra_role_changes", "Instances that changed role, "
+                                    "by old and new role", ["from", "to"], registry=r)
+        self.role_seconds = Gauge("ascendra_instance_role_seconds", "Seconds the instance "
+                                  "has served in each role", ["instance", "role"], registry=r)
+        self._role_seconds: Callable[[], Mapping[tuple[int, Role], float]] | None = None
+
+    def watch_roles(self, seconds: Callable[[], Mapping[tuple[int, Role], float]]) -> None:
+        """Read each instance's seconds per role from `seconds` at every scrape."""
+        self._role_seconds = seconds
 
     def watch_gateway(self, model_name: str, view: Callable[[], GatewayView]) -> None:
         """Expose the model-server protocol's gauges (vllm:*), read from `view` per scrape."""
@@ -92,6 +102,9 @@ class Metrics:
                     self.recovered.labels(kind.value).inc()
             case TicketOpened():
                 self.tickets.inc()
+            case RoleSwitched(instance_id=instance, old=old, new=new):
+                self.roles[instance] = new
+                self.role_changes.labels(old.value, new.value).inc()
 
     def observe_tokens(self, tokens: Sequence[Token]) -> None:
         """Count a batch of `Token` actions (what `observe` on each would)."""
@@ -124,4 +137,7 @@ class Metrics:
             gauge.labels(name).set(0)
 
     def render(self) -> bytes:
+        if self._role_seconds is not None:
+            for (instance, role), seconds in self._role_seconds().items():
+                self.role_seconds.labels(str(instance), role.value).set(round(seconds, 3))
         return generate_latest(self.registry)

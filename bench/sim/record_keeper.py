@@ -9,7 +9,7 @@ from __future__ import annotations
 from bench.records import RequestRecord
 from bench.results import is_good
 from daemon.core.controller_config import SloConfig
-from daemon.core.events import Moved, Refuse, Send, Settle, Token
+from daemon.core.events import Moved, Refuse, RoleSwitched, Send, Settle, Token
 from daemon.core.request_state import Outcome
 from ipc.messages import Origin, Submit, SubmitPrefilled
 
@@ -27,6 +27,8 @@ class RecordKeeper:
         #: Record indices whose misses are counted (a steady-state run's measured ones).
         self.watched = watched
         self.misses = 0
+        #: An `<n>A` layout's role changes, in order.
+        self.role_switches: list[RoleSwitched] = []
 
     def token(self, token: Token, now: float) -> None:
         """`observe` of a `Token` (one per token of every request: the hot path)."""
@@ -76,3 +78,5 @@ class RecordKeeper:
                 record.instances = [*record.instances, target]
                 if kind in (Origin.OFFLOAD, Origin.REROUTE):
                     record.offloaded = True
+            case RoleSwitched():
+                self.role_switches.append(action)

@@ -195,7 +195,7 @@ class ControllerCore:
     def _from_instance(self, now: float, message, out: list[Action]) -> None:
         ledger, late_binding = self.ledger, self.late_binding
         if isinstance(message, Ready):
-            self._ready(message, out)
+            self._ready(now, message, out)
             if late_binding is not None:
                 late_binding.bind_waiting(now, out)
             return
@@ -241,7 +241,7 @@ class ControllerCore:
             case _:
                 raise TypeError(f"not an instance message: {message!r}")
 
-    def _ready(self, ready: Ready, out: list[Action]) -> None:
+    def _ready(self, now: float, ready: Ready, out: list[Action]) -> None:
         view = self.ledger.instances.get(ready.instance_id)
         if view is None:
             return  # a ghost: no instance of the layout has that id
@@ -249,7 +249,7 @@ class ControllerCore:
         view.reported(0, 0)
         self.prefixes.ready(ready)
         if self.roles is not None:
-            self.roles.ready(ready)
+            self.roles.ready(now, ready)
         if self.late_binding is not None:
             self.late_binding.ready(ready)
         out.append(InstanceReady(ready))

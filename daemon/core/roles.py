@@ -12,8 +12,6 @@ back in the role it started in (its Ready says so), any change under way forgott
 """
 from __future__ import annotations
 
-import logging
-
 import msgspec
 
 from daemon.core.events import Action, RoleSwitched, Send
@@ -24,8 +22,6 @@ from daemon.core.request_state import Trigger
 from ipc.messages import Origin, Ready, Role, RoleChanged, SetRole
 from policies.roles import RoleParams, Seat, decide
 from policies.router import Router
-
-log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the evidence.
 CHECK_INTERVAL = 1.0
@@ -49,6 +45,10 @@ class Roles:
         self.pending: dict[int, tuple[Role, str]] = {}
         self.last_change = -float("inf")
         self.next_check = 0.0
+        #: Seconds each instance has served in each role, up to the start of its current
+        #: role (`stint`: since when, from its first Ready).
+        self.seconds: dict[tuple[int, Role], float] = {}
+        self.stint: dict[int, float] = {}
 
     # ---- what it hears -----------------------------------------------------------------
     def arrived(self, now: float, ttft_slo: float) -> None:
@@ -57,14 +57,30 @@ class Roles:
     def took_offload(self, now: float, hp: int) -> None:
         self.evidence.took(now, hp)
 
-    def ready(self, ready: Ready) -> None:
+    def ready(self, now: float, ready: Ready) -> None:
         """An instance serves (again), in the role its Ready names."""
         i = ready.instance_id
         self.pending.pop(i, None)
         self.ledger.switching.discard(i)
+        if i in self.stint:
+            self._count(i, now)
+        self.stint[i] = now
         if ready.role in _MODE and self.ledger.roles.get(i) is not ready.role:
             self._set(i, ready.role)
             self.since[i] = -float("inf")
+
+    def role_seconds(self, now: float) -> dict[tuple[int, Role], float]:
+        """Seconds each instance has served in each role up to `now`."""
+        seconds = dict(self.seconds)
+        for i, start in self.stint.items():
+            key = (i, self.ledger.roles[i])
+            seconds[key] = seconds.get(key, 0.0) + max(now - start, 0.0)
+        return seconds
+
+    def _count(self, instance_id: int, now: float) -> None:
+        key = (instance_id, self.ledger.roles[instance_id])
+        self.seconds[key] = self.seconds.get(key, 0.0) + max(now - self.stint[instance_id], 0.0)
+        self.stint[instance_id] = now
 
     # ---- deciding ----------------------------------------------------------------------
     def tick(self, now: float, out: list[Action]) -> None:
@@ -90,8 +106,6 @@ class Roles:
         self.router.tickets.cancel(instance_id)
         if instance_id in self.router.hp_ids:  # no ticket of it counts any more
             self.router.hp_ids.remove(instance_id)
-        log.info("instance %d: %s -> %s (%s)", instance_id, self.ledger.roles[instance_id].value,
-                 role.value, reason)
         out.append(Send(instance_id, SetRole(role=role, mode=_MODE[role])))
 
     # ---- the answer --------------------------------------------------------------------
@@ -104,6 +118,8 @@ class Roles:
         self.ledger.switching.discard(i)
         old = self.ledger.roles[i]
         returned = self._take_back(view, message)
+        if i in self.stint and message.role is not old:
+            self._count(i, now)
         self._set(i, message.role)
         if message.role is not old:
             self.since[i] = self.last_change = now
