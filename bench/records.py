@@ -132,6 +132,14 @@ class ClassResult(msgspec.Struct, kw_only=True):
     tbt_slo_s: float
 
 
+class PhaseResult(msgspec.Struct, kw_only=True):
+    """Goodput of one phase of a `shifting` workload (bench/loadgen/shifting.py)."""
+    phase: str
+    num_requests: int
+    good: int
+    goodput_pct: float
+
+
 class RunResult(msgspec.Struct, kw_only=True):
     """What one run (bench or simulate) reports. Times in seconds, rates per second."""
     config: dict
@@ -161,6 +169,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     prompt_cached_pct: float = 0.0
     per_instance: list[dict] = []
     per_class: list[ClassResult] = []  # by SLO class, when the requests carry one
+    per_phase: list[PhaseResult] = []  # by phase, for a `shifting` workload
     schema_version: int = SCHEMA_VERSION
     #: Every request, only when asked for (large); left out of the JSON otherwise.
     records: list[RequestRecord] | msgspec.UnsetType = msgspec.UNSET
