@@ -119,7 +119,7 @@ class InstanceCore:
         self.num_role_changes += 1
         return RoleChanged(instance_id=self.instance_id, role=self.role, mode=command.mode,
                            returned=[OffloadedRequest(r.request_id, r.prompt_token_ids)
-                                     for r in returned])
+                                     for r in returned], load=self.load())
 
     def _accept(self, submit: Submit) -> list[ToController]:
         self.num_accepted += 1

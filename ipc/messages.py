@@ -288,6 +288,7 @@ class RoleChanged(_Message, tag="role_changed"):
     role: Role
     mode: str
     returned: list[OffloadedRequest] = []
+    load: InstanceLoad | None = None  # its load once they are gone
 
 
 # ---- P/D disaggregation (DistServe layouts, `<n>P<m>D`) ---------------------------------

@@ -15,8 +15,10 @@ a slower LP. So:
   rescuable*: set aside by the waiting room's Moore-Hodgson pass with an HP predicted able
   to finish it in time (rescued by one, or, where no HP could take it, one an idle HP
   would have finished);
-* **remove** an HP when there are more than the cap allows, or the least useful one
-  rescued (rescues and LP offloads it took) under `remove_share` of the arrivals.
+* **remove** an HP -- the one that took least (rescues, LP offloads) -- when there are
+  more than the cap allows, or when under `remove_share` of the arrivals were late but
+  rescuable (rescued by the HPs or not): the HPs as a pool, not each one, must earn
+  their place (a second HP that rescues little itself still keeps the first free to).
 
 Hysteresis: a decision reads a window that began after the last change (`settle`), an
 instance keeps a role at least `dwell` seconds, one change at a time (the caller sends
@@ -39,7 +41,7 @@ class RoleParams:
     tight_ratio: float = 0.5    # TTFT SLO <= this x the window's median: tight
     tight_share: float = 0.05   # least share of tight arrivals for any HP
     add_share: float = 0.02     # late-but-rescuable share of arrivals that adds an HP
-    remove_share: float = 0.01  # an HP that rescued under this share goes back to LP
+    remove_share: float = 0.005  # fewer late-but-rescuable arrivals: an HP goes back to LP
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,8 @@ def decide(seats: Sequence[Seat], window: Window, now: float, last_change: float
         return RoleChange(free_lps[0].instance_id, HP,
                           f"{rescuable:.0%} of arrivals were late but rescuable, "
                           f"{tight:.0%} have a tight TTFT SLO (up to {cap} HP(s))")
-    if free_hps and free_hps[0].rescued < params.remove_share * window.arrivals:
+    if free_hps and rescuable < params.remove_share:
         return RoleChange(free_hps[0].instance_id, LP,
-                          f"it rescued {free_hps[0].rescued} of {window.arrivals} arrivals "
-                          f"in {window.seconds:g} s")
+                          f"only {window.rescuable} of {window.arrivals} arrivals in "
+                          f"{window.seconds:g} s needed a rescue")
     return None

@@ -81,6 +81,17 @@ def test_a_switching_instance_gets_nothing_and_its_given_back_requests_bind_agai
     assert not any(isinstance(a, Settle) for a in actions)
 
 
+def test_the_answer_carries_the_backlog_left_once_the_returned_requests_are_gone():
+    core = core_3a()
+    for k in range(2):
+        arrive(core, f"r{k}", now=1.0)
+    assert core.late_binding.room.backlog_tokens(0) > 0
+    core.roles.switch(0, Role.HP, "test", [])
+    core.handle(FromInstance(1.1, RoleChanged(instance_id=0, role=Role.HP, mode="hp",
+                                              load=InstanceLoad(2, 0, 0.0, 0))))
+    assert core.late_binding.room.backlog_tokens(0) == 0
+
+
 def test_an_hp_leaving_gives_up_its_ticket_at_once_and_a_restart_resets_its_role():
     core = core_3a()
     core.roles.switch(2, Role.HP, "test", [])

@@ -47,11 +47,13 @@ def test_without_a_tight_class_an_hp_goes_back_to_lp():
     assert "no HP pays" in change.reason
 
 
-def test_an_hp_that_rescued_little_goes_back_to_lp():
-    busy = decide(seats(LP, LP, HP, rescued=50), window(tight=60), NOW, INF)
-    idle = decide(seats(LP, LP, HP, rescued=1), window(tight=60), NOW, INF)
-    assert busy is None
-    assert idle is not None and idle.role == LP and "rescued 1 of 200" in idle.reason
+def test_hps_go_back_to_lp_when_little_needs_a_rescue_the_least_useful_first():
+    busy = decide(seats(LP, HP, HP, rescued=0), window(tight=60, rescuable=20), NOW, INF)
+    idle = decide([Seat(0, LP, INF), Seat(1, HP, INF, rescued=1), Seat(2, HP, INF, rescued=0)],
+                  window(tight=60, rescuable=0), NOW, INF)
+    assert busy is None  # the pool rescues: a second HP that itself rescued none stays
+    assert idle is not None and (idle.instance_id, idle.role) == (2, LP)
+    assert "only 0 of 200 arrivals" in idle.reason
 
 
 def test_dwell_time_holds_a_role_and_a_window_must_follow_the_last_change():

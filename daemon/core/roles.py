@@ -118,6 +118,9 @@ class Roles:
         self.ledger.switching.discard(i)
         old = self.ledger.roles[i]
         returned = self._take_back(view, message)
+        if message.load is not None:  # its backlog without them
+            view.reported(message.load.num_running, message.load.num_kv_blocks_used)
+            self.late_binding.reported(i, message.load)
         if i in self.stint and message.role is not old:
             self._count(i, now)
         self._set(i, message.role)
