@@ -69,3 +69,15 @@ def test_the_same_role_or_an_impossible_one_changes_nothing():
     plain = fake_core(Role.LP, "lp")  # no performance model: it cannot decide by time
     [answer] = plain.take([SetRole(role=Role.HP, mode="hp")], 0.0)
     assert answer.role is Role.LP and plain.engine.scheduler.mode.name == "lp"
+
+
+def test_set_role_and_its_answer_cross_the_wire():
+    from ipc.codec import Encoder, controller_decoder, instance_decoder
+    from ipc.messages import InstanceLoad, OffloadedRequest
+    encoder = Encoder()
+    command = SetRole(role=Role.HP, mode="hp")
+    answer = RoleChanged(instance_id=2, role=Role.HP, mode="hp",
+                         returned=[OffloadedRequest("r1", [1, 2, 3])],
+                         load=InstanceLoad(4, 0, 0.0, 1))
+    assert instance_decoder().decode(encoder.encode(command)) == command
+    assert controller_decoder().decode(encoder.encode(answer)) == answer
