@@ -9,9 +9,11 @@ core at scrape time (`watch_gateway`, daemon/gateway_metrics.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from daemon.batch_histogram import BatchHistogram
 from daemon.core.events import Moved, Refuse, RoleSwitched, Settle, TicketOpened, Token
@@ -65,13 +67,11 @@ class Metrics:
         # `<n>A` layouts: roles change online (docs/design.md §5.10)
         self.role_changes = Counter("ascendra_role_changes", "Instances that changed role, "
                                     "by old and new role", ["from", "to"], registry=r)
-        self.role_seconds = Gauge("ascendra_instance_role_seconds", "Seconds the instance "
-                                  "has served in each role", ["instance", "role"], registry=r)
-        self._role_seconds: Callable[[], Mapping[tuple[int, Role], float]] | None = None
 
     def watch_roles(self, seconds: Callable[[], Mapping[tuple[int, Role], float]]) -> None:
-        """Read each instance's seconds per role from `seconds` at every scrape."""
-        self._role_seconds = seconds
+        """`ascendra_instance_role_seconds{instance,role}`, read from `seconds` at every
+        scrape (`<n>A` layouts)."""
+        self.registry.register(_RoleSeconds(seconds))
 
     def watch_gateway(self, model_name: str, view: Callable[[], GatewayView]) -> None:
         """Expose the model-server protocol's gauges (vllm:*), read from `view` per scrape."""
@@ -137,7 +137,18 @@ class Metrics:
             gauge.labels(name).set(0)
 
     def render(self) -> bytes:
-        if self._role_seconds is not None:
-            for (instance, role), seconds in self._role_seconds().items():
-                self.role_seconds.labels(str(instance), role.value).set(round(seconds, 3))
         return generate_latest(self.registry)
+
+
+class _RoleSeconds(Collector):
+    """Seconds each instance has served in each role, as the controller core counts them."""
+
+    def __init__(self, seconds: Callable[[], Mapping[tuple[int, Role], float]]) -> None:
+        self.seconds = seconds
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("ascendra_instance_role_seconds", "Seconds the instance "
+                                   "has served in each role", labels=["instance", "role"])
+        for (instance, role), seconds in sorted(self.seconds().items()):
+            family.add_metric([str(instance), role.value], round(seconds, 3))
+        yield family
