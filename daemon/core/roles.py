@@ -25,9 +25,9 @@ from policies.router import Router
 
 #: Seconds between two looks at the evidence.
 CHECK_INTERVAL = 1.0
+#: The roles that change, and the mode (and the policy's name) of each.
 _MODE = {Role.LP: "lp", Role.HP: "hp"}
-_POLICY_ROLE = {Role.LP: "lp", Role.HP: "hp"}
-_ROLE = {"lp": Role.LP, "hp": Role.HP}
+_ROLE = {mode: role for role, mode in _MODE.items()}
 
 
 class Roles:
@@ -90,10 +90,10 @@ class Roles:
         self.next_check = now + CHECK_INTERVAL
         ledger, room = self.ledger, self.late_binding.room
         window, rescued = self.evidence.read(now, self.params.tight_ratio)
-        seats = [Seat(i, _POLICY_ROLE[ledger.roles[i]], self.since[i],
+        seats = [Seat(i, _MODE[ledger.roles[i]], self.since[i],
                       room.seconds(i, room.backlog_tokens(i)) if i in room.backlogs else 0.0,
                       rescued.get(i, 0))
-                 for i in ledger.ready_ids() if ledger.roles[i] in _POLICY_ROLE]
+                 for i in ledger.ready_ids() if ledger.roles[i] in _MODE]
         change = decide(seats, window, now, self.last_change, self.params)
         if change is not None:
             self.switch(change.instance_id, _ROLE[change.role], change.reason, out)
