@@ -54,6 +54,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     #: Prompt tokens its instance found in its prefix cache (OpenAI's
     #: usage.prompt_tokens_details.cached_tokens).
     cached_tokens: int = 0
+    #: The role ("lp", "hp") its instance held when it gave its first token, in a layout
+    #: whose roles change online (`<n>A`); None elsewhere, and from a live client.
+    role: str | None = None
 
     def output_tokens(self) -> int:
         return self.num_output_tokens if self.num_output_tokens is not None else len(self.token_times)
@@ -107,6 +110,7 @@ class RecordRow(msgspec.Struct, kw_only=True):
     #: that got none (drop, error); None while it had neither (lost).
     answer_wait: float | None = None
     cached_tokens: int = 0             # prompt tokens found in its instance's prefix cache
+    role: str | None = None            # its instance's role when it served it (`<n>A`)
 
 
 class Percentiles(msgspec.Struct):
@@ -126,6 +130,14 @@ class ClassResult(msgspec.Struct, kw_only=True):
     goodput_pct: float
     ttft_slo_s: float
     tbt_slo_s: float
+
+
+class PhaseResult(msgspec.Struct, kw_only=True):
+    """Goodput of one phase of a `shifting` workload (bench/loadgen/shifting.py)."""
+    phase: str
+    num_requests: int
+    good: int
+    goodput_pct: float
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -157,6 +169,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     prompt_cached_pct: float = 0.0
     per_instance: list[dict] = []
     per_class: list[ClassResult] = []  # by SLO class, when the requests carry one
+    per_phase: list[PhaseResult] = []  # by phase, for a `shifting` workload
     schema_version: int = SCHEMA_VERSION
     #: Every request, only when asked for (large); left out of the JSON otherwise.
     records: list[RequestRecord] | msgspec.UnsetType = msgspec.UNSET

@@ -13,6 +13,7 @@ import sys
 
 import msgspec
 
+from bench.loadgen.shifting import per_phase
 from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.parallel import add_workers_flag, run_parallel
 from bench.records_file import record_rows, write_records
@@ -77,13 +78,23 @@ def run_simulate(args: argparse.Namespace) -> int:
     requests = build_requests(config.workload, rate=args.qps, num_requests=n, seed=args.seed,
                               max_model_len=config.max_model_len)
     run_config = {"layout": args.layout, "qps": args.qps, **_printable(subject, config)}
+    shifting = config.workload.arrival == "shifting"
     result = simulate(sim_config(subject, config), requests, seed=args.seed, config=run_config,
-                      keep_records=bool(args.records))
+                      keep_records=bool(args.records) or shifting)
+    if shifting:  # goodput by phase: which traffic each layout serves well
+        result = msgspec.structs.replace(result, per_phase=per_phase(
+            result.records, config.workload.phase_seconds, config.slo.ttft_slo,
+            config.slo.tbt_slo))
+        if not args.records:
+            result = msgspec.structs.replace(result, records=msgspec.UNSET)
     if args.records:
         write_records(args.records, record_rows(result.records, config.slo.ttft_slo,
                                                 config.slo.tbt_slo))
         result = msgspec.structs.replace(result, records=msgspec.UNSET)
     print_summary(result)
+    for phase in result.per_phase:
+        print(f"phase {phase.phase}: goodput {phase.goodput_pct:.1f} % "
+              f"({phase.good} of {phase.num_requests})")
     if args.json:
         write_result(result, args.json)
     return 0

@@ -63,8 +63,11 @@ def plain_summary(result: RunResult) -> str:
 
 
 def _instance_text(instance: dict) -> str:
-    keys = ("state", "served", "offloaded", "preemptions", "perf_model_mape", "restarts")
-    return ", ".join(f"{k} {instance[k]}" for k in keys if k in instance) or "-"
+    keys = ("state", "served", "offloaded", "preemptions", "perf_model_mape", "restarts",
+            "lp_s", "hp_s")
+    text = ", ".join(f"{k} {instance[k]}" for k in keys if k in instance) or "-"
+    changes = instance.get("role_changes")
+    return text + "".join(f"; {c}" for c in changes) if changes else text
 
 
 def print_summary(result: RunResult, file=None) -> None:

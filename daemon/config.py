@@ -66,7 +66,8 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     layout: Annotated[str | list[str], doc(
         'How many engine instances of which kind: "<count>x<mode>" (modes sarathi, vllm, lp, '
         'hp), e.g. "3xsarathi", Ascendra\'s "<n>L<m>H", e.g. "2L1H" (2 LP + 1 HP '
-        'instances), or DistServe\'s prefill/decode split "<n>P<m>D", e.g. "2P1D" (2 prefill '
+        'instances), "<n>A", e.g. "3A" (3 instances switching between LP and HP online), '
+        'or DistServe\'s prefill/decode split "<n>P<m>D", e.g. "2P1D" (2 prefill '
         "instances hand each request with its KV cache to 1 decode instance). With several "
         "models: one layout for each of them, or a list of one per model (--layout "
         "repeated); instance ids and `gpus` run on across the models in order.")] = "1xsarathi"

@@ -20,8 +20,8 @@ import time
 from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import (
-    Arrived, ClientLeft, Drain, FromInstance, InstanceDown, InstanceReady, Refuse, Send, SendFailed,
-    Settle, StartAccepting, StartTimer, Timer, TimerFired, Token,
+    Arrived, ClientLeft, Drain, FromInstance, InstanceDown, InstanceReady, Refuse, RoleSwitched, Send,
+    SendFailed, Settle, StartAccepting, StartTimer, Timer, TimerFired, Token,
 )
 from daemon.errors import ApiError, refusal_error, settle_error
 from daemon.gateway_view import gateway_view
@@ -45,15 +45,20 @@ class Controller:
     def __init__(self, channel: ControllerChannel, configs: list[InstanceConfig], *,
                  tokenizer, model_name: str, slo: SloConfig = SloConfig(),
                  controller: ControllerConfig = ControllerConfig(), backoff_max: float = 30.0,
-                 request_log: str = "", clock=time.monotonic) -> None:
+                 request_log: str = "", clock=time.monotonic,
+                 dynamic_roles: bool = False) -> None:
+        """`dynamic_roles`: an `<n>A` layout (roles change online, docs/design.md §5.10)."""
         self.channel = channel
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.model_name = model_name
         self.clock = clock
         roles = {c.instance_id: c.resolved_role for c in configs}
-        self.core = ControllerCore(roles, controller, slo)
+        self.core = ControllerCore(roles, controller, slo, dynamic_roles=dynamic_roles)
         self.metrics = Metrics(roles)
+        if self.core.roles is not None:
+            role_component = self.core.roles
+            self.metrics.watch_roles(lambda: role_component.role_seconds(self.clock()))
         self.metrics.queued_requests.set_function(lambda: self.core.ledger.bounds.requests)
         self.metrics.queued_tokens.set_function(lambda: self.core.ledger.bounds.tokens)
         self.metrics.watch_gateway(model_name, lambda: gateway_view(self.core))
@@ -103,7 +108,7 @@ class Controller:
         return self.core.ledger.max_model_len
 
     def health(self) -> Health:
-        return build_health(self.core, self.supervisor, self.model_name)
+        return build_health(self.core, self.supervisor, self.model_name, self.clock())
 
     def liveness(self) -> Probe:
         return liveness(self.core)
@@ -172,6 +177,9 @@ class Controller:
                         delay, self._fire, timer)
                 case InstanceReady(ready=ready):
                     self.supervisor.mark_ready(ready)
+                case RoleSwitched(instance_id=i, old=old, new=new, reason=reason):
+                    log.info("instance %d changed role %s -> %s (%s); %d waiting requests "
+                             "bound again", i, old.value, new.value, reason, action.returned)
         if tokens:
             self.metrics.observe_tokens(tokens)
         if self.core.draining and not self.core.ledger.requests:

@@ -15,6 +15,7 @@ instances comes back is restarted, and one merely degraded is not.
 """
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 import msgspec
@@ -44,6 +45,16 @@ class InstanceHealth(msgspec.Struct, kw_only=True):
     dropped: int
     ticket_open: bool
     perf_model_mape: float | None  # held-out error of its performance model (0.1 = 10 %)
+    #: `<n>A` layouts: its last role change, if any (docs/design.md §5.10).
+    role_change: RoleChangeHealth | None = None
+
+
+class RoleChangeHealth(msgspec.Struct, kw_only=True):
+    """An instance's last role change."""
+    old: str                  # lp | hp
+    new: str
+    reason: str               # what the policy saw
+    seconds_ago: float
 
 
 class ModelHealth(msgspec.Struct, kw_only=True):
@@ -101,14 +112,21 @@ def _probe(core: ControllerCore, why: str) -> Probe:
                  instances=len(core.ledger.instances))
 
 
-def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str) -> Health:
+def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str,
+                 now: float | None = None) -> Health:
+    """`now`: the controller's clock (monotonic), for how long ago a role changed."""
     instances = []
+    now = time.monotonic() if now is None else now
     for slot in supervisor.slots.values():
         view = core.ledger.instances[slot.instance_id]
         beat, ready = view.stats, view.ready
+        switched = core.roles.last.get(slot.instance_id) if core.roles is not None else None
         instances.append(InstanceHealth(
             id=slot.instance_id, model=model_name, role=view.role.value,
-            mode=slot.config.scheduler.mode, pid=slot.pid, state=slot.state.value,
+            mode=view.role.value if core.roles is not None else slot.config.scheduler.mode,
+            role_change=None if switched is None else RoleChangeHealth(
+                old=switched.old.value, new=switched.new.value, reason=switched.reason,
+                seconds_ago=round(max(now - switched.time, 0.0), 1)), pid=slot.pid, state=slot.state.value,
             restarts=slot.restarts, in_flight=len(view.held),
             waiting=beat.num_waiting if beat else 0,
             # the latest report (a step's load or a heartbeat), as the gateway gauges read it

@@ -4,7 +4,9 @@
 V1 does (`vllm-v0`, `sglang`: the other baselines, docs/baselines.md; `vllm` is
 `vllm-v0`'s deprecated name);
 `2L1H` is Ascendra's two low-priority (LP) and one high-priority (HP) instance,
-and any `<n>L<m>H` works the same way. `<n>P<m>D` (`1P1D`, `2P1D`, `1P2D`, ...) is
+and any `<n>L<m>H` works the same way. `<n>A` (`3A`, `8A`) is n Ascendra instances whose
+roles the controller chooses online, each LP or HP at any moment (docs/design.md §5.10):
+they start as LPs. `<n>P<m>D` (`1P1D`, `2P1D`, `1P2D`, ...) is
 DistServe's prefill/decode disaggregation: n prefill instances run prompts to the first
 token and hand each request, KV cache and all, to one of m decode instances.
 """
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 _REPEAT = re.compile(r"^(\d+)x([a-z][a-z0-9-]*)$")
 _ASCENDRA = re.compile(r"^(\d+)L(\d+)H$")
 _DISAGGREGATED = re.compile(r"^(\d+)P(\d+)D$")
+_ADAPTIVE = re.compile(r"^(\d+)A$")
 #: Modes that only make sense together, in a `<n>P<m>D` layout.
 _PD_MODES = ("prefill", "decode")
 
@@ -55,6 +58,10 @@ def parse_layout(layout: str, gpus: list[int] | None = None, gpus_per_instance: 
 def layout_modes(layout: str) -> list[str]:
     """The mode of each instance, in instance-id order (LP instances before HP ones)."""
     text = layout.strip()
+    if match := _ADAPTIVE.match(text):
+        if int(match.group(1)) < 1:
+            raise ValueError(f"layout: {layout!r} has no instances")
+        return ["lp"] * int(match.group(1))
     if match := _ASCENDRA.match(text):
         lp, hp = int(match.group(1)), int(match.group(2))
         if lp < 1 or hp < 0:
@@ -69,7 +76,8 @@ def layout_modes(layout: str) -> list[str]:
     match = _REPEAT.match(text)
     if not match:
         raise ValueError(f"layout: cannot read {layout!r}; write it as <count>x<mode> "
-                         f"(e.g. 3xsarathi), <n>L<m>H (e.g. 2L1H) or <n>P<m>D (e.g. 2P1D)")
+                         f"(e.g. 3xsarathi), <n>L<m>H (e.g. 2L1H), <n>A (e.g. 3A: roles "
+                         f"chosen online) or <n>P<m>D (e.g. 2P1D)")
     count, mode = int(match.group(1)), _current_name(match.group(2))
     if mode in _PD_MODES:
         raise ValueError(f"layout: {mode} instances come in pairs with the other kind; "
@@ -80,6 +88,11 @@ def layout_modes(layout: str) -> list[str]:
     if count < 1:
         raise ValueError(f"layout: {layout!r} has no instances")
     return [mode] * count
+
+
+def dynamic_roles(layout: str) -> bool:
+    """Its instances change between LP and HP online (`<n>A`)."""
+    return bool(_ADAPTIVE.match(layout.strip()))
 
 
 @functools.cache

@@ -9,12 +9,14 @@ core at scrape time (`watch_gateway`, daemon/gateway_metrics.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.core.events import Moved, Refuse, Settle, TicketOpened, Token
+from daemon.core.events import Moved, Refuse, RoleSwitched, Settle, TicketOpened, Token
 from daemon.gateway_metrics import GatewayCollector
 from daemon.gateway_view import GatewayView
 from daemon.prefix_metrics import PrefixCacheMetrics
@@ -62,6 +64,14 @@ class Metrics:
         self.queued_tokens = Gauge("ascendra_queued_tokens", "Their prompt tokens (bounded by "
                                    "max_queued_tokens)", registry=r)
         self.prefix_cache = PrefixCacheMetrics(r)
+        # `<n>A` layouts: roles change online (docs/design.md §5.10)
+        self.role_changes = Counter("ascendra_role_changes", "Instances that changed role, "
+                                    "by old and new role", ["from", "to"], registry=r)
+
+    def watch_roles(self, seconds: Callable[[], Mapping[tuple[int, Role], float]]) -> None:
+        """`ascendra_instance_role_seconds{instance,role}`, read from `seconds` at every
+        scrape (`<n>A` layouts)."""
+        self.registry.register(_RoleSeconds(seconds))
 
     def watch_gateway(self, model_name: str, view: Callable[[], GatewayView]) -> None:
         """Expose the model-server protocol's gauges (vllm:*), read from `view` per scrape."""
@@ -92,6 +102,9 @@ class Metrics:
                     self.recovered.labels(kind.value).inc()
             case TicketOpened():
                 self.tickets.inc()
+            case RoleSwitched(instance_id=instance, old=old, new=new):
+                self.roles[instance] = new
+                self.role_changes.labels(old.value, new.value).inc()
 
     def observe_tokens(self, tokens: Sequence[Token]) -> None:
         """Count a batch of `Token` actions (what `observe` on each would)."""
@@ -125,3 +138,17 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _RoleSeconds(Collector):
+    """Seconds each instance has served in each role, as the controller core counts them."""
+
+    def __init__(self, seconds: Callable[[], Mapping[tuple[int, Role], float]]) -> None:
+        self.seconds = seconds
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("ascendra_instance_role_seconds", "Seconds the instance "
+                                   "has served in each role", labels=["instance", "role"])
+        for (instance, role), seconds in sorted(self.seconds().items()):
+            family.add_metric([str(instance), role.value], round(seconds, 3))
+        yield family

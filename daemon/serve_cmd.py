@@ -26,7 +26,7 @@ from daemon.config import ServeConfig, add_config_flags, config_from_args
 from daemon.config_toml import render_toml
 from daemon.controller import Controller
 from daemon.http_guard import ConnectionGuard
-from daemon.layout import InstanceSpec
+from daemon.layout import InstanceSpec, dynamic_roles
 from daemon.model_plan import ModelPlan
 from daemon.served_models import ServedModels
 from daemon.systemd import Notifier
@@ -72,7 +72,7 @@ def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
         channel, instance_configs(config, plan, channel.endpoint, model_dir),
         tokenizer=Tokenizer(model_dir), model_name=plan.name, slo=config.slo,
         controller=config.controller, backoff_max=config.process.restart_backoff_max,
-        request_log=config.process.request_log)
+        request_log=config.process.request_log, dynamic_roles=dynamic_roles(plan.layout))
 
 
 def _model_dir(plan: ModelPlan) -> Path:

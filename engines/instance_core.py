@@ -33,9 +33,10 @@ from engines.handoff import (
 from ipc.messages import (
     Abort, CachedPrompt, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
     Ping, Ready,
-    RequestError, Role, Shutdown, StepOutputs, Submit, SubmitPrefilled, Ticket, ToController,
+    RequestError, Role, RoleChanged, SetRole, Shutdown, StepOutputs, Submit, SubmitPrefilled, Ticket, ToController,
     ToInstance,
 )
+from engines.modes import role_of_mode
 from policies.admission import TICKET_BATCH_LIMIT, ticket_wanted
 
 #: Weight of the newest saturated step in the prefill rate's moving average.
@@ -55,6 +56,7 @@ class InstanceCore:
         self.num_steps = 0
         self.num_finished = self.num_offloaded = self.num_dropped = 0
         self.ticket_open = False  # HP: a Ticket was sent and no new request has come since
+        self.num_role_changes = 0  # SetRole commands that changed its role
         self.stopped = False      # Shutdown received: the driver exits
         self.num_accepted = 0     # Submits taken in (the controller counts what is in flight)
         self.prefill_rate = 0.0   # prompt tokens/s while saturated (InstanceLoad.prefill_rate)
@@ -89,12 +91,35 @@ class InstanceCore:
                 return self._abort(request_id)
             case Ping(ping_id=ping_id):
                 return [self.heartbeat(now, num_bad_frames, ping_id=ping_id)]
+            case SetRole():
+                return [self.set_role(command)]
             case Shutdown():
                 self.stopped = True
                 ids = [*self.engine.scheduler.requests, *self.prefilled.ids()]
                 return [m for rid in ids for m in self._abort(rid)]
             case _:
                 raise TypeError(f"not an instance command: {command!r}")
+
+    def set_role(self, command: SetRole) -> RoleChanged:
+        """Serve as `command.role` in `command.mode` from the next step (a `take` runs
+        between steps: this is a step boundary). The waiting requests whose prefill has
+        not started go back to the controller (prompt tokens only, as an offload); the
+        running ones, and preempted or pinned waiting ones, stay and finish here. Only
+        between LP and HP, and only with a performance model (both modes decide by
+        time): else the answer names the role and mode it keeps."""
+        scheduler = self.engine.scheduler
+        if (command.role is self.role and command.mode == scheduler.mode.name) or not (
+                {self.role, command.role} <= {Role.LP, Role.HP} and self.engine.predictor
+                and role_of_mode(command.mode) is command.role):
+            return RoleChanged(instance_id=self.instance_id, role=self.role,
+                               mode=scheduler.mode.name)
+        returned = scheduler.give_back_waiting()
+        scheduler.set_mode(command.mode)
+        self.role, self.ticket_open = command.role, False
+        self.num_role_changes += 1
+        return RoleChanged(instance_id=self.instance_id, role=self.role, mode=command.mode,
+                           returned=[OffloadedRequest(r.request_id, r.prompt_token_ids)
+                                     for r in returned], load=self.load())
 
     def _accept(self, submit: Submit) -> list[ToController]:
         self.num_accepted += 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import numpy as np
 
 from engines.batch import Batch
@@ -117,6 +118,26 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
+
+    # ---- a role change (docs/design.md §5.10) --------------------------------------------
+    def set_mode(self, name: str) -> None:
+        """Schedule by mode `name` from the next step: its triage (value function,
+        offloads) and default seat count; the KV cache, the predictor and every request
+        stay. Between steps only (the instance core's `take`)."""
+        config = msgspec.structs.replace(self.config, mode=name).validate()
+        self.config, self.mode = config, get_mode(name)
+        self.max_num_seqs = config.resolved_max_num_seqs()
+        self.triage = Triage(self.mode, config, self.predictor)
+
+    def give_back_waiting(self) -> list[Request]:
+        """Take every waiting request whose prefill has not started (and is not pinned)
+        out of the queue, finished here as an offload is (prompt tokens only leave), in
+        queue order; the rest -- preempted, pinned -- stay."""
+        going = [r for r in self.waiting if not r.prefill_started]
+        self.waiting.remove_many(going)
+        for request in going:
+            self._finish(request, FinishReason.OFFLOAD)
+        return going
 
     def queued_prefill(self) -> tuple[int, float]:
         """(prompt tokens not yet computed, their predicted seconds), waiting or mid-prefill:

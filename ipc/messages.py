@@ -4,15 +4,18 @@ Every message is a `msgspec.Struct` whose msgpack form carries its kind in a "ty
 field, so one typed decoder per direction (`ipc.codec`) turns a frame into exactly
 one of the structs below or rejects it. Unknown fields are refused (strict wire).
 
-Controller -> instance (`ToInstance`): Submit, Abort, Ping, Shutdown, SubmitPrefilled.
+Controller -> instance (`ToInstance`): Submit, Abort, Ping, Shutdown, SubmitPrefilled,
+SetRole.
 Instance -> controller (`ToController`): Ready, StepOutputs, Finished, RequestError,
-Heartbeat, Offload, Ticket, InstanceFailed, Handoff.
+Heartbeat, Offload, Ticket, InstanceFailed, Handoff, RoleChanged.
 
 Every Submit gets exactly one terminal outcome from the instance:
   * a `TokenOutput` with `finish_reason` set ("stop" | "length") inside a StepOutputs,
   * a `Finished` (the request ended without a new token: ABORT, or DROP when it was
     dropped),
   * an `Offload` naming it (it left for an HP instance; the HP then owes the outcome),
+  * a `RoleChanged` naming it among `returned` (the instance changed role before its
+    prefill started; the controller binds it again),
   * a `Handoff` naming it (a P/D layout's prefill instance passed it, KV and all, to a
     decode instance, which then owes the outcome),
   * or a `RequestError` (refused: prompt too long, duplicate id, bad token ids, ...).
@@ -152,6 +155,16 @@ class Shutdown(_Message, tag="shutdown"):
     """Stop now: unfinished requests end with Finished("abort"), then the process exits 0."""
 
 
+class SetRole(_Message, tag="set_role"):
+    """Take this role (LP or HP) and its scheduler mode at the next step boundary (a
+    layout whose roles are chosen online, `<n>A`; docs/design.md §5.10). Answered by
+    `RoleChanged`: the waiting requests whose prefill has not started go back with it,
+    the running ones finish here."""
+
+    role: Role
+    mode: str
+
+
 # ---- instance -> controller -------------------------------------------------------------
 
 class Ready(_Message, tag="ready"):
@@ -265,6 +278,19 @@ class InstanceFailed(_Message, tag="instance_failed"):
     message: str
 
 
+class RoleChanged(_Message, tag="role_changed"):
+    """The answer to `SetRole`: the role and mode the instance serves in from now on (its
+    old ones if it could not change: a mode without a performance model), and the
+    requests it gave back -- waiting, prefill not started, not pinned: prompt tokens
+    only, as an `Offload`. It holds nothing for them any more."""
+
+    instance_id: InstanceId
+    role: Role
+    mode: str
+    returned: list[OffloadedRequest] = []
+    load: InstanceLoad | None = None  # its load once they are gone
+
+
 # ---- P/D disaggregation (DistServe layouts, `<n>P<m>D`) ---------------------------------
 
 class KvLayout(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
@@ -319,6 +345,6 @@ class SubmitPrefilled(_Message, tag="submit_prefilled"):
         return self.submit.request_id
 
 
-ToInstance = Union[Submit, Abort, Ping, Shutdown, SubmitPrefilled]
+ToInstance = Union[Submit, Abort, Ping, Shutdown, SubmitPrefilled, SetRole]
 ToController = Union[Ready, StepOutputs, Finished, RequestError, Heartbeat, Offload, Ticket,
-                     InstanceFailed, Handoff]
+                     InstanceFailed, Handoff, RoleChanged]

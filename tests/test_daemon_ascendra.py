@@ -89,3 +89,16 @@ def test_dropped_request_gets_503_with_the_reason(daemon_factory):
     assert all(b["error"]["code"] == "ttft_slo_missed" for b in dropped)
     assert all("TTFT SLO" in b["error"]["message"] for b in dropped)
     assert metric(daemon, 'ascendra_dropped_total{reason="ttft_slo_missed"}') == len(dropped)
+
+
+def test_an_online_roles_layout_serves_and_shows_its_roles(daemon_factory):
+    """`2A`: two instances starting as LPs, roles chosen online (docs/design.md §5.10);
+    /health names each one's role, /metrics its seconds per role."""
+    daemon = daemon_factory("--layout", "2A", "--executor", "sim",
+                            "--sim-latency", "constant:0.01", "--heartbeat-interval", "0.1")
+    instances = daemon.health()["instances"]
+    assert [(i["role"], i["mode"]) for i in instances] == [("lp", "lp"), ("lp", "lp")]
+    assert all(i.get("role_change") is None for i in instances)
+    status, _, body = completion(daemon)
+    assert status == 200 and body["usage"]["completion_tokens"] == 10
+    assert metric(daemon, 'ascendra_instance_role_seconds{instance="0",role="lp"}') > 0

@@ -13,7 +13,7 @@ BASELINES = ["xsarathi", "xvllm-v0", "xvllm-v1", "xsglang"]
 
 
 def test_every_split_and_every_baseline_are_candidates():
-    assert candidate_layouts(3) == ["3L0H", "2L1H", "1L2H", "2P1D", "1P2D",
+    assert candidate_layouts(3) == ["3L0H", "2L1H", "1L2H", "3A", "2P1D", "1P2D",
                                     *(f"3{b}" for b in BASELINES)]
     assert candidate_layouts(1) == ["1L0H", *(f"1{b}" for b in BASELINES)]
     with pytest.raises(ValueError, match="--gpus"):
@@ -27,7 +27,7 @@ def test_plan_recommends_the_candidate_with_the_highest_capacity(tmp_path, capsy
                  "--max-model-len", "2048", "--json", str(out)]) == 0
     answer = json.loads(out.read_text())
     capacities = {c["layout"]: c["capacity_qps"] for c in answer["candidates"]}
-    assert set(capacities) == {"2L0H", "1L1H", "1P1D", *(f"2{b}" for b in BASELINES)}
+    assert set(capacities) == {"2L0H", "1L1H", "2A", "1P1D", *(f"2{b}" for b in BASELINES)}
     assert answer["recommended"] == max(capacities, key=capacities.get)
     assert all(c["fraction_of_ceiling"] > 0 for c in answer["candidates"])  # (a short run)
     printed = capsys.readouterr().out

@@ -24,8 +24,10 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
                         "(ON 10 s at 3x the rate, OFF 30 s at 1/3x), mixed-slo (Poisson with "
                         "SLO classes), system-prompt (a shared 1,000-token system prompt, then "
                         "the trace's prompt), multi-turn (conversations of 5 turns, each "
-                        "prompt the history so far), replay (the trace file's arrival times) "
-                        "(default: replay for a trace file with arrival times, else poisson)")
+                        "prompt the history so far), shifting (phases: poisson, mixed-slo with "
+                        "a large interactive share, bursty-cv4), replay (the trace file's "
+                        "arrival times) (default: replay for a trace file with arrival times, "
+                        "else poisson)")
     p.add_argument("--slo-mix", metavar="MIX",
                    help="SLO classes and their shares, e.g. interactive=0.3,standard=0.5,"
                         "batch=0.2 (interactive: TTFT 0.5 s / TBT 0.1 s, standard: 2 s / "
@@ -47,6 +49,10 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
                    help="multi-turn: turns per conversation (default 5)")
     p.add_argument("--think-time", type=float, metavar="S",
                    help="multi-turn: mean seconds between a conversation's turns (default 15)")
+    p.add_argument("--phase-seconds", metavar="A,B,C",
+                   help="shifting: seconds of its poisson, mixed-slo and bursty-cv4 phases "
+                        "(default 60,60,60); --slo-mix sets the mixed phase's classes "
+                        "(default interactive=0.6,standard=0.3,batch=0.1)")
     p.add_argument("--max-prompt-len", type=int, metavar="N",
                    help="trim longer prompts to N tokens (then prompt + output are fitted into "
                         "--max-model-len: the output kept, the prompt cut)")
@@ -67,6 +73,13 @@ def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
              if (value := getattr(args, field, None)) is not None}
     if reuse:
         spec = msgspec.structs.replace(spec, **reuse)
+    if getattr(args, "phase_seconds", None):
+        try:
+            phases = tuple(float(x) for x in args.phase_seconds.split(","))
+        except ValueError:
+            raise ValueError(f"--phase-seconds {args.phase_seconds!r}: give three numbers, "
+                             "e.g. 60,60,60") from None
+        spec = msgspec.structs.replace(spec, phase_seconds=phases)
     if args.slo_mix is not None:
         spec = msgspec.structs.replace(spec, slo_mix=parse_slo_mix(args.slo_mix,
                                                                    spec.slo_classes))

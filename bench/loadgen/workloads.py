@@ -18,6 +18,10 @@
 * `multi-turn` -- conversations of 5 turns, each turn's prompt the one before it plus
   more (the history), 15 s of think time apart (bench/loadgen/reuse_workloads.py; `turns`,
   `think_time`);
+* `shifting`   -- phases that change the traffic's character: uniform-SLO Poisson, then
+  mixed SLO classes with a large interactive share (`slo_mix`, default SHIFT_MIX), then
+  bursty CV 4, each `phase_seconds` long (default 60 s), repeated
+  (bench/loadgen/shifting.py);
 * `replay`     -- the arrival times of a trace file (bench/loadgen/trace_file.py finds them):
   in time order from the first, divided by `rate_scale` (2 = twice as fast); a `rate`
   instead sets the scale so that the mean rate of the replayed rows is that rate (with
@@ -48,7 +52,7 @@ from bench.loadgen.reuse_workloads import conversation_requests, system_prompt_r
 from bench.loadgen.trace_file import TraceRow, load_rows
 from bench.loadgen.workload import WorkloadRequest, fit_lengths, sample_rows
 
-Arrival = Literal["poisson", "gamma", "onoff", "replay"]
+Arrival = Literal["poisson", "gamma", "onoff", "replay", "shifting"]
 
 
 class SloClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -65,6 +69,8 @@ class SloShare(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 SLO_CLASSES = (SloClass("interactive", 0.5, 0.1), SloClass("standard", 2.0, 0.15),
                SloClass("batch", 30.0, 0.5))
 DEFAULT_SLO_MIX = (SloShare("interactive", 0.3), SloShare("standard", 0.5), SloShare("batch", 0.2))
+#: The mixed phase of `shifting`: a large interactive share.
+SHIFT_MIX = (SloShare("interactive", 0.6), SloShare("standard", 0.3), SloShare("batch", 0.1))
 
 
 class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -87,6 +93,9 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: Conversations of this many turns, each prompt the one before it and more; 1 = none.
     turns: int = 1
     think_time: float = 15.0            # seconds between a conversation's turns (mean)
+    #: `shifting`: seconds of its poisson, mixed-slo and bursty-cv4 phases (empty: 60 each;
+    #: bench/loadgen/shifting.py).
+    phase_seconds: tuple[float, ...] = ()
 
 
 WORKLOADS = {
@@ -98,6 +107,7 @@ WORKLOADS = {
     "system-prompt": WorkloadSpec(name="system-prompt", system_prompt_len=1000),
     "multi-turn": WorkloadSpec(name="multi-turn", turns=5),
     "replay": WorkloadSpec(name="replay", arrival="replay"),
+    "shifting": WorkloadSpec(name="shifting", arrival="shifting", slo_mix=SHIFT_MIX),
 }
 
 
@@ -158,6 +168,10 @@ def check(spec: WorkloadSpec) -> None:
                          f"not {spec.arrival}")
     if spec.turns > 1 and spec.system_prompt_len:
         raise ValueError(f"{where}: give turns or a system prompt, not both")
+    if spec.phase_seconds and (spec.arrival != "shifting" or len(spec.phase_seconds) != 3
+                               or not all(s > 0 and math.isfinite(s) for s in spec.phase_seconds)):
+        raise ValueError(f"{where}: phase_seconds (--phase-seconds) takes three lengths > 0, "
+                         f"for workload shifting only; got {list(spec.phase_seconds)}")
     if spec.slo_mix is not None:
         names = [c.name for c in spec.slo_classes]
         mixed = [s.slo_class for s in spec.slo_mix]
@@ -189,6 +203,10 @@ def build_requests(spec: WorkloadSpec, *, rate: float | None = None,
         arrivals, rows = replayed(rows, spec.rate_scale, rate, num_requests, duration)
     elif rate is None:
         raise ValueError(f"workload {spec.name!r} needs an arrival rate (--qps)")
+    elif spec.arrival == "shifting":
+        from bench.loadgen.shifting import shifting_requests  # it builds its phases here
+        return shifting_requests(spec, rate=rate, num_requests=num_requests,
+                                 duration=duration, seed=seed, max_model_len=max_model_len)
     elif spec.turns > 1:
         return _with_classes(spec, seed, conversation_requests(
             rows, turns=spec.turns, think_time=spec.think_time, rate=rate,

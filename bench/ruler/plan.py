@@ -43,8 +43,9 @@ def candidate_layouts(num_gpus: int) -> list[str]:
     if num_gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {num_gpus}")
     splits = [f"{lp}L{num_gpus - lp}H" for lp in range(num_gpus, 0, -1)]
+    online = [f"{num_gpus}A"] if num_gpus > 1 else []  # roles chosen online (one: an LP)
     disaggregated = [f"{p}P{num_gpus - p}D" for p in range(num_gpus - 1, 0, -1)]
-    return splits + disaggregated + [f"{num_gpus}x{mode}" for mode in BASELINE_MODES]
+    return splits + online + disaggregated + [f"{num_gpus}x{mode}" for mode in BASELINE_MODES]
 
 
 def plan(config: RulerConfig, num_gpus: int, workers: int | None = None,

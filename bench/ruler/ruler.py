@@ -33,7 +33,7 @@ from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
 from daemon.core.controller_config import ControllerConfig, SloConfig
-from daemon.layout import layout_modes
+from daemon.layout import dynamic_roles, layout_modes
 from engines.scheduler_config import SchedulerConfig
 
 
@@ -111,7 +111,8 @@ def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
     return SimConfig(layout_modes=tuple(layout_modes(subject.layout)), profile=config.profile,
                      scheduler=subject.scheduler, slo=config.slo, controller=config.controller,
                      max_model_len=config.max_model_len, latency=config.latency,
-                     num_kv_blocks=config.num_kv_blocks, interconnect=config.interconnect)
+                     num_kv_blocks=config.num_kv_blocks, interconnect=config.interconnect,
+                     dynamic_roles=dynamic_roles(subject.layout))
 
 
 def workload_requests(config: RulerConfig, qps: float, seed: int) -> list[WorkloadRequest]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from bench.records import RequestRecord
 from bench.results import is_good
 from daemon.core.controller_config import SloConfig
-from daemon.core.events import Moved, Refuse, Send, Settle, Token
+from daemon.core.events import Moved, Refuse, RoleSwitched, Send, Settle, Token
 from daemon.core.request_state import Outcome
 from ipc.messages import Origin, Submit, SubmitPrefilled
 
@@ -27,6 +27,8 @@ class RecordKeeper:
         #: Record indices whose misses are counted (a steady-state run's measured ones).
         self.watched = watched
         self.misses = 0
+        #: An `<n>A` layout's role changes, in order.
+        self.role_switches: list[RoleSwitched] = []
 
     def token(self, token: Token, now: float) -> None:
         """`observe` of a `Token` (one per token of every request: the hot path)."""
@@ -57,6 +59,8 @@ class RecordKeeper:
                 record.outcome = RECORD_OUTCOMES[outcome]
                 record.end_time, record.instance = now, instance
                 record.cached_tokens = action.cached_tokens
+                if action.role is not None:
+                    record.role = action.role.value
                 if code is not None:
                     record.error_code, record.error = code.value, message
             case Refuse(request_id=request_id, refusal=refusal, message=message):
@@ -74,3 +78,5 @@ class RecordKeeper:
                 record.instances = [*record.instances, target]
                 if kind in (Origin.OFFLOAD, Origin.REROUTE):
                     record.offloaded = True
+            case RoleSwitched():
+                self.role_switches.append(action)

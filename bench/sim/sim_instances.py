@@ -43,6 +43,8 @@ class SimConfig:
     #: The link a P/D layout's KV crosses (engines/executors/profiles/interconnect.py:
     #: "nvlink3", "nvlink4", "pcie4", "pcie5"); "" = the profile GPU's NVLink.
     interconnect: str = ""
+    #: An `<n>A` layout: the controller changes instances between LP and HP online.
+    dynamic_roles: bool = False
 
 
 @dataclass

@@ -71,7 +71,31 @@ def per_instance(simulation: Simulation, records: list[RequestRecord], sim: SimC
             "output_tokens": sum(r.output_tokens() for r in mine),
             "perf_model_mape": perf.mape if perf else None,
         })
+        if sim.dynamic_roles:  # `<n>A`: when it changed role, and its seconds in each
+            rows[-1].update(role_times(simulation, inst.instance_id, duration_end(records)))
     return rows
+
+
+def duration_end(records: list[RequestRecord]) -> float:
+    return max((r.end_time for r in records if r.end_time is not None), default=0.0)
+
+
+def role_times(simulation: Simulation, instance_id: int, end: float) -> dict:
+    """An `<n>A` instance's role changes ("at s: lp -> hp (why)") and its seconds as LP
+    and as HP up to `end` (it started as its layout says)."""
+    mode = simulation.config.layout_modes[instance_id]
+    role, since, seconds = mode, 0.0, {"lp": 0.0, "hp": 0.0}
+    changes = []
+    for switch in simulation.keeper.role_switches:
+        if switch.instance_id != instance_id:
+            continue
+        seconds[role] = seconds.get(role, 0.0) + switch.time - since
+        role, since = switch.new.value, switch.time
+        changes.append(f"{switch.time:.1f} s: {switch.old.value} -> {switch.new.value} "
+                       f"({switch.reason})")
+    seconds[role] = seconds.get(role, 0.0) + max(end - since, 0.0)
+    return {"role_changes": changes, "lp_s": round(seconds["lp"], 1),
+            "hp_s": round(seconds["hp"], 1)}
 
 
 __all__ = ["simulate", "per_instance", "SimConfig", "asdict"]

@@ -58,7 +58,8 @@ class Simulation:
         self.instances = [build_instance(config, i, mode, clock=lambda: self.now)
                           for i, mode in enumerate(config.layout_modes)]
         self.controller = ControllerCore({s.instance_id: s.core.role for s in self.instances},
-                                         config.controller, config.slo)
+                                         config.controller, config.slo,
+                                         dynamic_roles=config.dynamic_roles)
         self.records = {f"r{w.index}": _record(w) for w in workload}
         self.keeper = RecordKeeper(self.records, config.slo, watched)
         self._start_up()

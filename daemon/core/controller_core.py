@@ -60,6 +60,7 @@ from daemon.core.prefixes import Prefixes
 from daemon.core.recovery import RECOVERY, Recovery
 from daemon.core.recovery_plan import recovery_target, reroute_offload
 from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
+from daemon.core.roles import Roles
 from daemon.core.waiting_room import WaitingRoom
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
@@ -74,6 +75,7 @@ from ipc.messages import (
     Ready,
     RequestError,
     Role,
+    RoleChanged,
     StepOutputs,
     Submit,
     Ticket,
@@ -92,7 +94,9 @@ class ControllerCore:
     and whether it accepts new requests or drains."""
 
     def __init__(self, roles: Mapping[int, Role], config: ControllerConfig = ControllerConfig(),
-                 slo: SloConfig = SloConfig()) -> None:
+                 slo: SloConfig = SloConfig(), dynamic_roles: bool = False) -> None:
+        """`dynamic_roles`: an `<n>A` layout, whose instances change between LP and HP
+        online (`roles`: the ones they start in); only with late binding."""
         self.config, self.slo = config, slo
         lp_ids = [i for i, r in roles.items() if r is Role.LP]
         # the pool new requests go to: LPs, else a P/D layout's prefill instances, else peers
@@ -110,6 +114,9 @@ class ControllerCore:
         self.ledger = Ledger(roles, config, slo.ttft_slo, room, self.prefixes)
         self.late_binding = (LateBinding(room, self.ledger, self.router.tickets, config)
                              if room is not None else None)
+        #: `<n>A` layouts: instances change between LP and HP online (daemon/core/roles.py).
+        self.roles = (Roles(self.ledger, self.router, self.late_binding)
+                      if dynamic_roles and self.late_binding is not None else None)
         self.recovery = Recovery(self.ledger, config)
         self.handoffs = Handoffs(self.ledger, self.recovery)
         self.accepting = self.draining = False
@@ -172,6 +179,9 @@ class ControllerCore:
             return
         late_binding.add(tracked)
         late_binding.bind_waiting(now, out)
+        if self.roles is not None:
+            self.roles.arrived(now, ttft_slo)
+            self.roles.tick(now, out)
 
     def _refusal(self, num_tokens: int) -> tuple[Refusal, str] | None:
         if self.draining:
@@ -185,7 +195,7 @@ class ControllerCore:
     def _from_instance(self, now: float, message, out: list[Action]) -> None:
         ledger, late_binding = self.ledger, self.late_binding
         if isinstance(message, Ready):
-            self._ready(message, out)
+            self._ready(now, message, out)
             if late_binding is not None:
                 late_binding.bind_waiting(now, out)
             return
@@ -203,6 +213,8 @@ class ControllerCore:
                 if late_binding is not None and load is not None:
                     late_binding.reported(view.instance_id, load)
                     late_binding.bind_waiting(now, out)
+                if self.roles is not None:
+                    self.roles.tick(now, out)
             case Heartbeat():
                 view.stats = message
                 view.reported(message.num_running, message.num_kv_blocks_used)
@@ -210,6 +222,9 @@ class ControllerCore:
                 self._offloaded(now, view, message, out)
             case Handoff():
                 self.handoffs.handed_off(now, view, message, out)
+            case RoleChanged():
+                if self.roles is not None:
+                    self.roles.changed(now, view, message, out)
             case Ticket(instance_id=instance_id):
                 if self.router.ticket(instance_id):
                     out.append(TicketOpened(instance_id))
@@ -226,13 +241,15 @@ class ControllerCore:
             case _:
                 raise TypeError(f"not an instance message: {message!r}")
 
-    def _ready(self, ready: Ready, out: list[Action]) -> None:
+    def _ready(self, now: float, ready: Ready, out: list[Action]) -> None:
         view = self.ledger.instances.get(ready.instance_id)
         if view is None:
             return  # a ghost: no instance of the layout has that id
         view.ready, view.stats = ready, None
         view.reported(0, 0)
         self.prefixes.ready(ready)
+        if self.roles is not None:
+            self.roles.ready(now, ready)
         if self.late_binding is not None:
             self.late_binding.ready(ready)
         out.append(InstanceReady(ready))
@@ -264,6 +281,8 @@ class ControllerCore:
         if tracked.first_token_time is None:
             ledger.unqueue(tracked)
             tracked.first_token_time, ttft = now, now - tracked.arrival_time
+            if self.roles is not None:  # roles change: which one it was served in
+                tracked.served_as = view.role
             tracked.advance(Trigger.FIRST_TOKEN)
             if ledger.room is not None:
                 ledger.room.answered(tracked, met=now <= tracked.submit.deadline)
@@ -305,6 +324,8 @@ class ControllerCore:
                 if target is None:
                     late_binding.requeue(tracked)
                     continue
+                if self.roles is not None:
+                    self.roles.took_offload(now, target)
             else:
                 target = self.router.route_offload(ready, ledger.queued())
             if target is None:

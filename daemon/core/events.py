@@ -14,7 +14,7 @@ import msgspec
 
 from daemon.core.request_state import Outcome
 from ipc.api_codes import EndCode, Refusal
-from ipc.messages import Origin, Ready, ToController, ToInstance, TokenOutput
+from ipc.messages import Origin, Ready, Role, ToController, ToInstance, TokenOutput
 from ipc.params import SamplingParams
 
 
@@ -123,6 +123,7 @@ class Settle:
     retry_after: int | None = None  # a dropped request: when to try again, seconds
     prompt_tokens: int = 0          # its prompt's tokens ...
     cached_tokens: int = 0          # ... and those its instance found in its prefix cache
+    role: Role | None = None        # the role of the instance that gave its first token
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,4 +161,17 @@ class InstanceReady:
     ready: Ready
 
 
-Action = (Send | Token | Settle | Refuse | Moved | TicketOpened | StartTimer | InstanceReady)
+@dataclass(frozen=True, slots=True)
+class RoleSwitched:
+    """An `<n>A` layout's instance changed role at `time` (docs/design.md §5.10), for
+    `reason`; it gave back `returned` waiting requests, bound again from the waiting room."""
+    instance_id: int
+    old: Role
+    new: Role
+    reason: str
+    time: float
+    returned: int = 0
+
+
+Action = (Send | Token | Settle | Refuse | Moved | TicketOpened | StartTimer | InstanceReady
+          | RoleSwitched)

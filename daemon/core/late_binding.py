@@ -18,6 +18,7 @@ from daemon.core.controller_config import ControllerConfig
 from daemon.core.events import Action, Moved
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Outcome, Tracked, Trigger
+from daemon.core.role_evidence import RoleEvidence
 from daemon.core.waiting_room import WaitingRoom
 from ipc.api_codes import EndCode
 from ipc.messages import InstanceLoad, Origin, Ready, Role, Submit
@@ -37,6 +38,9 @@ class LateBinding:
         self.tickets = tickets    # the router's: HPs asking for one new request each
         self.config = config
         self.last_plan = -float("inf")
+        #: An `<n>A` layout's role evidence (daemon/core/role_evidence.py): what the
+        #: plans set aside. None: roles are fixed.
+        self.evidence: RoleEvidence | None = None
 
     # ---- what the waiting room hears ---------------------------------------------------
     def add(self, tracked: Tracked) -> None:
@@ -74,11 +78,13 @@ class LateBinding:
                        f"dropped: it waited {now - tracked.arrival_time:.1f} s, over "
                        f"{self.config.max_wait_slo_multiple:g} times its TTFT SLO, for an "
                        "instance", out)
-        lps = [i for i in ledger.ready_ids() if ledger.roles[i] is Role.LP]
-        hps = [i for i in ledger.ready_ids() if ledger.roles[i] is Role.HP]
+        lps, hps = ledger.serving(Role.LP), ledger.serving(Role.HP)
         if not lps and not hps:
             return
         plan, by_id = room.plan(now, lps, hps, self._bound())
+        if self.evidence is not None and (plan.to_hp or plan.shed):
+            self.evidence.set_aside(now, [hp for _, hp in plan.to_hp], sum(
+                1 for w in plan.shed if now + w.hp_cost <= w.deadline))
         for w in plan.shed:
             ledger.end(by_id[w.key], Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
                        "dropped: it was predicted to miss its TTFT SLO on every instance", out)
@@ -110,14 +116,12 @@ class LateBinding:
         if now - self.last_plan >= PLAN_INTERVAL or self.tickets:
             return True
         bound, ledger = self._bound(), self.ledger
-        return any(self.room.backlog_tokens(i) < bound for i in ledger.ready_ids()
-                   if ledger.roles[i] is Role.LP)
+        return any(self.room.backlog_tokens(i) < bound for i in ledger.serving(Role.LP))
 
     def _bound(self) -> int:
         """Prompt tokens an LP may have queued and still take more."""
         ledger = self.ledger
-        lp = next((ledger.instances[i].ready for i in ledger.ready_ids()
-                   if ledger.roles[i] is Role.LP), None)
+        lp = next((ledger.instances[i].ready for i in ledger.serving(Role.LP)), None)
         return round(self.config.bind_steps * ((lp.token_budget if lp else 0) or 2048))
 
     def _bind(self, tracked: Tracked, target: int, origin: Origin, out: list[Action]) -> None:
@@ -138,11 +142,10 @@ class LateBinding:
         best = None
         cached_on = cached_on or {}
         ledger = self.ledger
-        for i in ledger.ready_ids():
-            if ledger.roles[i] is Role.HP:
-                tokens = (self.room.backlog_tokens(i) + len(submit.prompt_token_ids)
-                          - cached_on.get(i, 0))
-                finish = now + self.room.seconds(i, tokens)
-                if finish <= submit.deadline and (best is None or finish < best[0]):
-                    best = (finish, i)
+        for i in ledger.serving(Role.HP):
+            tokens = (self.room.backlog_tokens(i) + len(submit.prompt_token_ids)
+                      - cached_on.get(i, 0))
+            finish = now + self.room.seconds(i, tokens)
+            if finish <= submit.deadline and (best is None or finish < best[0]):
+                best = (finish, i)
         return best[1] if best else None

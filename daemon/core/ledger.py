@@ -53,10 +53,19 @@ class Ledger:
         self.ttft_slo = ttft_slo  # the default, for a dropped request's Retry-After
         self.room = room          # the late-binding component's (None: no late binding)
         self.prefixes = prefixes
+        #: Instances a role change is under way for (`<n>A` layouts): nothing is bound to
+        #: them until it took effect (daemon/core/roles.py).
+        self.switching: set[int] = set()
 
     # ---- views -------------------------------------------------------------------------
     def ready_ids(self) -> list[int]:
         return [i for i, view in self.instances.items() if view.ready is not None]
+
+    def serving(self, role: Role) -> list[int]:
+        """The ready instances of `role` no role change is under way for."""
+        roles, switching = self.roles, self.switching
+        return [i for i, view in self.instances.items()
+                if view.ready is not None and roles[i] is role and i not in switching]
 
     @property
     def max_model_len(self) -> int:
@@ -130,4 +139,5 @@ class Ledger:
         again = retry_after(self.ttft_slo) if outcome is Outcome.DROPPED else None
         self.prefixes.completed(tracked, holder if outcome is Outcome.COMPLETED else None)
         out.append(Settle(tracked.request_id, outcome, code, message, holder, e2e, again,
-                          len(tracked.original.prompt_token_ids), tracked.num_cached_tokens))
+                          len(tracked.original.prompt_token_ids), tracked.num_cached_tokens,
+                          tracked.served_as))

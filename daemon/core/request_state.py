@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from ipc.messages import Submit
+from ipc.messages import Role, Submit
 
 
 class RequestState(enum.Enum):
@@ -98,6 +98,9 @@ class Tracked:
     block_names: list[bytes] = field(default_factory=list)
     cached_on: dict[int, int] = field(default_factory=dict)
     num_cached_tokens: int = 0
+    #: The role of the instance that gave its first token, when it did (a `<n>A`
+    #: layout's roles change: docs/design.md §5.10).
+    served_as: Role | None = None
 
     def advance(self, trigger: Trigger) -> RequestState:
         """Take one move of the table; IllegalTransition (and no change) if there is none."""

@@ -90,10 +90,12 @@ class WaitingRoom:
         self.classes = PromptClasses(floor=class_floor)
 
     # ---- the queue ---------------------------------------------------------------------
-    def add(self, tracked: Tracked) -> None:
+    def add(self, tracked: Tracked, again: bool = False) -> None:
+        """`again`: it waited here before (an instance changing role gave it back): its
+        arrival is counted already."""
         submit = tracked.submit
         key = (-submit.priority, submit.deadline, tracked.arrival_time, next(self._seq))
-        if not tracked.requeued:
+        if not tracked.requeued and not again:
             self._arrivals.append(tracked.arrival_time)
             if self.classes.active:
                 self.classes.arrived(len(tracked.original.prompt_token_ids))

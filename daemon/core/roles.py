@@ -1,0 +1,155 @@
+"""The controller core's role switching for `<n>A` layouts (docs/design.md §5.10): the
+component that asks `policies.roles.decide` whether an instance should change between LP
+and HP, sends it `SetRole`, and applies the change when the instance's `RoleChanged`
+says it took effect. Sans-I/O, like the core.
+
+A change is under way from the `SetRole` until its answer: the instance is in
+`Ledger.switching` (nothing is bound or rescued to it; an HP leaving gives up its
+ticket at once). When it took effect the ledger's and the router's roles follow, and the
+waiting requests the instance gave back (prefill not started) wait in the waiting room
+again, as new requests, for the next plan to bind them. An instance that restarts comes
+back in the role it started in (its Ready says so), any change under way forgotten.
+"""
+from __future__ import annotations
+
+import msgspec
+
+from daemon.core.events import Action, RoleSwitched, Send
+from daemon.core.late_binding import LateBinding
+from daemon.core.ledger import InstanceView, Ledger
+from daemon.core.role_evidence import RoleEvidence
+from daemon.core.request_state import Trigger
+from ipc.messages import Origin, Ready, Role, RoleChanged, SetRole
+from policies.roles import RoleParams, Seat, decide
+from policies.router import Router
+
+#: Seconds between two looks at the evidence.
+CHECK_INTERVAL = 1.0
+#: The roles that change, and the mode (and the policy's name) of each.
+_MODE = {Role.LP: "lp", Role.HP: "hp"}
+_ROLE = {mode: role for role, mode in _MODE.items()}
+
+
+class Roles:
+    def __init__(self, ledger: Ledger, router: Router, late_binding: LateBinding,
+                 params: RoleParams = RoleParams()) -> None:
+        self.ledger, self.router, self.late_binding = ledger, router, late_binding
+        self.params = params
+        self.evidence = RoleEvidence(params.window)
+        late_binding.evidence = self.evidence
+        #: When each instance took its role (-inf: it started in it).
+        self.since: dict[int, float] = {i: -float("inf") for i in ledger.roles}
+        #: Each instance's last change, for /health.
+        self.last: dict[int, RoleSwitched] = {}
+        #: Changes sent and not answered yet: instance -> (role, reason).
+        self.pending: dict[int, tuple[Role, str]] = {}
+        self.last_change = -float("inf")
+        self.next_check = 0.0
+        #: Seconds each instance has served in each role, up to the start of its current
+        #: role (`stint`: since when, from its first Ready).
+        self.seconds: dict[tuple[int, Role], float] = {}
+        self.stint: dict[int, float] = {}
+
+    # ---- what it hears -----------------------------------------------------------------
+    def arrived(self, now: float, ttft_slo: float) -> None:
+        self.evidence.arrived(now, ttft_slo)
+
+    def took_offload(self, now: float, hp: int) -> None:
+        self.evidence.took(now, hp)
+
+    def ready(self, now: float, ready: Ready) -> None:
+        """An instance serves (again), in the role its Ready names."""
+        i = ready.instance_id
+        self.pending.pop(i, None)
+        self.ledger.switching.discard(i)
+        if i in self.stint:
+            self._count(i, now)
+        self.stint[i] = now
+        if ready.role in _MODE and self.ledger.roles.get(i) is not ready.role:
+            self._set(i, ready.role)
+            self.since[i] = -float("inf")
+
+    def role_seconds(self, now: float) -> dict[tuple[int, Role], float]:
+        """Seconds each instance has served in each role up to `now`."""
+        seconds = dict(self.seconds)
+        for i, start in self.stint.items():
+            key = (i, self.ledger.roles[i])
+            seconds[key] = seconds.get(key, 0.0) + max(now - start, 0.0)
+        return seconds
+
+    def _count(self, instance_id: int, now: float) -> None:
+        key = (instance_id, self.ledger.roles[instance_id])
+        self.seconds[key] = self.seconds.get(key, 0.0) + max(now - self.stint[instance_id], 0.0)
+        self.stint[instance_id] = now
+
+    # ---- deciding ----------------------------------------------------------------------
+    def tick(self, now: float, out: list[Action]) -> None:
+        """At most every CHECK_INTERVAL: ask the policy, and start the change it decides."""
+        if now < self.next_check or self.pending:
+            return
+        self.next_check = now + CHECK_INTERVAL
+        ledger, room = self.ledger, self.late_binding.room
+        window, rescued = self.evidence.read(now, self.params.tight_ratio)
+        seats = [Seat(i, _MODE[ledger.roles[i]], self.since[i],
+                      room.seconds(i, room.backlog_tokens(i)) if i in room.backlogs else 0.0,
+                      rescued.get(i, 0))
+                 for i in ledger.ready_ids() if ledger.roles[i] in _MODE]
+        change = decide(seats, window, now, self.last_change, self.params)
+        if change is not None:
+            self.switch(change.instance_id, _ROLE[change.role], change.reason, out)
+
+    def switch(self, instance_id: int, role: Role, reason: str, out: list[Action]) -> None:
+        """Start changing `instance_id` to `role`: nothing more is bound to it until its
+        answer; an HP leaving holds no ticket from now."""
+        self.pending[instance_id] = (role, reason)
+        self.ledger.switching.add(instance_id)
+        self.router.tickets.cancel(instance_id)
+        if instance_id in self.router.hp_ids:  # no ticket of it counts any more
+            self.router.hp_ids.remove(instance_id)
+        out.append(Send(instance_id, SetRole(role=role, mode=_MODE[role])))
+
+    # ---- the answer --------------------------------------------------------------------
+    def changed(self, now: float, view: InstanceView, message: RoleChanged,
+                out: list[Action]) -> None:
+        """The instance serves as `message.role` from now: the books follow, and what it
+        gave back waits in the waiting room again."""
+        i = view.instance_id
+        _, reason = self.pending.pop(i, (message.role, "asked elsewhere"))
+        self.ledger.switching.discard(i)
+        old = self.ledger.roles[i]
+        returned = self._take_back(view, message)
+        if message.load is not None:  # its backlog without them
+            view.reported(message.load.num_running, message.load.num_kv_blocks_used)
+            self.late_binding.reported(i, message.load)
+        if i in self.stint and message.role is not old:
+            self._count(i, now)
+        self._set(i, message.role)
+        if message.role is not old:
+            self.since[i] = self.last_change = now
+            switched = RoleSwitched(i, old, message.role, reason, now, returned)
+            self.last[i] = switched
+            out.append(switched)
+        self.late_binding.bind_waiting(now, out)
+
+    def _take_back(self, view: InstanceView, message: RoleChanged) -> int:
+        ledger, count = self.ledger, 0
+        for gone in message.returned:
+            tracked = ledger.held(gone.request_id, view)
+            if tracked is None:
+                continue  # ended meanwhile (its client left)
+            ledger.release(tracked)
+            tracked.advance(Trigger.REQUEUED)
+            if tracked.submit.origin is not Origin.NEW:
+                tracked.submit = msgspec.structs.replace(tracked.submit, origin=Origin.NEW)
+            self.late_binding.room.add(tracked, again=True)
+            count += 1
+        return count
+
+    def _set(self, instance_id: int, role: Role) -> None:
+        ledger, router = self.ledger, self.router
+        ledger.roles[instance_id] = role
+        ledger.instances[instance_id].role = role
+        router.pool = sorted(i for i, r in ledger.roles.items() if r is Role.LP)
+        router.hp_ids = sorted(i for i, r in ledger.roles.items() if r is Role.HP)
+        if role is not Role.HP:
+            router.tickets.cancel(instance_id)

@@ -1,0 +1,77 @@
+"""The role policy of `<n>A` layouts (policies/roles.py): pure decisions from a window."""
+from __future__ import annotations
+
+from policies.roles import HP, LP, RoleParams, Seat, Window, decide, hp_cap, tight_count
+
+NOW = 100.0
+INF = -float("inf")
+
+
+def seats(*roles: str, since: float = INF, rescued: int = 0) -> list[Seat]:
+    return [Seat(i, r, since, backlog=float(i), rescued=rescued if r == HP else 0)
+            for i, r in enumerate(roles)]
+
+
+def window(arrivals=200, tight=0, rescuable=0, seconds=10.0) -> Window:
+    return Window(seconds, arrivals, tight, rescuable)
+
+
+def test_tight_slos_are_those_at_most_half_the_median():
+    assert tight_count([1.0] * 10, 0.5) == 0
+    assert tight_count([0.5] * 3 + [2.0] * 5 + [30.0] * 2, 0.5) == 3
+    assert tight_count([], 0.5) == 0
+
+
+def test_no_hp_pays_without_a_tight_class_and_never_every_instance():
+    params = RoleParams()
+    assert hp_cap(3, 0.0, params) == 0
+    assert hp_cap(3, 0.3, params) == 2
+    assert hp_cap(3, 1.0, params) == 2
+    assert hp_cap(1, 1.0, params) == 0
+    assert hp_cap(8, 0.1, params) == 2
+
+
+def test_a_tight_class_with_rescuable_late_requests_adds_an_hp_on_the_least_loaded_lp():
+    change = decide(seats(LP, LP, LP), window(tight=60, rescuable=10), NOW, INF)
+    assert change is not None and change.role == HP and change.instance_id == 0
+    assert "late but rescuable" in change.reason
+
+
+def test_late_requests_of_one_slo_class_add_no_hp():
+    assert decide(seats(LP, LP, LP), window(tight=0, rescuable=50), NOW, INF) is None
+
+
+def test_without_a_tight_class_an_hp_goes_back_to_lp():
+    change = decide(seats(LP, LP, HP), window(tight=0, rescuable=50), NOW, INF)
+    assert change is not None and change.instance_id == 2 and change.role == LP
+    assert "no HP pays" in change.reason
+
+
+def test_hps_go_back_to_lp_when_little_needs_a_rescue_the_least_useful_first():
+    busy = decide(seats(LP, HP, HP, rescued=0), window(tight=60, rescuable=20), NOW, INF)
+    idle = decide([Seat(0, LP, INF), Seat(1, HP, INF, rescued=1), Seat(2, HP, INF, rescued=0)],
+                  window(tight=60, rescuable=0), NOW, INF)
+    assert busy is None  # the pool rescues: a second HP that itself rescued none stays
+    assert idle is not None and (idle.instance_id, idle.role) == (2, LP)
+    assert "only 0 of 200 arrivals" in idle.reason
+
+
+def test_dwell_time_holds_a_role_and_a_window_must_follow_the_last_change():
+    fresh = seats(LP, LP, LP, since=NOW - 5.0)
+    assert decide(fresh, window(tight=60, rescuable=10), NOW, INF) is None
+    settled = seats(LP, LP, LP, since=NOW - 25.0)
+    assert decide(settled, window(tight=60, rescuable=10), NOW, NOW - 25.0) is not None
+    assert decide(seats(LP, LP, LP), window(tight=60, rescuable=10), NOW, NOW - 5.0) is None
+
+
+def test_never_zero_lps_and_one_instance_is_always_an_lp():
+    assert decide(seats(LP), window(tight=200, rescuable=200), NOW, INF) is None
+    assert decide(seats(LP, HP, rescued=99), window(tight=200, rescuable=200), NOW, INF) is None
+    assert decide(seats(LP, HP, HP, rescued=99), window(tight=200, rescuable=200), NOW,
+                  INF) is None
+
+
+def test_too_little_evidence_decides_nothing():
+    assert decide(seats(LP, LP, LP), window(arrivals=5, tight=5, rescuable=5), NOW, INF) is None
+    assert decide(seats(LP, LP, LP), window(tight=60, rescuable=10, seconds=3.0), NOW,
+                  INF) is None
