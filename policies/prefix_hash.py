@@ -42,6 +42,11 @@ def token_bytes(tokens: Sequence[int]) -> bytes:
         raise OverflowError(str(exc)) from None
 
 
+def chained_hash(parent: bytes, tokens: Sequence[int]) -> bytes:
+    """`block_hash(parent, tokens)` of one full block, its tokens packed by struct."""
+    return hashlib.blake2b(parent + token_bytes(tokens), digest_size=DIGEST_BYTES).digest()
+
+
 def _chain(parent: bytes, data: bytes, block_size: int) -> list[bytes]:
     """`block_hash` of each block of `data` (whole blocks of `token_bytes`), chained on
     `parent`: one conversion of the tokens to bytes, not one per block."""
