@@ -128,14 +128,14 @@ class BlockManager:
     def free(self, request: Request) -> None:
         """Release the request's blocks, its last block first: a named block stays cached
         free, and the end of a prefix is reused before its start (which more requests share)."""
-        refs, names = self._refs, self._name
+        refs, names, empty, evictable = self._refs, self._name, self._empty.append, self._evictable
         for block in reversed(request.block_table):
-            refs[block] -= 1
-            if refs[block] == 0:
+            left = refs[block] = refs[block] - 1
+            if not left:
                 if names[block] is None:
-                    self._empty.append(block)
+                    empty(block)
                 else:
-                    self._evictable[block] = None
+                    evictable[block] = None
         request.block_table = []
         request.prefix_hit = []
         request.num_named_blocks = 0

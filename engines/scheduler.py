@@ -220,7 +220,7 @@ class Scheduler:
         target (`policies.tbt_budget`: mean TBT, as goodput counts it)."""
         if not self.mode.compute_budget or not batch:
             return math.inf
-        allowed = step_time_allowed((c.request for c in batch.chunks), now)
+        allowed = step_time_allowed([c.request for c in batch.chunks], now)
         if not math.isfinite(allowed):
             return math.inf
         return max(0.0, allowed - self.predictor.batch_time(batch.shape()))
