@@ -162,9 +162,8 @@ class Simulation:
                 return
 
     def _start_step(self, sim: SimInstance, batch: Batch) -> None:
-        for chunk in batch.chunks:
-            if chunk.is_decode:
-                continue  # a decode follows the request's prefill: its delay is set
+        # a decode follows the request's prefill: its delay is set
+        for chunk in [c for c in batch.chunks if not c.is_decode]:
             record = self.records[chunk.request.request_id]
             if record.sched_delay is None:
                 record.sched_delay = self.now - record.arrival
