@@ -6,26 +6,26 @@ maybe a piece whose earlier pieces are already cached) or a single decode token.
 """
 from __future__ import annotations
 
+import msgspec
+
 from engines.request import Request
 from policies.perf.batch_shape import BatchShape
 
 
-class Chunk:
+class Chunk(msgspec.Struct, eq=False, gc=False):
     """`num_tokens` tokens of `request`, at positions start .. start+num_tokens-1.
 
     `samples` and `is_decode` are fixed when the chunk is made (the step's view of the
-    request): a step samples a new token for a chunk that reaches the request's newest
-    token; a decode is such a one-token chunk after the first output token."""
+    request; `Batch.add` works them out): a step samples a new token for a chunk that
+    reaches the request's newest token; a decode is such a one-token chunk after the
+    first output token. A struct (made in C, one per decode of every step), compared
+    by identity as a plain object is; `gc=False`: it refers to its request only."""
 
-    __slots__ = ("request", "start", "num_tokens", "samples", "is_decode")
-
-    def __init__(self, request: Request, start: int, num_tokens: int) -> None:
-        self.request = request
-        self.start = start
-        self.num_tokens = num_tokens
-        self.samples = start + num_tokens == len(request.token_ids)
-        self.is_decode = (num_tokens == 1 and self.samples
-                          and len(request.token_ids) > request.num_prompt_tokens)
+    request: Request
+    start: int
+    num_tokens: int
+    samples: bool
+    is_decode: bool
 
     @property
     def token_ids(self) -> list[int]:
@@ -53,20 +53,17 @@ class Batch:
         self.shape_cache: BatchShape | None = None
 
     def add(self, request: Request, num_tokens: int) -> None:
-        self.chunks.append(Chunk(request, request.num_computed_tokens, num_tokens))
+        start, n = request.num_computed_tokens, len(request.token_ids)
+        samples = start + num_tokens == n
+        self.chunks.append(Chunk(request, start, num_tokens, samples,
+                                 num_tokens == 1 and samples and n > request.num_prompt_tokens))
         self.num_tokens += num_tokens
         self.shape_cache = None
 
     def add_decodes(self, requests: list[Request]) -> None:
         """`add(request, 1)` for each of `requests`, every one decoding (`is_decoding`): the
-        same chunks, each made without a call to `Chunk.__init__` (whose flags are known
-        here). A step makes one per running decode."""
-        new, chunks = object.__new__, self.chunks
-        for request in requests:
-            chunk = new(Chunk)
-            chunk.request, chunk.start, chunk.num_tokens = request, request.num_computed_tokens, 1
-            chunk.samples = chunk.is_decode = True
-            chunks.append(chunk)
+        same chunks, their flags known here. A step makes one per running decode."""
+        self.chunks += [Chunk(r, r.num_computed_tokens, 1, True, True) for r in requests]
         self.num_tokens += len(requests)
         self.shape_cache = None
 

@@ -199,7 +199,8 @@ class InstanceCore:
             queued = self.engine.scheduler.queued_prefill()
             self._measure_prefill(batch, seconds, queued[0])
             load = self.load(queued)
-            self.num_finished += sum(1 for o in result.outputs if o.finish_reason is not None)
+            outputs = result.outputs
+            self.num_finished += len(outputs) - [o.finish_reason for o in outputs].count(None)
             messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
                                         time=now, step_seconds=seconds, outputs=result.outputs,
                                         load=load, cached=_cached_prompts(batch)))
@@ -233,9 +234,8 @@ class InstanceCore:
         """Update the prefill rate from a step that left prompt tokens waiting (a step that
         ran out of them says nothing of how fast they go; one that ran none while they
         waited -- no KV or seat free -- says they go slowly)."""
-        prefill = sum(c.num_tokens for c in batch.chunks if not c.is_decode)
         if seconds > 0 and still_queued:
-            rate = prefill / seconds
+            rate = sum(c.num_tokens for c in batch.chunks if not c.is_decode) / seconds
             self.prefill_rate = rate if not self.prefill_rate else (
                 (1 - RATE_WEIGHT) * self.prefill_rate + RATE_WEIGHT * rate)
 

@@ -24,7 +24,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from engines.request import Request
-from policies.prefix_hash import block_hashes, extend_block_hashes
+from policies.prefix_hash import block_hashes, chained_hash, extend_block_hashes
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -111,6 +111,15 @@ class BlockManager:
             return False
         if self._hinted(request):
             request.prefix_hit, request.num_computed_tokens = [], 0
+        empty = self._empty
+        if need <= len(empty):  # never-used blocks only: `_take` of each, in bulk
+            take = empty.popleft
+            blocks = [take() for _ in range(need)]
+            refs = self._refs
+            for block in blocks:
+                refs[block] = 1
+            table += blocks
+            return True
         take = self._take
         for _ in range(need):
             table.append(take())
@@ -119,14 +128,14 @@ class BlockManager:
     def free(self, request: Request) -> None:
         """Release the request's blocks, its last block first: a named block stays cached
         free, and the end of a prefix is reused before its start (which more requests share)."""
-        refs, names = self._refs, self._name
+        refs, names, empty, evictable = self._refs, self._name, self._empty.append, self._evictable
         for block in reversed(request.block_table):
-            refs[block] -= 1
-            if refs[block] == 0:
+            left = refs[block] = refs[block] - 1
+            if not left:
                 if names[block] is None:
-                    self._empty.append(block)
+                    empty(block)
                 else:
-                    self._evictable[block] = None
+                    evictable[block] = None
         request.block_table = []
         request.prefix_hit = []
         request.num_named_blocks = 0
@@ -183,11 +192,18 @@ class BlockManager:
         requests find them. A block whose content another block already holds stays unnamed."""
         if not self.prefix_caching:
             return
-        full = request.num_computed_tokens // self.block_size
-        if full <= request.num_named_blocks:
+        block_size = self.block_size
+        full = request.num_computed_tokens // block_size
+        named = request.num_named_blocks
+        if full <= named:
             return
-        hashes = extend_block_hashes(request.block_hashes, request.token_ids, self.block_size,
-                                     limit=full)
+        hashes = request.block_hashes
+        if full == named + 1 == len(hashes) + 1 and hashes:
+            # A decode filled one block (the commonest call): its name, chained on the last
+            hashes.append(chained_hash(hashes[-1], request.token_ids[named * block_size:
+                                                                     full * block_size]))
+        else:
+            extend_block_hashes(hashes, request.token_ids, block_size, limit=full)
         names, by_name, table = self._name, self._by_name, request.block_table
         for i in range(request.num_named_blocks, full):
             block, name = table[i], hashes[i]

@@ -142,7 +142,9 @@ class Scheduler:
     def queued_prefill(self) -> tuple[int, float]:
         """(prompt tokens not yet computed, their predicted seconds), waiting or mid-prefill:
         the prefill work this instance has ahead of it."""
-        prefilling = [r for r in self.running if not r.is_decoding]
+        prefilling = [r for r in self.running  # not `is_decoding`, written out
+                      if not ((n := len(r.token_ids)) - r.num_computed_tokens == 1
+                              and n > r.num_prompt_tokens)]
         tokens = self.waiting.uncomputed_tokens() + sum(r.num_uncomputed_tokens for r in prefilling)
         seconds = sum(self.waiting.predicted_seconds().tolist() + [
             remaining_prefill_time(r, self.predictor, self.token_budget) for r in prefilling])
@@ -152,8 +154,8 @@ class Scheduler:
     def schedule(self, now: float) -> Batch:
         batch = Batch()
         self._preemptions_before_step = self.num_preemptions
-        decodes, contexts, prefilling = self._split_running()
-        candidates = self._candidates(batch, now, contexts)
+        decodes, prefilling = self._split_running()
+        candidates = self._candidates(batch, now, decodes)
         if self.mode.prefill_first:
             budget, _ = self._continue_prefills(batch, prefilling, self._max_prefill_tokens())
             self._admit(batch, candidates, budget, math.inf, decodes)
@@ -186,22 +188,19 @@ class Scheduler:
         elif batch.chunks and batch.chunks[0].is_decode:
             self.new_token_ratio = output_reserve.decayed(self.new_token_ratio)
 
-    def _split_running(self) -> tuple[list[Request], list[int], list[Request]]:
-        """(decoding, their context lengths, prefilling): the running requests whose next
-        step is one decode (`is_decoding`), and the others, each in running order. Read
-        once per step, before anything changes them: the triage, the decodes and the
-        decode reserve share it."""
-        decodes: list[Request] = []
-        contexts: list[int] = []
-        prefilling: list[Request] = []
-        for request in self.running:
-            n = len(request.token_ids)
-            if n - request.num_computed_tokens == 1 and n > request.num_prompt_tokens:
-                decodes.append(request)
-                contexts.append(n)
-            else:
-                prefilling.append(request)
-        return decodes, contexts, prefilling
+    def _split_running(self) -> tuple[list[Request], list[Request]]:
+        """(decoding, prefilling): the running requests whose next step is one decode
+        (`is_decoding`, written out), and the others, each in running order. Read once per
+        step, before anything changes them: the triage, the decodes and the decode reserve
+        share it."""
+        running = self.running
+        decodes = [r for r in running
+                   if (n := len(r.token_ids)) - r.num_computed_tokens == 1
+                   and n > r.num_prompt_tokens]
+        if len(decodes) == len(running):
+            return decodes, []
+        is_decode = set(map(id, decodes))
+        return decodes, [r for r in running if id(r) not in is_decode]
 
     def _step_tokens(self) -> int:
         """The step's token budget: `chunk_size`, stretched up to STEP_STRETCH times in modes
@@ -211,12 +210,14 @@ class Scheduler:
             return STEP_STRETCH * self.token_budget
         return self.token_budget
 
-    def _candidates(self, batch: Batch, now: float, decode_contexts: list[int]):
-        """Waiting requests in admission order, after drops and offloads leave the queue."""
+    def _candidates(self, batch: Batch, now: float, decodes: list[Request]):
+        """Waiting requests in admission order, after drops and offloads leave the queue
+        (`decodes`: the running decodes, which the triage reads before any changes)."""
         if not self.waiting or not (self.mode.by_value or self.triage.active):
             return self.waiting
         ordered, offloaded, dropped = self.triage.run(
-            self.waiting, now, lambda: self._next_batch_time(decode_contexts))
+            self.waiting, now,
+            lambda: self._next_batch_time([len(r.token_ids) for r in decodes]))
         for request in offloaded:
             self._finish(request, FinishReason.OFFLOAD)
         for request in dropped:
@@ -240,7 +241,7 @@ class Scheduler:
         target (`policies.tbt_budget`: mean TBT, as goodput counts it)."""
         if not self.mode.compute_budget or not batch:
             return math.inf
-        allowed = step_time_allowed((c.request for c in batch.chunks), now)
+        allowed = step_time_allowed([c.request for c in batch.chunks], now)
         if not math.isfinite(allowed):
             return math.inf
         return max(0.0, allowed - self.predictor.batch_time(batch.shape()))
@@ -249,10 +250,24 @@ class Scheduler:
         """Take every running decode (`decodes`, oldest first); preempt from the newest end
         if short of KV."""
         bs, running = self.kv.block_size, RequestStatus.RUNNING
-        # Added to the batch at once, and before a preemption (a failed allocate changes
-        # nothing), which must see them there.
-        taken: list[Request] = []
-        for request in decodes:
+        # First the commonest case, in bulk: the decodes that open a block get it, in
+        # order, until one is preempted already or finds no free block; up to that one
+        # this is what the loop below does (a preempted request holds no blocks, so it
+        # is among those that open one).
+        allocate, start = self.kv.allocate, len(decodes)
+        for i in [i for i, r in enumerate(decodes)
+                  if r.num_computed_tokens >= len(r.block_table) * bs]:
+            request = decodes[i]
+            if request.status is not running or not allocate(request, 1):
+                start = i
+                break
+        if start == len(decodes):
+            batch.add_decodes(decodes)
+            return
+        # The rest one by one. Added to the batch at once, and before a preemption (a
+        # failed allocate changes nothing), which must see them there.
+        taken: list[Request] = decodes[:start]
+        for request in decodes[start:]:
             if request.status is not running:
                 continue  # preempted meanwhile, to make room for an earlier one
             if (request.num_computed_tokens >= len(request.block_table) * bs
@@ -438,36 +453,42 @@ class Scheduler:
         per-chunk work (the stop test too) is written out with its lookups hoisted, and a
         chunk names its request's blocks only when it filled one."""
         outputs: list[TokenOutput] = []
-        tokens = iter(sampled)
+        emit, take = outputs.append, iter(sampled).__next__
         running, block_size, eos = RequestStatus.RUNNING, self.kv.block_size, self.eos_token_ids
         name_blocks = self.kv.name_full_blocks if self.kv.prefix_caching else None
         for chunk in batch.chunks:
             request = chunk.request
-            token = next(tokens) if chunk.samples else None
+            token = take() if chunk.samples else None
             if request.status is not running:
                 continue  # aborted between schedule and update
-            request.num_computed_tokens += chunk.num_tokens
-            if (name_blocks is not None
-                    and request.num_computed_tokens // block_size > request.num_named_blocks):
+            computed = request.num_computed_tokens = request.num_computed_tokens + chunk.num_tokens
+            if name_blocks is not None and computed // block_size > request.num_named_blocks:
                 name_blocks(request)  # before it may finish and free them
             if token is None:
                 continue
-            request.token_ids.append(token)
+            token_ids = request.token_ids
+            token_ids.append(token)
             if request.first_token_time is None:
                 request.first_token_time = now
             sampling = request.sampling
             if (token in eos and not sampling.ignore_eos) or token in sampling.stop_token_ids:
                 reason = FinishReason.STOP
-            elif len(request.token_ids) >= request.max_total_tokens:
+            elif len(token_ids) >= request.max_total_tokens:
                 reason = FinishReason.LENGTH
             else:
-                reason = None
-            if reason is not None:
-                self.running.remove(request)
-                self._finish(request, reason)
-            logprobs, request.sampled_logprobs = request.sampled_logprobs, None
-            outputs.append(TokenOutput(request.request_id, token, reason, logprobs))
+                emit(TokenOutput(request.request_id, token, None, None)
+                     if request.sampled_logprobs is None else self._output(request, token, None))
+                continue
+            self.running.remove(request)
+            self._finish(request, reason)
+            emit(self._output(request, token, reason))
         return outputs
+
+    @staticmethod
+    def _output(request: Request, token: int, reason: FinishReason | None) -> TokenOutput:
+        """The token's output, its log-probabilities moved off the request."""
+        logprobs, request.sampled_logprobs = request.sampled_logprobs, None
+        return TokenOutput(request.request_id, token, reason, logprobs)
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
         self.kv.free(request)

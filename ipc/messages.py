@@ -90,9 +90,10 @@ class TokenLogprobs(msgspec.Struct, array_like=True, frozen=True):
     top_logprobs: list[float] = []
 
 
-class TokenOutput(msgspec.Struct, array_like=True, frozen=True):
+class TokenOutput(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """One new token of one request from one engine step; `finish_reason` set on its last.
-    `logprobs` only when the request asked for them (else one nil byte on the wire)."""
+    `logprobs` only when the request asked for them (else one nil byte on the wire).
+    `gc=False` (one per token; it can be in no reference cycle): the wire is the same."""
 
     request_id: str
     token_id: int

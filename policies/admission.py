@@ -126,11 +126,14 @@ class DecodeLengthHistory:
         """`expected_remaining` of each (generated, max_tokens) pair (int64 arrays), the same
         floats: the quotient of the same two integers, both exact as float64, is the same
         correctly rounded number. None if the sums are too large to be exact."""
-        if self._suffix_sum(0) >= 2**53:
-            return None
         if self._arrays is None:
-            self._arrays = (np.array(self._sorted, dtype=np.int64),
-                            np.array(self._suffix_sums, dtype=np.int64))
+            if sum(self._sorted) >= 2**53:  # `_suffix_sum(0)`; below it every sum is exact
+                return None
+            # the suffix sums of `_suffix_sum`, by numpy (they change with every finish)
+            ordered = np.array(self._sorted, dtype=np.int64)
+            suffix_sums = np.zeros(ordered.size + 1, dtype=np.int64)
+            suffix_sums[:-1] = np.cumsum(ordered[::-1])[::-1]
+            self._arrays = (ordered, suffix_sums)
         ordered, suffix_sums = self._arrays
         more = np.maximum(max_tokens - generated, 0).astype(np.float64)
         i = np.searchsorted(ordered, generated, side="right")

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: The parent of a request's first block.
 ROOT = b""
@@ -42,12 +42,35 @@ def token_bytes(tokens: Sequence[int]) -> bytes:
         raise OverflowError(str(exc)) from None
 
 
+#: A hash of nothing yet, copied for each block (cheaper than making one with its
+#: parameters: the same state, so the same digests).
+_EMPTY = hashlib.blake2b(digest_size=DIGEST_BYTES)
+#: `struct.Struct(f"{n}q").pack` by n (a block's: one size per block size).
+_PACKERS: dict[int, Callable[..., bytes]] = {}
+
+
+def chained_hash(parent: bytes, tokens: Sequence[int]) -> bytes:
+    """`block_hash(parent, tokens)` of one full block, its tokens packed by struct."""
+    pack = _PACKERS.get(len(tokens))
+    if pack is None:
+        pack = _PACKERS[len(tokens)] = struct.Struct(f"{len(tokens)}q").pack
+    try:
+        data = pack(*tokens)
+    except struct.error as exc:
+        raise OverflowError(str(exc)) from None
+    hasher = _EMPTY.copy()
+    hasher.update(parent + data)
+    return hasher.digest()
+
+
 def _chain(parent: bytes, data: bytes, block_size: int) -> list[bytes]:
     """`block_hash` of each block of `data` (whole blocks of `token_bytes`), chained on
     `parent`: one conversion of the tokens to bytes, not one per block."""
-    step, blake2b, names = block_size * TOKEN_BYTES, hashlib.blake2b, []
+    step, empty, names = block_size * TOKEN_BYTES, _EMPTY.copy, []
     for start in range(0, len(data), step):
-        parent = blake2b(parent + data[start:start + step], digest_size=DIGEST_BYTES).digest()
+        hasher = empty()
+        hasher.update(parent + data[start:start + step])
+        parent = hasher.digest()
         names.append(parent)
     return names
 

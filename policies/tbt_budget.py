@@ -38,7 +38,13 @@ def step_time_allowed(running: Iterable[RunningRequest], now: float) -> float:
         slo = request.tbt_slo
         if slo >= allowed:
             continue  # its slack is at least its SLO: it cannot lower the minimum
-        first, gaps = request.first_token_time, request.num_output_tokens
-        slack = slo if first is None or gaps < 1 else max(slo, slo * gaps - (now - first))
-        allowed = min(allowed, slack)
+        first = request.first_token_time
+        if first is not None and (gaps := request.num_output_tokens) >= 1:
+            slack = slo * gaps - (now - first)
+            if not slack > slo:  # max(slo, slack), as `max` picks
+                slack = slo
+        else:
+            slack = slo
+        if slack < allowed:  # min(allowed, slack), as `min` picks
+            allowed = slack
     return allowed

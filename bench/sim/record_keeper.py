@@ -40,6 +40,18 @@ class RecordKeeper:
         if finish_reason is not None:
             record.finish_reason = finish_reason.value
 
+    def tokens(self, tokens: list[Token], now: float) -> None:
+        """`token` of each of `tokens` (a step's, all at `now`), in one loop."""
+        records = self.records
+        for token in tokens:
+            record = records[token.request_id]
+            if record.first_token_time is None:
+                record.first_token_time = now
+            record.token_times.append(now)
+            finish_reason = token.output.finish_reason
+            if finish_reason is not None:
+                record.finish_reason = finish_reason.value
+
     def observe(self, action, now: float) -> None:
         if type(action) is Token:
             self.token(action, now)

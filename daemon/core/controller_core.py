@@ -260,16 +260,17 @@ class ControllerCore:
         """A step's tokens, in order: `_token` of each. The commonest case -- a streaming
         request's next token, not its last -- is written out here (one per token of every
         request: the controller's hot path); the rest go through `_token`."""
-        held, requests, emit = view.held, self.ledger.requests, out.append
+        held, get, emit = view.held, self.ledger.requests.get, out.append
         for output in outputs:
-            tracked = requests.get(output.request_id) if output.request_id in held else None
+            request_id = output.request_id
+            tracked = get(request_id) if request_id in held else None
             if (tracked is None or tracked.first_token_time is None
                     or output.finish_reason is not None):
                 self._token(now, view, output, out)
                 continue
             tbt, tracked.last_token_time = now - tracked.last_token_time, now
             tracked.token_ids.append(output.token_id)
-            emit(Token(tracked.request_id, output, None, tbt))
+            emit(Token(request_id, output, None, tbt))
 
     def _token(self, now: float, view: InstanceView, output: TokenOutput,
                out: list[Action]) -> None:

@@ -99,11 +99,12 @@ class Send:
     message: ToInstance
 
 
-class Token(msgspec.Struct, frozen=True):
+class Token(msgspec.Struct, frozen=True, gc=False):
     """Pass one token on to the client. `ttft` (first token) or `tbt` (the gap since the
     previous one) in seconds, for the driver's metrics. A frozen msgspec Struct rather
     than a frozen dataclass like the other actions: there is one per streamed token, and
-    a Struct is built in a seventh of the time (0.1 us, not 0.7 us)."""
+    a Struct is built in a seventh of the time (0.1 us, not 0.7 us); `gc=False`: it holds
+    no container, so the collector need not count it."""
     request_id: str
     output: TokenOutput
     ttft: float | None = None

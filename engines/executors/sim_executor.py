@@ -65,10 +65,22 @@ class SimExecutor:
         """The sampled tokens of `batch`, without running anything. Sampling parameters
         (temperature, penalties, bias) change nothing; a request asking for logprobs
         gets those of a certain choice (see `_certain`)."""
-        tokens = [self._token_for(c.request) for c in batch.sampling_chunks]
-        for chunk, token in zip(batch.sampling_chunks, tokens):
-            if chunk.request.sampling.logprobs is not None:
-                chunk.request.sampled_logprobs = self._certain(token, chunk.request.sampling.logprobs)
+        requests = [c.request for c in batch.chunks if c.samples]
+        vocabulary = self.vocabulary
+        if len(vocabulary) == 1:
+            # A simulator's: one token for every request, but those with stop tokens or
+            # logprobs (looked at one by one below). One list, not a call per token.
+            tokens = [vocabulary[0]] * len(requests)
+            special = [i for i, s in enumerate([r.sampling for r in requests])
+                       if s.stop_token_ids or s.logprobs is not None]
+        else:
+            tokens = [0] * len(requests)
+            special = range(len(requests))
+        for i in special:
+            request = requests[i]
+            tokens[i] = token = self._token_for(request)
+            if request.sampling.logprobs is not None:
+                request.sampled_logprobs = self._certain(token, request.sampling.logprobs)
         return tokens
 
     def _certain(self, token: int, k: int) -> TokenLogprobs:

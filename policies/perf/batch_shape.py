@@ -48,8 +48,23 @@ class BatchShape:
     def of(cls, prefills: Iterable[tuple[int, int]] = (),
            decodes: Iterable[int] = ()) -> "BatchShape":
         """From (c, l) pairs and decode context lengths."""
-        pairs = _frozen(list(prefills), columns=2)
-        return cls(pairs[:, 0], pairs[:, 1], list(decodes))
+        pairs, contexts = list(prefills), list(decodes)
+        try:  # the commonest case, valid pairs of ints: checked in Python, one array each
+            tokens, cached = [c for c, _ in pairs], [l for _, l in pairs]
+            valid = ((not pairs or (min(tokens) >= 1 and min(cached) >= 0))
+                     and (not contexts or min(contexts) >= 1))
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:  # raises what the checks of `__init__` raise
+            pairs = _frozen(pairs, columns=2)
+            return cls(pairs[:, 0], pairs[:, 1], contexts)
+        shape = object.__new__(cls)
+        for name, values in (("prefill_tokens", tokens), ("prefill_cached", cached),
+                             ("decode_context", contexts)):
+            arr = np.array(values, dtype=np.int64)
+            arr.flags.writeable = False
+            object.__setattr__(shape, name, arr)
+        return shape
 
     @classmethod
     def prefill_only(cls, num_tokens: int, already: int = 0) -> "BatchShape":
