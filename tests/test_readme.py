@@ -20,3 +20,10 @@ def test_ci_runs_the_readme_test_command():
 def test_readme_main_job_serves_the_builtin_model():
     blocks = shell_blocks((ROOT / "README.md").read_text())
     assert any(b.startswith("python3 -m venv") and b.endswith("&& ascendra serve") for b in blocks)
+
+
+def test_pytest_says_why_tests_were_skipped():
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert "-rs" in cfg["tool:pytest"]["addopts"].split()
