@@ -101,8 +101,28 @@ def verb_parser(parser: argparse.ArgumentParser, name: str) -> argparse.Argument
     return parser._subparsers._group_actions[0].parser_for(name)
 
 
+def unrecognized(extras: list[str], verb: argparse.ArgumentParser) -> str:
+    """The error for flags `verb` does not take, naming the closest flag it does take."""
+    import difflib
+
+    message = "unrecognized arguments: " + " ".join(extras)
+    names = [flag[2:] for flag in verb._option_string_actions if flag.startswith("--")]
+    for word in extras:
+        if word.startswith("-"):
+            close = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), names, n=1,
+                                              cutoff=0.7)
+            if close:
+                message += f" (did you mean --{close[0]}?)"
+                break
+    return message + f"; see {verb.prog} --help"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # a wrong flag: the verb's own usage and its closest flag, not the top level's
+        verb = verb_parser(parser, args.command)
+        verb.error(unrecognized(extras, verb))
     try:
         return args.run(args) or 0
     except (ValueError, FileNotFoundError) as exc:

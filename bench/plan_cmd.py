@@ -10,13 +10,20 @@ from bench.json_file import write_json
 from bench.parallel import add_workers_flag
 from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 
+DEFAULT_MEASURED = 2000
+#: `--quick`'s measured requests per point (as `reproduce --quick`'s capacity table).
+QUICK_MEASURED = 900
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_flags(p, layout=False)
     p.add_argument("--gpus", type=int, default=3, help="GPUs, one instance each (default 3)")
-    p.add_argument("--measured", type=int, default=2000,
-                   help="measured requests per simulated point (default %(default)s; the "
+    p.add_argument("--measured", type=int, default=None,
+                   help="measured requests per simulated point (default 2000; the "
                         "capacity table's ruler uses 4500)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a first look in a few minutes: {QUICK_MEASURED} measured requests "
+                        "per point (not a steady state: the answer says so)")
     add_fair_floor_flag(p)
     add_workers_flag(p)
     p.add_argument("--json", metavar="OUT", help="write the answer here")
@@ -25,8 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bench.ruler.plan import plan
+    from bench.ruler.short_run import too_short
     _, config = sim_settings(args)
-    config = msgspec.structs.replace(config, measured=args.measured, seeds=(args.seed,),
+    measured = args.measured or (QUICK_MEASURED if args.quick else DEFAULT_MEASURED)
+    config = msgspec.structs.replace(config, measured=measured, seeds=(args.seed,),
                                      fair_floor=args.fair_floor)
     answer = plan(config, args.gpus, workers=args.workers,
                   progress=lambda line: print(line, file=sys.stderr))
@@ -38,8 +47,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {'layout':>{width}}  capacity  fair capacity")
     for c in sorted(answer.candidates, key=lambda c: (-c.fair_capacity_qps, -c.capacity_qps)):
         mark = "  <- recommended" if c.layout == answer.recommended else ""
+        warning = f"  WARNING: {'; '.join(c.warnings)}" if c.warnings else ""
         print(f"  {c.layout:>{width}}  {c.capacity_qps:8.2f}  {c.fair_capacity_qps:13.2f}  "
-              f"({100 * c.fraction_of_ceiling:.0f} % of the ceiling){mark}")
+              f"({100 * c.fraction_of_ceiling:.0f} % of the all-served ceiling){mark}{warning}")
+    short = too_short(config.measured)
+    if short:
+        print(f"WARNING: {short}: a first look, not a steady state (steady_state: false)")
     if args.json:
         write_json(args.json, answer)
     return 0

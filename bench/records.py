@@ -49,7 +49,10 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     warmup: bool = False                # sent to prime the server; never measured
     finish_reason: str | None = None
     error: str | None = None            # message of a drop or error
+    #: OpenAI's error `code`; for an HTTP error without one, its `type` (e.g.
+    #: invalid_request_error for a 400).
     error_code: str | None = None
+    http_status: int | None = None      # a live request answered with an HTTP error
     scheduled: float | None = None      # when an open-loop client meant to send it
     #: Prompt tokens its instance found in its prefix cache (OpenAI's
     #: usage.prompt_tokens_details.cached_tokens).

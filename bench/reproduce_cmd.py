@@ -25,7 +25,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_reproduce)
 
 
+#: The one line `reproduce` prints when the figures' plotting library is missing.
+MISSING_BENCH_EXTRA = ("ascendra reproduce: error: the figures need matplotlib, which is in the "
+                       "`bench` extra: pip install -e '.[bench]'")
+
+
 def run_reproduce(args: argparse.Namespace) -> int:
+    try:  # checked before simulating anything: the PNGs come last
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(MISSING_BENCH_EXTRA, file=sys.stderr)
+        return 1
     from bench.studies.reproduce import reproduce
 
     figures = FIGURES if args.figure == "all" else (args.figure,)

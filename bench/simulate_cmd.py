@@ -115,6 +115,10 @@ class CapacityAnswer(msgspec.Struct, kw_only=True):
     fair_min_qps: float
     fair_max_qps: float
     seeds: list[SeedCapacity]
+    #: False when the run is too short for steady state or a capacity passes a hard bound;
+    #: `warnings` says which (bench/ruler/short_run.py).
+    steady_state: bool = True
+    warnings: list[str] = []
 
 
 def run_capacity(args: argparse.Namespace) -> int:
@@ -125,8 +129,7 @@ def run_capacity(args: argparse.Namespace) -> int:
                                      fair_floor=args.fair_floor)
     ceiling = workload_ceilings(config, len(layout_modes(subject.layout)))
     start = args.start_qps or 0.8 * ceiling.all_served_qps
-    print("capacity of", msgspec.json.encode(_printable(subject, config)).decode(),
-          file=sys.stderr)
+    print(readable_config(_printable(subject, config)), file=sys.stderr)
     jobs = [(subject, config, seed, start) for seed in seeds]
     results = run_parallel(_seed_job, jobs, args.workers)
     caps = [r.capacity_qps for r in results]
@@ -138,15 +141,85 @@ def run_capacity(args: argparse.Namespace) -> int:
                             mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps),
                             max_qps=max(caps), fair_mean_qps=round(sum(fair) / len(fair), 3),
                             fair_min_qps=min(fair), fair_max_qps=max(fair), seeds=results)
-    text = msgspec.json.format(msgspec.json.encode(answer), indent=2).decode()
-    print(text)
+    warnings = capacity_warnings(answer)
+    answer = msgspec.structs.replace(answer, steady_state=not warnings, warnings=warnings)
+    print(capacity_table(answer))
     _warn_unbracketed(results, config)
     if args.json:
+        text = msgspec.json.format(msgspec.json.encode(answer), indent=2).decode()
         with open(args.json, "w") as f:
             f.write(text + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
     if args.records and caps[0] > 0:
         _write_capacity_records(args.records, subject, config, caps[0], seeds[0])
     return 0
+
+
+def capacity_warnings(answer: CapacityAnswer) -> list[str]:
+    """Why `answer`'s numbers are not a steady state, if they are not."""
+    from bench.ruler.short_run import above_bound, too_short
+    target = answer.config.target
+    checks = [too_short(answer.config.measured)]
+    for seed in answer.seeds:
+        for warning in (above_bound(seed.capacity_qps, answer.ceiling_target_qps,
+                                    f"bound for {target:g} % goodput"),
+                        above_bound(seed.fair_capacity_qps, answer.fair_ceiling_qps,
+                                    "fair ceiling")):
+            checks.append(warning and f"seed {seed.seed}: {warning}")
+    return [w for w in checks if w]
+
+
+def capacity_table(answer: CapacityAnswer) -> str:
+    """`capacity`'s answer as a person reads it: one line per seed, the mean, the ceilings."""
+    target = answer.config.target
+    flag = {s.seed: " !" for s in answer.seeds
+            if s.capacity_qps > answer.ceiling_target_qps * 1.0001
+            or s.fair_capacity_qps > answer.fair_ceiling_qps * 1.0001}
+    lines = [f"capacity of {answer.subject.label} (QPS holding {target:g} % goodput in steady "
+             f"state; {answer.config.workload.name} on {answer.config.profile}, "
+             f"{answer.config.measured} measured requests per point)",
+             f"  {'seed':>6}  {'capacity':>8}  {'fair capacity':>13}  share of the all-served "
+             "ceiling"]
+    for s in answer.seeds:
+        lines.append(f"  {s.seed:>6}  {s.capacity_qps:8.2f}  {s.fair_capacity_qps:13.2f}  "
+                     f"{100 * s.capacity_qps / answer.ceiling_qps:5.0f} %{flag.get(s.seed, '')}")
+    if len(answer.seeds) > 1:
+        lines.append(f"  {'mean':>6}  {answer.mean_qps:8.2f}  {answer.fair_mean_qps:13.2f}  "
+                     f"{100 * answer.mean_qps / answer.ceiling_qps:5.0f} %   "
+                     f"[{answer.min_qps:.2f}-{answer.max_qps:.2f}]")
+    lines.append(f"hardware ceiling: {answer.ceiling_qps:.2f} QPS with every request served; "
+                 f"{answer.ceiling_target_qps:.2f} QPS serving the cheapest {target:g} % (a "
+                 f"hard bound for this target); {answer.fair_ceiling_qps:.2f} QPS fair")
+    lines.append(f"capacity {answer.mean_qps:.2f} QPS = "
+                 f"{100 * answer.mean_qps / answer.ceiling_target_qps:.0f} % of the {target:g} % "
+                 "bound" + ("" if answer.steady_state else "  (steady_state: false)"))
+    lines += [f"WARNING: {w}" for w in answer.warnings]
+    return "\n".join(lines)
+
+
+def readable_config(printable: dict) -> str:
+    """The configuration a run used, one line per part (None and empty values left out)."""
+    def flat(value, prefix=""):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                yield from flat(inner, f"{prefix}{key}.")
+        elif value not in (None, (), [], ""):
+            shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], dict):
+                shown = "; ".join(" ".join(f"{v}" for v in d.values()) for d in value)
+            yield f"{prefix[:-1]} {shown}"
+
+    subject, config = printable["subject"], dict(printable["config"])
+    workload = config["workload"] = dict(config["workload"])
+    if workload.get("arrival") != "onoff":
+        workload.pop("onoff", None)
+    if not workload.get("slo_mix"):
+        workload.pop("slo_classes", None)
+    lines = ["configuration:", "  subject     " + ", ".join(flat(subject))]
+    for part in ("workload", "slo", "controller", "rule"):
+        lines.append(f"  {part:<11} " + ", ".join(flat(config.pop(part))))
+    lines.append("  ruler       " + ", ".join(flat(config)))
+    return "\n".join(lines)
 
 
 def _warn_unbracketed(results: list[SeedCapacity], config: RulerConfig) -> None:

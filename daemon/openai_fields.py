@@ -1,5 +1,5 @@
 """Request fields this server cannot honour: a 400 naming the field, unless its value
-leaves the answer as it would be without it (README's API section lists every field).
+leaves the answer as it would be without it (docs/api.md lists every field).
 
 Three kinds: OpenAI fields the structs declare but we do not implement (`check_supported`:
 guided decoding, tools, audio, reasoning, fill-in-the-middle, best_of > n, prompt

@@ -2,8 +2,8 @@
 
 Every OpenAI field is declared, so the OpenAPI description lists it and a wrong type is a
 400 naming it. Which of them this server implements, and which it refuses unless left at
-a value that does not change the answer, is daemon/openai_fields.py; README's API
-section has the table. Fields no struct declares are ignored (and logged once).
+a value that does not change the answer, is daemon/openai_fields.py; docs/api.md has
+the table. Fields no struct declares are ignored (and logged once).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 (docs/design.md §5.10). Pure: what the controller observed over a window, and `now`, in;
 at most one role change out.
 
-The ruler's evidence (README "Capacity on the ruler"): an HP pays only when the traffic
+The ruler's evidence (docs/results.md "Capacity on the ruler"): an HP pays only when the traffic
 mixes SLO classes -- on uniform-SLO Poisson and bursty traffic three LPs beat two LPs and
 an HP, on mixed SLO classes one LP and two HPs lead. An HP's EDF order and its rescues
 serve the tight class a value-ordered LP would set aside; with one class the HP is only

@@ -180,7 +180,10 @@ async def test_outcomes_token_times_and_open_loop(fake):
     chunked = by_length[CHUNKED]
     assert len(chunked.token_times) == 4 and chunked.output_tokens() == CHUNKED
     assert by_length[HTTP_DROP].error_code == "ttft_slo_missed"
+    assert by_length[HTTP_DROP].http_status == 503
     assert "HTTP 500" in by_length[HTTP_500].error
+    assert by_length[HTTP_500].http_status == 500 and by_length[HTTP_500].error_code
+    assert by_length[SSE_ERROR].http_status is None  # the stream had started: 200
     assert len(by_length[SSE_ERROR].token_times) == 2
     assert by_length[HANG].end_time is None and len(by_length[HANG].token_times) == 1
 

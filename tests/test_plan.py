@@ -30,6 +30,20 @@ def test_plan_recommends_the_candidate_with_the_highest_capacity(tmp_path, capsy
     assert set(capacities) == {"2L0H", "1L1H", "2A", "1P1D", *(f"2{b}" for b in BASELINES)}
     assert answer["recommended"] == max(capacities, key=capacities.get)
     assert all(c["fraction_of_ceiling"] > 0 for c in answer["candidates"])  # (a short run)
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    # progress from the start, before the first layout's search ends
+    assert captured.err.splitlines()[0].startswith("plan: 8 layouts of 2 GPUs")
     assert f"{answer['recommended']}" in printed and "<- recommended" in printed
     assert "hardware ceiling" in printed
+    # 60 measured requests are no steady state: said in the output and the JSON
+    assert answer["steady_state"] is False and "WARNING: short run" in printed
+
+
+def test_plan_quick_is_a_short_run():
+    from bench.plan_cmd import QUICK_MEASURED
+    from bench.ruler.short_run import too_short
+    from bench.cli import build_parser, verb_parser
+    args = verb_parser(build_parser(), "plan").parse_args(["--quick"])
+    assert args.quick and args.measured is None
+    assert too_short(QUICK_MEASURED)  # --quick says it is a first look

@@ -217,9 +217,13 @@ def test_capacity_command_on_a_small_simulated_setup(tmp_path, trace, capsys):
                      "--json", str(out)]) == 0
     captured = capsys.readouterr()
     answer = json.loads(out.read_text())
-    assert json.loads(captured.out) == answer
-    # the configuration it used is printed with the answer
-    assert '"measured":40' in captured.err and '"layout":"1xsarathi"' in captured.err
+    # a table for people on stdout (JSON only in --json's file), the configuration readable
+    assert captured.out.startswith("capacity of 1xsarathi") and "{" not in captured.out
+    assert "hardware ceiling" in captured.out and f"{answer['mean_qps']:.2f}" in captured.out
+    assert "measured 40" in captured.err and "layout 1xsarathi" in captured.err
+    # 40 measured requests are no steady state: said on stdout and in the JSON
+    assert answer["steady_state"] is False and "short run" in answer["warnings"][0]
+    assert "WARNING: short run" in captured.out
     assert answer["config"]["measured"] == 40 and answer["config"]["target"] == 90.0
     assert [s["seed"] for s in answer["seeds"]] == [0, 1]
     caps = [s["capacity_qps"] for s in answer["seeds"]]

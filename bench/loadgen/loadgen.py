@@ -223,7 +223,9 @@ def _http_error(record: RequestRecord, status: int, raw: bytes, now: float) -> N
         error = error if isinstance(error, dict) else {"message": str(error)}
     except (ValueError, KeyError, TypeError):
         error = {"message": raw.decode("utf-8", "replace")[:500]}
-    _fail(record, {**error, "message": f"HTTP {status}: {error.get('message')}"}, now)
+    record.http_status = status
+    _fail(record, {**error, "message": f"HTTP {status}: {error.get('message')}",
+                   "code": error.get("code") or error.get("type") or f"http_{status}"}, now)
 
 
 def _fail(record: RequestRecord, error: dict, now: float) -> None:

@@ -230,7 +230,7 @@ CAPACITY_WORKLOADS = ("poisson", "bursty-cv2", "bursty-cv4", "onoff", "mixed-slo
 
 def capacity(n: int | None = None, quick: bool = False, workers: int | None = None,
              progress: Callable[[str], None] | None = None) -> dict:
-    """The README's capacity table: every workload x layout on the ruler (steady state,
+    """docs/results.md's capacity table: every workload x layout on the ruler (steady state,
     seeds, tuned baselines, ceilings; bench/ruler/capacity_table.py). `n`: measured requests
     per point."""
     from bench.loadgen.workloads import workload

@@ -1,0 +1,92 @@
+"""The side commands as a user meets them: a missing extra, a wrong flag, short runs."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from bench.cli import main, unrecognized, build_parser, verb_parser
+from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject
+from bench.ruler.short_run import STEADY_MIN_MEASURED, above_bound, too_short
+from bench.simulate_cmd import (
+    CapacityAnswer, capacity_table, capacity_warnings, readable_config, _printable,
+)
+
+
+def test_reproduce_without_matplotlib_names_the_extra_in_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert main(["reproduce", "fig9", "--quick", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "bench" in err and "pip install -e '.[bench]'" in err
+    assert not list(tmp_path.iterdir())  # nothing simulated
+
+
+@pytest.mark.parametrize("argv, usage, hint", [
+    (["serve", "--prt", "9000"], "usage: ascendra serve", "did you mean --port?"),
+    (["plan", "--quik"], "usage: ascendra plan", "did you mean --quick?"),
+    (["capacity", "--measurd", "40"], "usage: ascendra capacity", "did you mean --measured?"),
+    (["serve", "--bogus"], "usage: ascendra serve", "unrecognized arguments: --bogus"),
+])
+def test_a_wrong_flag_shows_the_subcommands_usage_and_the_closest_flag(argv, usage, hint,
+                                                                        capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and hint in err
+    assert "COMMAND" not in err  # not the top-level usage
+
+
+def test_no_suggestion_when_nothing_is_close():
+    assert "did you mean" not in unrecognized(["--zzzzzz"],
+                                              verb_parser(build_parser(), "serve"))
+
+
+def test_short_runs_and_numbers_above_a_hard_bound_are_flagged():
+    assert too_short(STEADY_MIN_MEASURED) is None and too_short(4500) is None
+    assert "short run" in too_short(300)
+    assert above_bound(13.0, 14.0, "bound") is None and above_bound(14.0, 14.0, "b") is None
+    assert "above the bound for 90 % goodput (14.00 QPS)" in above_bound(
+        17.0, 14.0, "bound for 90 % goodput")
+
+
+def _answer(measured: int, capacity: float) -> CapacityAnswer:
+    seed = SeedCapacity(seed=0, capacity_qps=capacity, fair_capacity_qps=capacity * 0.9,
+                        bracketed=True, points=[])
+    return CapacityAnswer(subject=Subject(label="2L1H", layout="2L1H"),
+                          config=RulerConfig(measured=measured, seeds=(0,)), ceiling_qps=10.0,
+                          ceiling_target_qps=14.0, fair_ceiling_qps=13.0,
+                          prompt_class_bounds=(), mean_qps=capacity, min_qps=capacity,
+                          max_qps=capacity, fair_mean_qps=capacity * 0.9,
+                          fair_min_qps=capacity * 0.9, fair_max_qps=capacity * 0.9,
+                          seeds=[seed])
+
+
+def test_capacity_prints_a_short_table_with_the_ceilings_and_warns_on_short_runs():
+    steady = _answer(4500, 11.0)
+    assert capacity_warnings(steady) == []
+    table = capacity_table(steady)
+    assert table.startswith("capacity of 2L1H") and len(table.splitlines()) <= 8
+    assert "11.00" in table and "110 %" in table and "14.00 QPS" in table
+    assert "WARNING" not in table and "steady_state: false" not in table
+
+    short = _answer(300, 17.0)
+    warnings = capacity_warnings(short)
+    assert any("short run" in w for w in warnings)
+    assert any("17.00 QPS is above the bound for 90 % goodput" in w for w in warnings)
+    import msgspec
+    short = msgspec.structs.replace(short, steady_state=False, warnings=warnings)
+    table = capacity_table(short)
+    line = next(l for l in table.splitlines() if l.strip().startswith("0 "))
+    assert line.endswith("!")  # the number above the bound is marked on its own line
+    assert "steady_state: false" in table and table.count("WARNING") == len(warnings)
+    assert msgspec.json.decode(msgspec.json.encode(short))["steady_state"] is False
+
+
+def test_capacity_configuration_is_readable_not_a_blob():
+    text = readable_config(_printable(Subject(label="2L1H", layout="2L1H"), RulerConfig()))
+    lines = text.splitlines()
+    assert lines[0] == "configuration:" and all(len(l) < 400 for l in lines)
+    assert "{" not in text and "measured 4500" in text and "routing prefix_aware" in text
+    assert "onoff" not in text  # only what this workload uses
