@@ -2,6 +2,7 @@
 SLOs, workload and warm-up rule; a capacity is found per seed from its own runs."""
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from bench.loadgen.workloads import workload
@@ -58,3 +59,21 @@ def test_a_search_that_never_finds_the_edge_is_called_out(capsys):
     assert "seed 0: every rate tried held, up to 64 QPS" in err
     assert "seed 1: no rate tried held, down to 0.5 QPS" in err
     assert "seed 2" not in err and "same for every seed" in err
+
+
+def test_fair_capacity_is_found_even_far_under_the_capacity(monkeypatch):
+    """Bursty traffic: the usual rule holds up to 10 QPS but the longest class reaches its
+    floor only up to 1 QPS. The fair search walks down from 10 in wide steps and brackets
+    1 QPS (a narrow step ran out of runs before it and reported 0)."""
+    import bench.ruler.ruler as ruler
+
+    def fake_point(subject, config, qps, seed, classes=None):
+        holds = qps <= 10.0
+        return msgspec.structs.replace(_point(qps, holds), fair_holds=holds and qps <= 1.0)
+
+    monkeypatch.setattr(ruler, "run_point", fake_point)
+    monkeypatch.setattr(ruler, "ruler_classes", lambda config: None)
+    result = seed_capacity(Subject(label="x", layout="2L1H"), RulerConfig(tolerance=0.03), 0,
+                           start_qps=8.0)
+    assert result.capacity_qps == pytest.approx(10.0, rel=0.03) and result.bracketed
+    assert result.fair_capacity_qps == pytest.approx(1.0, rel=0.03) and result.fair_bracketed

@@ -170,9 +170,12 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
 
     capacity = find_capacity(lambda q: point(q).holds, start_qps=start_qps,
                              tolerance=config.tolerance, growth=growth)
+    # from the capacity down, in the wide steps of a search from the ceiling: the fair edge
+    # may lie far under the capacity (bursty traffic), and a narrow step would spend the
+    # search's runs before reaching it
     fair = capacity if config.fair_floor == 0 or capacity == 0 else find_capacity(
         lambda q: point(q).fair_holds, start_qps=capacity, tolerance=config.tolerance,
-        growth=NEAR_GROWTH)
+        growth=START_GROWTH)
     tried = sorted(points.values(), key=lambda p: p.qps)
     return SeedCapacity(seed, round(capacity, 3), tried, _bracketed(tried, capacity, "holds"),
                         round(fair, 3), _bracketed(tried, fair, "fair_holds"))
