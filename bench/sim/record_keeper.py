@@ -31,14 +31,8 @@ class RecordKeeper:
         self.role_switches: list[RoleSwitched] = []
 
     def token(self, token: Token, now: float) -> None:
-        """`observe` of a `Token` (one per token of every request: the hot path)."""
-        record = self.records[token.request_id]
-        if record.first_token_time is None:
-            record.first_token_time = now
-        record.token_times.append(now)
-        finish_reason = token.output.finish_reason
-        if finish_reason is not None:
-            record.finish_reason = finish_reason.value
+        """`observe` of one `Token` (the simulator hands a step's over to `tokens`)."""
+        self.tokens([token], now)
 
     def tokens(self, tokens: list[Token], now: float) -> None:
         """`token` of each of `tokens` (a step's, all at `now`), in one loop."""
