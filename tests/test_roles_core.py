@@ -1,4 +1,4 @@
-"""The controller core's role switching for `<n>A` layouts (daemon/core/roles.py): a
+"""The controller core's role switching for `<n>A` layouts (daemon/core/role_switch.py): a
 change is sent, nothing is bound to the instance meanwhile, its answer moves the books and
 the requests it gave back wait again -- none lost."""
 from __future__ import annotations

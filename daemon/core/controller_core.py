@@ -60,7 +60,7 @@ from daemon.core.prefixes import Prefixes
 from daemon.core.recovery import RECOVERY, Recovery
 from daemon.core.recovery_plan import recovery_target, reroute_offload
 from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
-from daemon.core.roles import Roles
+from daemon.core.role_switch import Roles
 from daemon.core.waiting_room import WaitingRoom
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
@@ -114,7 +114,7 @@ class ControllerCore:
         self.ledger = Ledger(roles, config, slo.ttft_slo, room, self.prefixes)
         self.late_binding = (LateBinding(room, self.ledger, self.router.tickets, config)
                              if room is not None else None)
-        #: `<n>A` layouts: instances change between LP and HP online (daemon/core/roles.py).
+        #: `<n>A` layouts: instances change between LP and HP online (daemon/core/role_switch.py).
         self.roles = (Roles(self.ledger, self.router, self.late_binding)
                       if dynamic_roles and self.late_binding is not None else None)
         self.recovery = Recovery(self.ledger, config)

@@ -54,7 +54,7 @@ class Ledger:
         self.room = room          # the late-binding component's (None: no late binding)
         self.prefixes = prefixes
         #: Instances a role change is under way for (`<n>A` layouts): nothing is bound to
-        #: them until it took effect (daemon/core/roles.py).
+        #: them until it took effect (daemon/core/role_switch.py).
         self.switching: set[int] = set()
 
     # ---- views -------------------------------------------------------------------------
