@@ -85,18 +85,20 @@ def run_simulate(args: argparse.Namespace) -> int:
         result = msgspec.structs.replace(result, per_phase=per_phase(
             result.records, config.workload.phase_seconds, config.slo.ttft_slo,
             config.slo.tbt_slo))
-        if not args.records:
-            result = msgspec.structs.replace(result, records=msgspec.UNSET)
-    if args.records:
-        write_records(args.records, record_rows(result.records, config.slo.ttft_slo,
-                                                config.slo.tbt_slo))
-        result = msgspec.structs.replace(result, records=msgspec.UNSET)
+    rows = (record_rows(result.records, config.slo.ttft_slo, config.slo.tbt_slo)
+            if args.records else None)
+    result = msgspec.structs.replace(result, records=msgspec.UNSET)
     print_summary(result)
+    print("(times are simulated seconds, on the simulator's virtual clock)")
     for phase in result.per_phase:
         print(f"phase {phase.phase}: goodput {phase.goodput_pct:.1f} % "
               f"({phase.good} of {phase.num_requests})")
     if args.json:
         write_result(result, args.json)
+        print(f"result written to {args.json}")
+    if rows is not None:
+        write_records(args.records, rows)
+        print(f"records written to {args.records}")
     return 0
 
 

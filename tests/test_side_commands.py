@@ -90,3 +90,14 @@ def test_capacity_configuration_is_readable_not_a_blob():
     assert lines[0] == "configuration:" and all(len(l) < 400 for l in lines)
     assert "{" not in text and "measured 4500" in text and "routing prefix_aware" in text
     assert "onoff" not in text  # only what this workload uses
+
+
+def test_simulate_says_its_times_are_simulated_and_where_it_wrote(capsys, tmp_path):
+    result, records = tmp_path / "result.json", tmp_path / "records.jsonl"
+    assert main(["simulate", "--layout", "1xsarathi", "--num-requests", "20", "--qps", "5",
+                 "--sim-latency", "constant:0.01", "--json", str(result),
+                 "--records", str(records)]) == 0
+    out = capsys.readouterr().out
+    assert "simulated seconds" in out
+    assert f"result written to {result}" in out and result.exists()
+    assert f"records written to {records}" in out and len(records.read_text().splitlines()) == 20
