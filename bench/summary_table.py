@@ -65,9 +65,17 @@ def plain_summary(result: RunResult) -> str:
 def _instance_text(instance: dict) -> str:
     keys = ("state", "served", "offloaded", "preemptions", "perf_model_mape", "restarts",
             "lp_s", "hp_s")
-    text = ", ".join(f"{k} {instance[k]}" for k in keys if k in instance) or "-"
+    text = ", ".join(_instance_field(k, instance[k]) for k in keys if k in instance) or "-"
     changes = instance.get("role_changes")
     return text + "".join(f"; {c}" for c in changes) if changes else text
+
+
+def _instance_field(key: str, value) -> str:
+    """One per-instance field as the summary's other rows write it (the model's error as
+    a percentage, like the run's "perf model MAPE" row; none: "-")."""
+    if key == "perf_model_mape":
+        return "perf model MAPE " + ("-" if value is None else f"{100 * value:.1f} %")
+    return f"{key} {value}"
 
 
 def print_summary(result: RunResult, file=None) -> None:

@@ -101,3 +101,19 @@ def test_simulate_says_its_times_are_simulated_and_where_it_wrote(capsys, tmp_pa
     assert "simulated seconds" in out
     assert f"result written to {result}" in out and result.exists()
     assert f"records written to {records}" in out and len(records.read_text().splitlines()) == 20
+
+
+def test_the_performance_models_error_reads_alike_everywhere_in_a_summary():
+    from bench.records import Percentiles, RunResult
+    from bench.summary_table import plain_summary
+    none = Percentiles()
+    result = RunResult(
+        config={}, num_requests=1, duration_s=1.0, ttft_slo_s=1.0, tbt_slo_s=0.15,
+        goodput_pct=100.0, goodput_rps=1.0, throughput_rps=1.0, output_tok_s=1.0, ttft_s=none,
+        tbt_s=none, mean_tbt_s=none, sched_delay_s=none, p99_tbt_s=None, good=1, completed=1,
+        dropped=0, errored=0, lost=0, offloaded=0, perf_model_mape=0.0053,
+        per_instance=[{"id": 0, "role": "lp", "served": 1, "perf_model_mape": 0.0053},
+                      {"id": 1, "role": "hp", "served": 0, "perf_model_mape": None}])
+    text = plain_summary(result)
+    assert "0.5 %" in text and "perf model MAPE 0.5 %" in text and "MAPE -" in text
+    assert "0.0053" not in text and "None" not in text
