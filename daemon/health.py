@@ -40,7 +40,7 @@ class InstanceHealth(msgspec.Struct, kw_only=True):
     kv_blocks_used: int
     kv_blocks_total: int
     preemptions: int
-    served: int               # requests it served to the end
+    served: int               # requests it completed since the daemon started (as /metrics counts them)
     offloaded: int            # requests it handed to an HP
     dropped: int
     ticket_open: bool
@@ -134,7 +134,7 @@ def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str,
             kv_blocks_used=view.num_kv_blocks_used if ready else 0,
             kv_blocks_total=ready.num_kv_blocks if ready else 0,
             preemptions=beat.num_preemptions if beat else 0,
-            served=beat.num_finished if beat else 0, offloaded=beat.num_offloaded if beat else 0,
+            served=view.num_served, offloaded=beat.num_offloaded if beat else 0,
             dropped=beat.num_dropped if beat else 0,
             ticket_open=core.router.tickets.is_open(slot.instance_id),
             perf_model_mape=beat.perf_model_mape if beat else None))

@@ -382,3 +382,14 @@ def test_unknown_routes_get_json_errors(daemon, method, path, status):
     got, headers, raw = daemon.request(method, path, headers=AUTH)
     assert got == status and headers["content-type"].startswith("application/json")
     _assert_error_shape(json.loads(raw))
+
+
+def test_health_and_metrics_count_served_requests_alike_at_once(client, daemon):
+    """/health's `served` and /metrics' served counter read one source (the controller's
+    settled requests): right after an answer, not a heartbeat later, they agree."""
+    client.completions.create(model=MODEL, prompt="Hi", max_tokens=2)
+    _, health = daemon.get_json("/health")
+    _, _, body = daemon.request("GET", "/metrics")
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+                  if line.startswith("ascendra_instance_served_total{"))
+    assert sum(i["served"] for i in health["instances"]) == counted >= 1

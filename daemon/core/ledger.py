@@ -37,6 +37,9 @@ class InstanceView:
     #: Requests it holds, and those of them without a first token (insertion-ordered sets).
     held: dict[str, None] = field(default_factory=dict)
     waiting: dict[str, None] = field(default_factory=dict)
+    #: Requests it completed since the daemon started, as settled here: the one count that
+    #: /health and /metrics both show (its heartbeat's count lags and restarts with it).
+    num_served: int = 0
 
     def reported(self, num_running: int, num_kv_blocks_used: int) -> None:
         """Its latest report; one socket per instance keeps them in order, so the last wins."""
@@ -138,6 +141,8 @@ class Ledger:
                if tracked.last_token_time is not None else None)
         again = retry_after(self.ttft_slo) if outcome is Outcome.DROPPED else None
         self.prefixes.completed(tracked, holder if outcome is Outcome.COMPLETED else None)
+        if outcome is Outcome.COMPLETED and holder is not None:
+            self.instances[holder].num_served += 1
         out.append(Settle(tracked.request_id, outcome, code, message, holder, e2e, again,
                           len(tracked.original.prompt_token_ids), tracked.num_cached_tokens,
                           tracked.served_as))
