@@ -5,30 +5,45 @@ import argparse
 import json
 import time
 
+from daemon.config import InstancesConfig
 from engines.engine import Engine
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.models.tokenizer import Tokenizer
+from engines.modes import BASELINES
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    sampling, scheduler = SamplingParams(), SchedulerConfig()
     p.add_argument("--model", help="Hugging Face model folder (default: the built-in tiny model)")
-    p.add_argument("--mode", choices=["sarathi", "vllm-v0", "vllm-v1", "sglang", "lp", "hp"],
-                   default="sarathi")
+    p.add_argument("--mode", choices=[*BASELINES, "lp", "hp"], default=scheduler.mode,
+                   help="the scheduler's mode (default: %(default)s)")
     p.add_argument("--prompt", action="append", required=True, help="a prompt; repeat for more")
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (per request)")
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--chunk-size", type=int, default=512, help="token budget of one step")
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--block-size", type=int, default=16, help="KV cache block size in tokens")
-    p.add_argument("--num-kv-blocks", type=int, default=None, help="KV cache size in blocks")
+    p.add_argument("--max-tokens", type=int, default=sampling.max_tokens,
+                   help="tokens to generate per prompt (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=sampling.temperature,
+                   help="0 = greedy (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=sampling.top_p,
+                   help="nucleus sampling's probability mass (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=sampling.top_k,
+                   help="sample among the k likeliest tokens; 0 = no cut (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="sampling seed, per request (default: none)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="generate --max-tokens even past the end-of-sequence token")
+    p.add_argument("--chunk-size", type=int, default=scheduler.chunk_size,
+                   help="token budget of one step (default: %(default)s)")
+    p.add_argument("--max-num-seqs", type=int, default=None,
+                   help="most requests in a batch (default: the mode's)")
+    p.add_argument("--block-size", type=int, default=InstancesConfig().block_size,
+                   help="KV cache block size in tokens (default: %(default)s)")
+    p.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV cache size in blocks (default: what the device's memory holds)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--json", action="store_true", help="print a JSON list, one object per prompt")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON Lines: one object per prompt (prompt, prompt_token_ids, "
+                        "token_ids, text, finish_reason)")
     p.set_defaults(run=run)
 
 
@@ -55,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         for text, c in zip(args.prompt, completions)
     ]
     if args.json:
-        print(json.dumps(results, ensure_ascii=False, indent=1))
+        for r in results:
+            print(json.dumps(r, ensure_ascii=False))
         return 0
     for r in results:
         print(f"--- {r['prompt']!r} ({len(r['token_ids'])} tokens, {r['finish_reason']})")

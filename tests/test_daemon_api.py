@@ -46,7 +46,9 @@ def generated(tiny_models):
         code = main(["generate", "--json", "--model", str(tiny_models["llama"]), "--device", "cpu",
                      "--max-tokens", "24", *[a for p in PROMPTS for a in ("--prompt", p)]])
     assert code == 0
-    return {r["prompt"]: r for r in json.loads(out.getvalue())}
+    lines = out.getvalue().splitlines()  # JSON Lines: one object per prompt, in order
+    assert len(lines) == len(PROMPTS)
+    return {r["prompt"]: r for r in map(json.loads, lines)}
 
 
 def _assert_error_shape(body: dict, *words: str) -> str:
