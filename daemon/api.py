@@ -33,7 +33,9 @@ from daemon.config import HttpConfig
 from daemon.errors import ApiError
 from daemon.logprobs import token_text_for
 from daemon.openai_fields import check_undeclared
-from daemon.openai_schema import ChatCompletionRequest, CompletionRequest, parse_body
+from daemon.openai_schema import (
+    ChatCompletionRequest, CompletionRequest, TokenizeRequest, TokenizeResponse, parse_body,
+)
 from daemon.openapi import build_openapi
 from daemon.request_plan import Limits, Prompt, plan_choices
 from daemon.responses import ResponseBuilder, error_body, model_object
@@ -75,6 +77,7 @@ def build_app(served, config: HttpConfig, api_key: str = "") -> web.Application:
     app[API_KEY_REQUIRED] = bool(api_key)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model:.+}", model)
     app.router.add_get("/health", health)
@@ -197,6 +200,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     prompt = Prompt("messages", controller.tokenizer.encode(text, add_bos=False))
     return await _serve(request, body, [prompt], ResponseBuilder(
         f"chatcmpl-{uuid.uuid4().hex}", controller.model_name, chat=True))
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """A prompt's tokens as `/v1/completions` or `/v1/chat/completions` would count them
+    (the chat template applied): load testers fit their requests to the context with it."""
+    body = _parse(await _read_json_body(request), TokenizeRequest)
+    if (body.prompt is None) == (body.messages is None):
+        raise BadRequest("give exactly one of prompt and messages", "prompt")
+    controller = request.app[MODELS].pick(body.model)
+    if body.messages is not None:
+        text = _render_chat(controller.tokenizer, [m.for_template() for m in body.messages])
+        tokens = controller.tokenizer.encode(text, add_bos=False)
+    else:
+        tokens = controller.tokenizer.encode(body.prompt)
+    return web.Response(body=msgspec.json.encode(TokenizeResponse(
+        count=len(tokens), max_model_len=controller.max_model_len, tokens=tokens)),
+        content_type="application/json")
 
 
 def _render_chat(tokenizer, messages: list[dict[str, str]]) -> str:

@@ -217,3 +217,16 @@ def parse_body(body: bytes, kind: type[msgspec.Struct]):
         raise ValueError(f"body is not valid JSON: {exc}") from None
     except RecursionError:  # a stack smaller than MAX_NESTING levels needs
         raise ValueError("body is nested too deeply for this server's stack") from None
+
+
+class TokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """POST /tokenize (as vLLM's): a completion prompt or chat messages, exactly one."""
+    model: str | None = None
+    prompt: str | None = None
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)] | None = None
+
+
+class TokenizeResponse(msgspec.Struct):
+    count: int               # the prompt's tokens as a request would send them to the model
+    max_model_len: int       # the longest prompt + output the server takes (0: none ready)
+    tokens: list[int]

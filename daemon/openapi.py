@@ -20,7 +20,9 @@ import functools
 
 import msgspec
 
-from daemon.openai_schema import MAX_CHOICES, ChatCompletionRequest, CompletionRequest
+from daemon.openai_schema import (
+    MAX_CHOICES, ChatCompletionRequest, CompletionRequest, TokenizeRequest, TokenizeResponse,
+)
 from daemon.slo_headers import TPOT_HEADER, TTFT_HEADER
 
 _REF = "#/components/schemas/{name}"
@@ -55,7 +57,8 @@ _ERRORS = {
 @functools.cache
 def _components() -> dict:
     _, components = msgspec.json.schema_components(
-        [CompletionRequest, ChatCompletionRequest], ref_template=_REF)
+        [CompletionRequest, ChatCompletionRequest, TokenizeRequest, TokenizeResponse],
+        ref_template=_REF)
     return components
 
 
@@ -206,6 +209,13 @@ def build_openapi(*, model_names: list[str] | None = None, max_tokens_limit: int
             "/v1/chat/completions": {"post": {**_operation(
                 "Chat completion", "ChatCompletionRequest", generated, api_key_required,
                 body_errors), "parameters": SLO_HEADERS}},
+            "/tokenize": {"post": _operation(
+                "A prompt's tokens as the completion endpoints count them (the chat "
+                "template applied to `messages`)", "TokenizeRequest",
+                {"description": "the count, the tokens and the context limit",
+                 "content": {"application/json": {"schema": {
+                     "$ref": _REF.format(name="TokenizeResponse")}}}},
+                api_key_required, body_errors)},
             "/v1/models": {"get": _operation(
                 "The served model", ok={"description": "a list with the one served model",
                                         "content": {"application/json": {"schema": {

@@ -395,3 +395,44 @@ def test_health_and_metrics_count_served_requests_alike_at_once(client, daemon):
     counted = sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
                   if line.startswith("ascendra_instance_served_total{"))
     assert sum(i["served"] for i in health["instances"]) == counted >= 1
+
+
+def test_tokenize_counts_a_prompt_as_the_completion_endpoints_do(client, daemon):
+    """POST /tokenize (vLLM's shape) counts what /v1/completions and /v1/chat/completions
+    bill as prompt tokens (the chat template included); bad input is a 400 naming it."""
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    status, counted = daemon.post_json("/tokenize", {"prompt": PROMPTS[0]}, headers=auth)
+    billed = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=1)
+    assert status == 200 and counted["count"] == billed.usage.prompt_tokens
+    assert counted["count"] == len(counted["tokens"]) and counted["max_model_len"] > 0
+    messages = [{"role": "user", "content": PROMPTS[1]}]
+    _, chat = daemon.post_json("/tokenize", {"messages": messages}, headers=auth)
+    billed = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1)
+    assert chat["count"] == billed.usage.prompt_tokens
+    status, body = daemon.post_json("/tokenize", {"model": MODEL}, headers=auth)
+    assert status == 400 and body["error"]["param"] == "prompt"
+
+
+def test_bench_fits_chat_prompts_to_the_context_by_the_servers_own_count(daemon):
+    """A chat prompt of more words than the context holds is trimmed to fit, counted by
+    the server (`ascendra bench` does this before a chat run); one that cannot fit
+    beside its output is skipped."""
+    import asyncio
+
+    from bench.loadgen.chat_fit import fit_chat_prompts
+    from bench.loadgen.loadgen import chat_prompt
+    from bench.loadgen.workload import WorkloadRequest
+    _, models = daemon.get_json("/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+    max_len = models["data"][0]["max_model_len"]
+    long = WorkloadRequest(index=1, arrival=0.0, prompt_len=max_len, output_len=64)
+    short = WorkloadRequest(index=2, arrival=0.0, prompt_len=10, output_len=64)
+    hopeless = WorkloadRequest(index=3, arrival=0.0, prompt_len=10, output_len=max_len)
+    fitted = asyncio.run(fit_chat_prompts(daemon.base_url, API_KEY, MODEL,
+                                          [long, short, hopeless], max_len, seed=0))
+    assert fitted.counted and fitted.trimmed == 1 and fitted.skipped == 1
+    trimmed, kept = fitted.requests
+    assert kept == short and trimmed.prompt_len < long.prompt_len
+    _, count = daemon.post_json("/tokenize", {"messages": [
+        {"role": "user", "content": chat_prompt(0, 1, trimmed.prompt_len)}]},
+        headers={"Authorization": f"Bearer {API_KEY}"})
+    assert count["count"] + long.output_len <= max_len

@@ -22,6 +22,7 @@ import sys
 import aiohttp
 import msgspec
 
+from bench.loadgen.chat_fit import fit_chat_prompts
 from bench.loadgen.loadgen import LoadRun, get_json, is_chat_endpoint, run_load
 from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import build_requests, num_requests_or
@@ -180,6 +181,13 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
     workload = build_requests(spec, rate=rate, num_requests=num, duration=args.duration,
                               seed=args.seed, max_model_len=fit or None)
     model = args.model or info.get("id")
+    if max_len and is_chat_endpoint(args.endpoint):
+        fitted = await fit_chat_prompts(args.url, api_key, model, workload, max_len, args.seed)
+        workload = fitted.requests
+        print(f"chat prompts fitted to the server's context ({max_len} tokens) by its own "
+              f"count (POST /tokenize): {fitted.trimmed} trimmed, {fitted.skipped} skipped"
+              if fitted.counted else "the server has no /tokenize: chat prompts are fitted "
+              "by an estimate, and some may exceed its context", file=sys.stderr)
     load = await run_load(args.url, workload, ttft_slo=args.ttft_slo, tbt_slo=args.tbt_slo,
                           model=model, seed=args.seed, api_key=api_key, endpoint=args.endpoint,
                           timeout=args.timeout, max_concurrency=args.max_concurrency,
