@@ -117,3 +117,13 @@ def test_the_performance_models_error_reads_alike_everywhere_in_a_summary():
     text = plain_summary(result)
     assert "0.5 %" in text and "perf model MAPE 0.5 %" in text and "MAPE -" in text
     assert "0.0053" not in text and "None" not in text
+
+
+def test_a_fleet_run_prints_only_the_settings_it_used(capsys):
+    assert main(["simulate", "--boxes", "2", "--box-layouts", "1xsarathi,1xsarathi",
+                 "--num-requests", "30", "--qps", "8", "--sim-latency", "constant:0.01"]) == 0
+    settings = capsys.readouterr().err.split("fleet of ", 1)[1].splitlines()[0]
+    import json
+    used = json.loads(settings)
+    assert used["num_requests"] == 30 and used["qps"] == 8.0 and used["boxes"] == ["1xsarathi"] * 2
+    assert not {"seeds", "measured", "tolerance", "config"} & set(used)

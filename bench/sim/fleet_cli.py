@@ -66,14 +66,25 @@ def run_fleet_simulate(args: argparse.Namespace, subject: Subject, config: Ruler
         config.workload, default_per_box * len(subjects))
     if n < 1:
         raise ValueError(f"--num-requests must be >= 1, got {n}")
-    print("fleet of", msgspec.json.encode({"boxes": [s.layout for s in subjects],
-                                           "gateway": gateway, "scheduler": subject.scheduler,
-                                           "config": config}).decode(), file=sys.stderr)
+    print("fleet of", msgspec.json.encode(fleet_settings(
+        subjects, config, gateway, args.qps, n, args.seed)).decode(), file=sys.stderr)
     result = run_fleet(subjects, config, gateway, args.qps, n, args.seed)
     print_fleet(result)
     if args.json:
         write_json(args.json, result)
     return 0
+
+
+def fleet_settings(subjects: list[Subject], config: RulerConfig, gateway: GatewayConfig,
+                   qps: float, num_requests: int, seed: int) -> dict:
+    """What a fleet run uses, and only that (not the capacity ruler's seeds, measured
+    count or search settings, which a single run does not read)."""
+    return {"boxes": [s.layout for s in subjects], "gateway": gateway,
+            "scheduler": subjects[0].scheduler, "qps": qps, "num_requests": num_requests,
+            "seed": seed, "workload": config.workload, "profile": config.profile,
+            "slo": config.slo, "controller": config.controller,
+            "max_model_len": config.max_model_len, "target": config.target,
+            "rule": config.rule}
 
 
 def print_fleet(result: FleetResult) -> None:
