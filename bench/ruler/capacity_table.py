@@ -196,12 +196,7 @@ def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject])
                          [found.get(c, with_drops, seed) for seed in c.seeds]))
     rows += [_row(s.layout, s, "default", [found.get(c, s, seed) for seed in c.seeds])
              for s in ascendra]
-    tuned = [r for r in rows if r.tuned.startswith("swept")]
-    top = max(tuned, key=lambda r: r.mean_qps)
-    fair_top = max(tuned, key=lambda r: r.fair_mean_qps)
-    for row in rows:
-        row.ratio_to_best_baseline = _ratio(row.mean_qps, top.mean_qps)
-        row.fair_ratio_to_best_baseline = _ratio(row.fair_mean_qps, fair_top.fair_mean_qps)
+    top, fair_top = _rank(rows, [r for r in rows if r.tuned.startswith("swept")])
     sweep = {layout: {size: found.get(c, _subject(layout, size), first).capacity_qps
                       for size in sizes} for layout, sizes in SWEEPS.items()}
     return WorkloadTable(workload=c.workload.name, config=c,
@@ -210,6 +205,16 @@ def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject])
                          best_fair_baseline=fair_top.label,
                          prompt_class_bounds=ruler_classes(c).prompt_bounds,
                          rows=rows, sweep=sweep)
+
+
+def _rank(rows: list[Row], baselines: list[Row]) -> tuple[Row, Row]:
+    """The best baseline by capacity and by fair capacity; every row's ratio to each."""
+    top = max(baselines, key=lambda r: r.mean_qps)
+    fair_top = max(baselines, key=lambda r: r.fair_mean_qps)
+    for row in rows:
+        row.ratio_to_best_baseline = _ratio(row.mean_qps, top.mean_qps)
+        row.fair_ratio_to_best_baseline = _ratio(row.fair_mean_qps, fair_top.fair_mean_qps)
+    return top, fair_top
 
 
 def _ratio(qps: float, best: float) -> float | None:
@@ -233,12 +238,7 @@ def settings_table(configs: Sequence[RulerConfig], settings: Sequence[str],
         rows = [_row(s.label, s, "given" if s.layout in SWEEPS else "default",
                      [found.get(c, s, seed) for seed in c.seeds]) for s in subjects]
         ceiling = workload_ceilings(c)
-        baselines = [r for r in rows if r.layout in SWEEPS]
-        top = max(baselines, key=lambda r: r.mean_qps)
-        fair_top = max(baselines, key=lambda r: r.fair_mean_qps)
-        for row in rows:
-            row.ratio_to_best_baseline = _ratio(row.mean_qps, top.mean_qps)
-            row.fair_ratio_to_best_baseline = _ratio(row.fair_mean_qps, fair_top.fair_mean_qps)
+        top, fair_top = _rank(rows, [r for r in rows if r.layout in SWEEPS])
         tables.append(WorkloadTable(
             workload=c.workload.name, config=c, ceiling_qps=ceiling.all_served_qps,
             ceiling_90_qps=ceiling.cheapest_qps, fair_ceiling_qps=ceiling.fair_qps,

@@ -177,10 +177,12 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
         lambda q: point(q).fair_holds, start_qps=capacity, tolerance=config.tolerance,
         growth=START_GROWTH)
     tried = sorted(points.values(), key=lambda p: p.qps)
-    return SeedCapacity(seed, round(capacity, 3), tried, _bracketed(tried, capacity, "holds"),
-                        round(fair, 3), _bracketed(tried, fair, "fair_holds"))
+    return SeedCapacity(seed, round(capacity, 3), tried,
+                        _bracketed([(p.qps, p.holds) for p in tried], capacity),
+                        round(fair, 3), _bracketed([(p.qps, p.fair_holds) for p in tried], fair))
 
 
-def _bracketed(points: list[Point], capacity: float, rule: str) -> bool:
-    """A rate held and a higher one failed: the search found the edge."""
-    return capacity > 0 and any(not getattr(p, rule) and p.qps > capacity for p in points)
+def _bracketed(verdicts: list[tuple[float, bool]], capacity: float) -> bool:
+    """A rate held and a higher one failed (each point's (qps, held)): the search found
+    the edge."""
+    return capacity > 0 and any(not held and qps > capacity for qps, held in verdicts)

@@ -97,12 +97,7 @@ def pareto(tables: list[dict], config_of: dict[str, RulerConfig],
 def _table(table: dict, config: RulerConfig, by_key: dict) -> ParetoTable:
     rows = []
     for label in dict.fromkeys(label for (name, label) in by_key if name == table["workload"]):
-        runs = by_key[(table["workload"], label)]
-        names = list(dict.fromkeys(n for _, _, classes in runs for n in classes))
-        rows.append(ParetoRow(
-            label=label, goodput_pct=_mean([g for g, _, _ in runs]),
-            token_goodput_pct=_mean([t for _, t, _ in runs]),
-            classes={n: _mean([c[n] for _, _, c in runs if n in c]) for n in names}))
+        rows.append(_averaged(label, by_key[(table["workload"], label)]))
     best = next(r for r in rows if r.label == table["best_baseline"])
     for row in rows:
         row.worse_than_best_baseline = [n for n, pct in row.classes.items()
@@ -112,6 +107,14 @@ def _table(table: dict, config: RulerConfig, by_key: dict) -> ParetoTable:
     return ParetoTable(workload=table["workload"], qps=qps, best_baseline=table["best_baseline"],
                        prompt_class_bounds=ruler_classes(config).prompt_bounds,
                        seeds=config.seeds, rows=rows)
+
+
+def _averaged(label: str, runs: list[tuple[float, float, dict]]) -> ParetoRow:
+    """One row from its seeds' `_point` results: each figure's mean over the seeds."""
+    names = list(dict.fromkeys(n for _, _, classes in runs for n in classes))
+    return ParetoRow(label=label, goodput_pct=_mean([g for g, _, _ in runs]),
+                     token_goodput_pct=_mean([t for _, t, _ in runs]),
+                     classes={n: _mean([c[n] for _, _, c in runs if n in c]) for n in names})
 
 
 def _mean(values: list[float]) -> float:
@@ -165,16 +168,12 @@ def shedding(tables: list[dict], config_of: dict[str, RulerConfig], floors: tupl
     rows, n = [], len(next(iter(config_of.values())).seeds)
     for k, (name, floor) in enumerate(keys):
         mine = caps[k * n:(k + 1) * n]
-        runs = points[k * n:(k + 1) * n]
-        names = list(dict.fromkeys(c for _, _, classes in runs for c in classes))
         rows.append(SheddingRow(
             workload=name, class_floor=floor,
             capacity_qps=[c.capacity_qps for c in mine],
             fair_capacity_qps=[c.fair_capacity_qps for c in mine],
-            at_best_baseline=ParetoRow(
-                label=f"2L1H class_floor {floor:g}", goodput_pct=_mean([g for g, _, _ in runs]),
-                token_goodput_pct=_mean([t for _, t, _ in runs]),
-                classes={c: _mean([r[c] for _, _, r in runs if c in r]) for c in names})))
+            at_best_baseline=_averaged(f"2L1H class_floor {floor:g}",
+                                       points[k * n:(k + 1) * n])))
     for r in rows:
         print(f"  {r.workload:>10} class_floor {r.class_floor:g}: capacity "
               f"{_mean(r.capacity_qps):.2f} {r.capacity_qps}, fair {_mean(r.fair_capacity_qps):.2f} "
