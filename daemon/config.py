@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.layout import layout_modes, parse_layout
 from daemon.model_plan import ModelPlan, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig
@@ -183,6 +183,7 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     scheduler: SchedulerConfig = SchedulerConfig()
     slo: SloConfig = SloConfig()
     controller: ControllerConfig = ControllerConfig()
+    tenants: TenantsConfig = TenantsConfig()
     process: ProcessConfig = ProcessConfig()
 
     def __post_init__(self) -> None:
@@ -198,7 +199,7 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "instances": InstancesConfig, "http": HttpConfig,
     "scheduler": SchedulerConfig, "slo": SloConfig, "controller": ControllerConfig,
-    "process": ProcessConfig}
+    "tenants": TenantsConfig, "process": ProcessConfig}
 #: Fields no one sets by hand: the layout sets each instance's scheduler mode.
 NOT_SETTABLE = {("scheduler", "mode")}
 
@@ -284,6 +285,8 @@ def toml_value(value: Any) -> str:
         return json.dumps(value)  # a TOML basic string
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table, its keys quoted
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     return repr(value)
 
 
@@ -291,7 +294,7 @@ def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
     """One flag per settable field of `sections` (default: all; `max_num_seqs` ->
     `--max-num-seqs`), default None = unset, its help the field's description and default.
     Booleans are switches (`--drop-expired` / `--no-drop-expired`); lists are
-    comma-separated (`--gpus 0,1`); a text-or-list field (one per model) is a flag given
+    comma-separated (`--gpus 0,1`), tables too (`--tenant-weights a=2,b=1`); a text-or-list field (one per model) is a flag given
     once or repeated (`--model A --model B`). The simulator's commands take the sections
     they share with `serve` (scheduler, slo, controller) the same way, with the same
     defaults.
@@ -311,6 +314,9 @@ def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
         elif typing.get_origin(kind) is list:
             parser.add_argument(flag, dest=field.name, default=None, help=help_text,
                                 metavar="A,B", type=_comma_list)
+        elif typing.get_origin(kind) is dict:
+            parser.add_argument(flag, dest=field.name, default=None, help=help_text,
+                                metavar="K=V,...", type=_comma_dict)
         elif kind == str | list[str]:
             parser.add_argument(flag, dest=field.name, default=None, help=help_text,
                                 metavar="TEXT", action=_Repeated)
@@ -344,6 +350,17 @@ class _Repeated(argparse.Action):
 
 def _comma_list(text: str) -> list[str]:
     return [x for x in text.split(",") if x.strip()]
+
+
+def _comma_dict(text: str) -> dict[str, str]:
+    """`a=2,b=1` -> {"a": "2", "b": "1"} (the values converted as TOML's are)."""
+    table = {}
+    for item in _comma_list(text):
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            raise argparse.ArgumentTypeError(f"{item!r} is not NAME=VALUE")
+        table[key.strip()] = value.strip()
+    return table
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from daemon.config import InstancesConfig
-from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from engines.engine import Engine
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
@@ -31,6 +31,7 @@ class SimConfig:
     scheduler: SchedulerConfig = SchedulerConfig()
     slo: SloConfig = SloConfig()
     controller: ControllerConfig = ControllerConfig()
+    tenants: TenantsConfig = TenantsConfig()
     block_size: int = InstancesConfig().block_size
     max_model_len: int = 8192
     ipc_delay: float = 0.0005         # one controller <-> instance message, seconds

@@ -59,7 +59,8 @@ class Simulation:
                           for i, mode in enumerate(config.layout_modes)]
         self.controller = ControllerCore({s.instance_id: s.core.role for s in self.instances},
                                          config.controller, config.slo,
-                                         dynamic_roles=config.dynamic_roles)
+                                         dynamic_roles=config.dynamic_roles,
+                                         tenants=config.tenants)
         self.records = {f"r{w.index}": _record(w) for w in workload}
         self.keeper = RecordKeeper(self.records, config.slo, watched)
         self._start_up()

@@ -85,3 +85,32 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "the restarted one) to take them over -- resubmitted, or resumed mid-stream by "
         "recompute -- before they end with a 503 / SSE error event; 0 = end them at once "
         "when none is ready."))] = 10.0
+
+
+TenantWeight = Annotated[float, Meta(gt=0)]
+
+
+class TenantsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Who is asking: a request's tenant is its x-gateway-inference-fairness-id header,
+    else the body's `user`, else "default" (docs/design.md §5.11). Under saturation the
+    waiting room shares service among the tenants with requests in it by weight; without
+    saturation tenants change nothing."""
+
+    fair_share: Annotated[bool, Meta(description=(
+        "With the global queue, when requests would miss their targets each tenant gets "
+        "service (prompt and output tokens computed) in proportion to its weight: the "
+        "triage sets aside and sheds requests of the tenants furthest over their share "
+        "first (after sheddable traffic, priority < 0). Off: the costliest late request "
+        "goes first, whoever sent it."))] = True
+    tenant_weights: Annotated[dict[str, TenantWeight], Meta(description=(
+        'Each tenant\'s weight (TOML: tenant_weights = {"team-a" = 2, "team-b" = 1}; flag: '
+        "--tenant-weights team-a=2,team-b=1); a tenant not named weighs 1."))] = {}
+    objective_priorities: Annotated[dict[str, int], Meta(description=(
+        "The priority of each Gateway API Inference Extension objective (the "
+        "x-gateway-inference-objective header names one), as its InferenceObjective's "
+        "priority; a request's own priority (body or x-ascendra-priority header) wins."
+        ))] = {}
+    metrics_tenants: Annotated[int, Meta(ge=0, le=1000, description=(
+        "/metrics labels per-tenant series with the tenants that sent the most requests, "
+        'at most this many; the rest count as tenant="other" (bounded cardinality).'
+        ))] = 10

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 import msgspec
 
 from daemon.core.admission_bounds import retry_after
-from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.core.events import (
     Action,
     Arrived,
@@ -94,7 +94,8 @@ class ControllerCore:
     and whether it accepts new requests or drains."""
 
     def __init__(self, roles: Mapping[int, Role], config: ControllerConfig = ControllerConfig(),
-                 slo: SloConfig = SloConfig(), dynamic_roles: bool = False) -> None:
+                 slo: SloConfig = SloConfig(), dynamic_roles: bool = False,
+                 tenants: TenantsConfig = TenantsConfig()) -> None:
         """`dynamic_roles`: an `<n>A` layout, whose instances change between LP and HP
         online (`roles`: the ones they start in); only with late binding."""
         self.config, self.slo = config, slo

@@ -16,6 +16,7 @@ from daemon.core.request_state import Outcome
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import Origin, Ready, Role, ToController, ToInstance, TokenOutput
 from ipc.params import SamplingParams
+from policies.tenants import DEFAULT_TENANT
 
 
 # ---- events: driver -> core ---------------------------------------------------------------
@@ -28,7 +29,8 @@ class Arrived:
     sampling: SamplingParams
     ttft_slo: float | None = None
     tbt_slo: float | None = None
-    priority: int = 0
+    priority: int = 0          # higher bands first; < 0: sheddable
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
