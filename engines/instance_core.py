@@ -133,7 +133,7 @@ class InstanceCore:
             self._check_token_ids(submit.prompt_token_ids)
             self.engine.add_request(
                 submit.prompt_token_ids, submit.sampling, request_id=submit.request_id,
-                arrival_time=submit.arrival_time, deadline=deadline, priority=submit.priority,
+                arrival_time=submit.arrival_time, deadline=deadline, priority=serving_class(submit),
                 tbt_slo=submit.tbt_slo or float("inf"), pinned=submit.origin.pinned,
                 generated_before=submit.generated_before)
         except ValueError as exc:
@@ -285,3 +285,9 @@ def _cached_prompts(batch: Batch) -> list[CachedPrompt]:
     """The prefix-cache hits of the requests this step admitted for the first time."""
     return [CachedPrompt(r.request_id, r.num_cached_tokens) for r in batch.admitted
             if r.num_preemptions == 0 and r.num_cached_tokens]
+
+
+def serving_class(submit: Submit) -> int:
+    """The class the scheduler serves first (higher first): the request's priority band,
+    and within it a favoured request (its tenant under its fair share) first."""
+    return 2 * submit.priority + submit.favoured

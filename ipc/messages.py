@@ -134,6 +134,9 @@ class Submit(_Message, tag="submit"):
     ttft_slo: Seconds | None = None
     tbt_slo: Seconds | None = None
     priority: int = 0
+    #: Its tenant is under its fair share (docs/design.md §5.11): served before the
+    #: requests of its band that are not.
+    favoured: bool = False
     origin: Origin = Origin.NEW
     #: RESUME: the last this-many prompt tokens are the output it generated before (what
     #: presence and frequency penalties count).

@@ -35,7 +35,18 @@ With class floors (policies/class_floor.py) a request of a *protected* class is 
 the one set aside in step 1 while a request of another class could be (the costliest of
 those goes instead).
 
-Requests of a higher priority class are planned first. Pure: numbers in, decisions out.
+Priority bands and tenants (docs/design.md §5.11). Requests of a higher band are planned
+first; the request step 1 sets aside is one of the lowest band kept so far (sheddable
+traffic, priority < 0, before anything else), and -- with fair shares (`shares`,
+policies/tenants.py) -- of the tenant whose counter would stand highest were all its
+kept requests served (the one furthest over its share), the costliest of those. Late
+requests are demoted and dropped in the same order. A request of a tenant under its
+share is *favoured*: the instance serves it before the rest of its band (so the plan
+counts only favoured work ahead of it, not the LPs' backlogs), it is rescued first, and
+the HPs keep room for such requests (HP_RESERVE). With one band and one tenant none of
+this applies: the plan is the one above, decision for decision.
+
+Pure: numbers in, decisions out.
 """
 from __future__ import annotations
 
@@ -44,6 +55,15 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+
+from policies.tenants import TenantShares
+
+
+#: While some tenant is under its fair share, an HP rescues a request of another only if
+#: it finishes it this share of its TTFT target before its deadline: the HP's queue stays
+#: short enough for the under-served tenant's long prompts, which the LPs -- slowed by
+#: the flooding tenant's decodes -- cannot prefill in time even first in line.
+HP_RESERVE = 0.6
 
 
 class Shed(str, Enum):
@@ -66,6 +86,11 @@ class Waiting:
     #: instance's backlog plus its own cost there. Empty: `cost`/`hp_cost` everywhere.
     cost_on: tuple[tuple[int, float], ...] = ()
     klass: int = 0       # its prompt-length class (policies/class_floor.py)
+    tenant: str = ""     # who sent it (policies/tenants.py)
+    tokens: int = 0      # prompt tokens it would compute (what fair shares count)
+    #: Its tenant is under its share: the instance serves it before the rest of its band
+    #: (Submit.favoured), so only favoured work is ahead of it there.
+    favoured: bool = False
 
     def seconds_on(self, instance_id: int, default: float) -> float:
         for i, seconds in self.cost_on:
@@ -92,9 +117,10 @@ class Plan:
 
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
          bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None,
-         protected: frozenset[int] = frozenset()) -> Plan:
+         protected: frozenset[int] = frozenset(), shares: TenantShares | None = None) -> Plan:
     """`shed_allowance`: the most requests this pass may drop (None: no limit);
-    `protected`: the classes at risk of falling under their floor."""
+    `protected`: the classes at risk of falling under their floor; `shares`: the
+    tenants' counters, when service is shared by weight."""
     out = Plan()
     if not queue:
         return out
@@ -102,13 +128,34 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
     if shed is Shed.KEEP or not lps:
         ordered, late = sorted(queue, key=_deadline_order), []
     else:
-        ordered, late = _feasible(queue, lps, now, protected)
-        late = _rescue(late, hp_lanes, now, out)
+        if _one_group(queue, shares):
+            ordered, late = _feasible(queue, lps, now, protected)
+        else:
+            ordered, late = _feasible_by_group(queue, lps, now, protected, shares)
+        late = _rescue(late, hp_lanes, now, out,
+                       shares is not None and bool(shares.favoured()))
         if shed is Shed.DROP:
-            out.shed, late = _costliest(late, shed_allowance)
-        late.sort(key=lambda w: (-w.priority, w.arrival))
+            out.shed, late = _costliest(late, shed_allowance, shares)
+        late.sort(key=_demoted_order(shares))
     _bind(ordered + late, list(lps), bound, out, hp_lanes)
     return out
+
+
+def _one_group(queue: Sequence[Waiting], shares: TenantShares | None) -> bool:
+    """Every request of one band, and of one tenant when shares count."""
+    first = queue[0]
+    if any(w.priority != first.priority for w in queue):
+        return False
+    return shares is None or all(w.tenant == first.tenant and not w.favoured for w in queue)
+
+
+def _demoted_order(shares: TenantShares | None):
+    """Late requests kept waiting: higher bands first, then the tenant least served so
+    far, then the oldest (none starves)."""
+    if shares is None:
+        return lambda w: (-w.priority, w.arrival)
+    counters = shares.counters
+    return lambda w: (-w.priority, counters.get(w.tenant, 0.0), w.arrival)
 
 
 def _deadline_order(w: Waiting) -> tuple:
@@ -138,6 +185,70 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
     return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
 
 
+def _feasible_by_group(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
+                       protected: frozenset[int], shares: TenantShares | None,
+                       ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
+    """`_feasible` for a queue of several bands or tenants: the same pass in deadline
+    order (favoured requests first in their band), a late request making room by
+    setting others aside -- from the lowest band kept, of the tenant furthest over its
+    share (`_victim_group`) -- until it fits or is set aside itself. The victim may be
+    cheaper than the late request, so one may not be enough (Moore-Hodgson's one victim
+    is the costliest, which always is); a request that cannot fit even first in line
+    goes aside at once, taking no one with it.
+
+    A favoured request jumps the LPs' queues: only the favoured work kept before it is
+    ahead of it (`ahead`), not the LPs' backlogs; the others wait for both."""
+    speed = len(lps)
+    backlog = sum(lane.backlog for lane in lps) / speed
+    ahead = clock = 0.0     # seconds of kept work: favoured, and all
+    groups: dict[tuple[int, bool, str], list] = {}   # (band, favoured, tenant) -> max-heap
+    kept_tokens: dict[str, int] = {}
+    aside: list[tuple[int, Waiting]] = []
+    for i, w in enumerate(sorted(queue, key=_favoured_order)):
+        if now + (0.0 if w.favoured else backlog) + w.cost > w.deadline:
+            aside.append((i, w))   # late even first in line
+            continue
+        heapq.heappush(groups.setdefault((w.priority, w.favoured, w.tenant), []),
+                       (-w.cost, -i, w))
+        kept_tokens[w.tenant] = kept_tokens.get(w.tenant, 0) + w.tokens
+        start = now + (ahead if w.favoured else backlog + clock)
+        clock += w.cost / speed
+        ahead += w.cost / speed if w.favoured else 0.0
+        while start + w.cost > w.deadline:
+            group = groups[_victim_group(groups, kept_tokens, shares, w.favoured)]
+            _, minus_place, victim = (heapq.heappop(group) if not protected
+                                      else _pop_unprotected(group, protected))
+            kept_tokens[victim.tenant] -= victim.tokens
+            clock -= victim.cost / speed
+            ahead -= victim.cost / speed if victim.favoured else 0.0
+            aside.append((-minus_place, victim))
+            if victim is w:
+                break
+            if victim.favoured or not w.favoured:
+                start -= victim.cost / speed
+    kept = [entry for group in groups.values() for entry in group]
+    return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+
+
+def _favoured_order(w: Waiting) -> tuple:
+    return (-w.priority, not w.favoured, w.deadline, w.arrival)
+
+
+def _victim_group(groups: dict[tuple[int, bool, str], list], kept_tokens: dict[str, int],
+                  shares: TenantShares | None, favoured: bool) -> tuple[int, bool, str]:
+    """The group to set a request aside from, for a late request (`favoured`: only
+    favoured work delays it, so only a favoured victim helps): the lowest band with
+    requests kept; in it, the tenant whose counter would be highest with its kept
+    requests served (without shares, the one holding the costliest request)."""
+    kept = [key for key, group in groups.items() if group and (key[1] or not favoured)]
+    band = min(key[0] for key in kept)
+    candidates = [key for key in kept if key[0] == band]
+    if shares is None or len(candidates) == 1:
+        return min(candidates, key=lambda key: groups[key][0][:2])
+    return max(candidates, key=lambda key: (shares.projected(key[2], kept_tokens[key[2]]),
+                                            -groups[key][0][0]))
+
+
 def _pop_unprotected(kept: list, protected: frozenset[int]) -> tuple[float, int, Waiting]:
     """Pop the costliest entry of an unprotected class from the heap (the costliest of
     all when every one is protected); the others stay."""
@@ -156,13 +267,19 @@ def _pop_unprotected(kept: list, protected: frozenset[int]) -> tuple[float, int,
     return entry
 
 
-def _costliest(late: list[Waiting], allowance: int | None,
+def _costliest(late: list[Waiting], allowance: int | None, shares: TenantShares | None = None,
                ) -> tuple[list[Waiting], list[Waiting]]:
-    """(dropped: the `allowance` costliest late requests, demoted: the rest)."""
+    """(dropped: the `allowance` late requests to shed first, demoted: the rest). First:
+    the lowest band, then (with `shares`) the tenant most served, then the costliest."""
     if allowance is None or allowance >= len(late):
         return late, []
-    by_cost = sorted(late, key=lambda w: (-w.cost, w.arrival))
-    return by_cost[:max(allowance, 0)], by_cost[max(allowance, 0):]
+    if shares is None:
+        order = sorted(late, key=lambda w: (w.priority, -w.cost, w.arrival))
+    else:
+        counters = shares.counters
+        order = sorted(late, key=lambda w: (w.priority, -counters.get(w.tenant, 0.0),
+                                            -w.cost, w.arrival))
+    return order[:max(allowance, 0)], order[max(allowance, 0):]
 
 
 def miss_allowance(budget: float, arrived: int, shed: int) -> int | None:
@@ -174,18 +291,20 @@ def miss_allowance(budget: float, arrived: int, shed: int) -> int | None:
 
 
 def _rescue(aside: list[tuple[int, Waiting]], lanes: list[Lane], now: float, out: Plan,
-            ) -> list[Waiting]:
+            reserved: bool = False) -> list[Waiting]:
     """Send to an HP (`lanes`, whose backlogs it adds to) each set-aside request it can
-    still finish in time (in deadline order: `aside` holds each one's place in it); the
-    rest are late."""
+    still finish in time (favoured ones first, then in deadline order: `aside` holds
+    each one's place in it); the rest are late. `reserved`: some tenant is under its
+    share, and the HPs keep room for it (HP_RESERVE)."""
     late = []
-    for _, w in sorted(aside, key=_place):
+    for _, w in sorted(aside, key=_rescue_order):
         if w.cost_on and lanes:  # the HP that would finish it first (a prefix cached there)
             lane = min(lanes, key=lambda h: h.backlog + w.seconds_on(h.instance_id, w.hp_cost))
         else:
             lane = min(lanes, key=_backlog) if len(lanes) > 1 else (lanes[0] if lanes else None)
         cost = w.seconds_on(lane.instance_id, w.hp_cost) if lane is not None else 0.0
-        if lane is not None and now + lane.backlog + cost <= w.deadline:
+        room = HP_RESERVE * (w.deadline - w.arrival) if reserved and not w.favoured else 0.0
+        if lane is not None and now + lane.backlog + cost <= w.deadline - room:
             lane.backlog += cost
             out.to_hp.append((w, lane.instance_id))
         else:
@@ -194,6 +313,11 @@ def _rescue(aside: list[tuple[int, Waiting]], lanes: list[Lane], now: float, out
 
 
 _place = operator.itemgetter(0)
+
+
+def _rescue_order(entry: tuple[int, Waiting]) -> tuple[bool, int]:
+    """Favoured requests first (their tenants are under their shares), then by place."""
+    return (not entry[1].favoured, entry[0])
 _backlog = operator.attrgetter("backlog")
 
 

@@ -83,6 +83,7 @@ from ipc.messages import (
 )
 from policies.router import Router
 from policies.routing import Routing
+from policies.tenants import TenantShares
 
 DRAIN = "drain"
 
@@ -110,7 +111,9 @@ class ControllerCore:
         #: Late binding (Ascendra layouts with the global queue): requests no instance holds.
         room = (WaitingRoom(config.shed, rescue=config.hp_gate, miss_budget=config.miss_budget,
                             prefix_aware=config.routing is Routing.PREFIX_AWARE,
-                            class_floor=config.class_floor)
+                            class_floor=config.class_floor,
+                            tenants=(TenantShares(dict(tenants.tenant_weights))
+                                     if tenants.fair_share else None))
                 if config.global_queue and lp_ids else None)
         self.ledger = Ledger(roles, config, slo.ttft_slo, room, self.prefixes)
         self.late_binding = (LateBinding(room, self.ledger, self.router.tickets, config)
@@ -173,7 +176,7 @@ class ControllerCore:
                         priority=event.priority)
         state = RequestState.QUEUED if late_binding is None else RequestState.PENDING
         tracked = Tracked(event.request_id, now, submit, submit, state=state,
-                          block_names=names, cached_on=cached_on)
+                          block_names=names, cached_on=cached_on, tenant=event.tenant)
         ledger.add(tracked)
         if late_binding is None:
             ledger.send_to(tracked, target, submit, out)
@@ -262,6 +265,8 @@ class ControllerCore:
         request's next token, not its last -- is written out here (one per token of every
         request: the controller's hot path); the rest go through `_token`."""
         held, get, emit = view.held, self.ledger.requests.get, out.append
+        shares = self.late_binding.room.tenants if self.late_binding is not None else None
+        counting = shares is not None and shares.counting
         for output in outputs:
             request_id = output.request_id
             tracked = get(request_id) if request_id in held else None
@@ -271,6 +276,8 @@ class ControllerCore:
                 continue
             tbt, tracked.last_token_time = now - tracked.last_token_time, now
             tracked.token_ids.append(output.token_id)
+            if counting:
+                shares.computed(tracked.tenant, 1)
             emit(Token(request_id, output, None, tbt))
 
     def _token(self, now: float, view: InstanceView, output: TokenOutput,
@@ -288,8 +295,12 @@ class ControllerCore:
             tracked.advance(Trigger.FIRST_TOKEN)
             if ledger.room is not None:
                 ledger.room.answered(tracked, met=now <= tracked.submit.deadline)
+                ledger.room.computed(tracked, len(tracked.submit.prompt_token_ids)
+                                     - tracked.num_cached_tokens + 1)
         else:
             tbt = now - tracked.last_token_time
+            if ledger.room is not None:
+                ledger.room.computed(tracked, 1)
         tracked.last_token_time = now
         tracked.token_ids.append(output.token_id)
         out.append(Token(tracked.request_id, output, ttft, tbt))

@@ -89,13 +89,14 @@ class LateBinding:
             ledger.end(by_id[w.key], Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
                        "dropped: it was predicted to miss its TTFT SLO on every instance", out)
         for w, target in plan.to_hp:
-            self._bind(by_id[w.key], target, Origin.OFFLOAD, out)
+            self._bind(by_id[w.key], target, Origin.OFFLOAD, out, w.favoured)
         ticketed = self._serve_ticket(plan, by_id, out)
         for w, target in plan.to_lp:
             if w is ticketed:
                 continue
             tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
-            self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out)
+            self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out,
+                       w.favoured)
 
     def _serve_ticket(self, plan: Plan, by_id: dict[str, Tracked], out: list[Action],
                       ) -> Waiting | None:
@@ -109,7 +110,7 @@ class LateBinding:
             return None
         hp = self.tickets.take()
         chosen = candidates[ticket_pick(candidates, hp)]
-        self._bind(by_id[chosen.key], hp, Origin.NEW, out)
+        self._bind(by_id[chosen.key], hp, Origin.NEW, out, chosen.favoured)
         return chosen
 
     def _worth_planning(self, now: float) -> bool:
@@ -124,10 +125,15 @@ class LateBinding:
         lp = next((ledger.instances[i].ready for i in ledger.serving(Role.LP)), None)
         return round(self.config.bind_steps * ((lp.token_budget if lp else 0) or 2048))
 
-    def _bind(self, tracked: Tracked, target: int, origin: Origin, out: list[Action]) -> None:
+    def _bind(self, tracked: Tracked, target: int, origin: Origin, out: list[Action],
+              favoured: bool = False) -> None:
+        """`favoured`: its tenant is under its share now; the instance serves it first in
+        its band."""
         self.room.remove(tracked)
         tracked.advance(Trigger.BOUND)
         submit = tracked.submit
+        if favoured != submit.favoured:
+            submit = msgspec.structs.replace(submit, favoured=favoured)
         if origin is not Origin.NEW:
             submit = msgspec.structs.replace(submit, origin=origin)
             tracked.offloaded |= origin is Origin.OFFLOAD

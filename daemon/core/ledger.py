@@ -131,6 +131,7 @@ class Ledger:
         holder = tracked.instance
         if self.room is not None:
             self.room.remove(tracked)
+            self.room.ended(tracked)
             if outcome is Outcome.DROPPED and tracked.first_token_time is None:
                 self.room.answered(tracked, met=False)
         self.unqueue(tracked)

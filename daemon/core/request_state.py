@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ipc.messages import Role, Submit
+from policies.tenants import DEFAULT_TENANT
 
 
 class RequestState(enum.Enum):
@@ -101,6 +102,7 @@ class Tracked:
     #: The role of the instance that gave its first token, when it did (a `<n>A`
     #: layout's roles change: docs/design.md §5.10).
     served_as: Role | None = None
+    tenant: str = DEFAULT_TENANT       # who sent it (policies/tenants.py)
 
     def advance(self, trigger: Trigger) -> RequestState:
         """Take one move of the table; IllegalTransition (and no change) if there is none."""

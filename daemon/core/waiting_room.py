@@ -23,6 +23,7 @@ from ipc.messages import InstanceLoad, Ready
 from policies.class_floor import PromptClasses
 from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
 from policies.perf.prefill_curve import curve_seconds
+from policies.tenants import TenantShares
 
 #: Requests planned per pass, earliest deadlines first (Moore-Hodgson's decisions for a
 #: deadline-ordered prefix do not depend on what comes after it).
@@ -73,7 +74,8 @@ def model_rate(ready: Ready) -> float:
 
 class WaitingRoom:
     def __init__(self, shed: Shed, rescue: bool = True, miss_budget: float = 1.0,
-                 prefix_aware: bool = False, class_floor: float = 0.0) -> None:
+                 prefix_aware: bool = False, class_floor: float = 0.0,
+                 tenants: TenantShares | None = None) -> None:
         self.shed = Shed(shed)
         self.rescue = rescue
         #: Price each request per instance by the prompt tokens it would not find cached
@@ -88,6 +90,8 @@ class WaitingRoom:
         self.backlogs: dict[int, _Backlog] = {}
         #: Prompt-length classes and their recent TTFT record (docs/design.md §5.8).
         self.classes = PromptClasses(floor=class_floor)
+        #: Tenants' counters, when service is shared by weight (docs/design.md §5.11).
+        self.tenants = tenants
 
     # ---- the queue ---------------------------------------------------------------------
     def add(self, tracked: Tracked, again: bool = False) -> None:
@@ -99,6 +103,8 @@ class WaitingRoom:
             self._arrivals.append(tracked.arrival_time)
             if self.classes.active:
                 self.classes.arrived(len(tracked.original.prompt_token_ids))
+            if self.tenants is not None:
+                self.tenants.arrived(tracked.tenant)
         self._keys[tracked.request_id] = key
         bisect.insort(self._queue, (key, tracked), key=lambda item: item[0])
 
@@ -113,6 +119,16 @@ class WaitingRoom:
         a drop. Its class's record (the class floor) counts it."""
         if self.classes.active:
             self.classes.answered(len(tracked.original.prompt_token_ids), met)
+
+    def computed(self, tracked: Tracked, tokens: int) -> None:
+        """`tokens` were computed for it (its prompt's uncached part and first token)."""
+        if self.tenants is not None:
+            self.tenants.computed(tracked.tenant, tokens)
+
+    def ended(self, tracked: Tracked) -> None:
+        """A request it took in (waiting here or since bound) has its terminal answer."""
+        if self.tenants is not None:
+            self.tenants.ended(tracked.tenant)
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._keys
@@ -157,24 +173,30 @@ class WaitingRoom:
         lp_rate = sum(self.backlogs[i].rate for i in lps) / len(lps) if lps else 1.0
         hp_rate = sum(self.backlogs[i].rate for i in hps) / len(hps) if hps else lp_rate
         waiting = []
-        classes = self.classes
+        classes, shares = self.classes, self._shares()
+        favoured = shares.favoured() if shares is not None else frozenset()
         for _, t in head:
             tokens = len(t.submit.prompt_token_ids)
             klass = classes.of(len(t.original.prompt_token_ids)) if classes.active else 0
             if self.prefix_aware and t.cached_on:
                 waiting.append(_priced_per_instance(t, tokens, lps, hps, lp_rate, hp_rate,
-                                                    klass))
+                                                    klass, t.tenant in favoured))
                 continue
             waiting.append(Waiting(t.request_id, t.arrival_time, t.submit.deadline,
                                    tokens / lp_rate, tokens / hp_rate, t.submit.priority,
-                                   klass=klass))
+                                   klass=klass, tenant=t.tenant, tokens=tokens,
+                                   favoured=t.tenant in favoured))
         lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in lps]
         hp_lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in hps]
         decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
                        bound_tokens / lp_rate, self.shed, self._shed_allowance(now),
-                       classes.protected())
+                       classes.protected(), shares)
         self._drops.extend(now for _ in decided.shed)
         return decided, by_id
+
+    def _shares(self) -> TenantShares | None:
+        """The tenants' counters once there is more than one tenant to share among."""
+        return self.tenants if self.tenants is not None and self.tenants.counting else None
 
     def _shed_allowance(self, now: float) -> int | None:
         for times in (self._arrivals, self._drops):
@@ -184,7 +206,8 @@ class WaitingRoom:
 
 
 def _priced_per_instance(t: Tracked, tokens: int, lps: list[int], hps: list[int],
-                         lp_rate: float, hp_rate: float, klass: int) -> Waiting:
+                         lp_rate: float, hp_rate: float, klass: int, favoured: bool,
+                         ) -> Waiting:
     """A request with a prefix cached somewhere: its seconds on each instance (what it
     would still compute there), the cheapest LP's and HP's as its plain costs."""
     cost_on = tuple((i, (tokens - t.cached_on.get(i, 0)) / rate)
@@ -192,4 +215,5 @@ def _priced_per_instance(t: Tracked, tokens: int, lps: list[int], hps: list[int]
     lp_costs = [c for i, c in cost_on if i in lps] or [tokens / lp_rate]
     hp_costs = [c for i, c in cost_on if i in hps] or [tokens / hp_rate]
     return Waiting(t.request_id, t.arrival_time, t.submit.deadline, min(lp_costs),
-                   min(hp_costs), t.submit.priority, cost_on, klass)
+                   min(hp_costs), t.submit.priority, cost_on, klass, t.tenant, tokens,
+                   favoured)
