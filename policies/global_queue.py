@@ -113,15 +113,22 @@ class Plan:
     to_hp: list[tuple[Waiting, int]] = field(default_factory=list)   # rescued
     shed: list[Waiting] = field(default_factory=list)                # dropped now
     order: list[Waiting] = field(default_factory=list)               # what stays, in order
+    saturated: bool = False   # a request that is not sheddable was set aside
 
 
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
          bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None,
-         protected: frozenset[int] = frozenset(), shares: TenantShares | None = None) -> Plan:
+         protected: frozenset[int] = frozenset(), shares: TenantShares | None = None,
+         saturated: bool = False) -> Plan:
     """`shed_allowance`: the most requests this pass may drop (None: no limit);
     `protected`: the classes at risk of falling under their floor; `shares`: the
-    tenants' counters, when service is shared by weight."""
+    tenants' counters, when service is shared by weight; `saturated`: requests that are
+    not sheddable were set aside lately (`Plan.saturated` of the recent plans), and
+    sheddable ones (priority < 0) are shed on sight (with shed = "drop")."""
     out = Plan()
+    if saturated and shed is Shed.DROP and any(w.priority < 0 for w in queue):
+        out.shed = [w for w in queue if w.priority < 0]
+        queue = [w for w in queue if w.priority >= 0]
     if not queue:
         return out
     hp_lanes = [Lane(h.instance_id, h.backlog) for h in hps]  # rescues add to them
@@ -132,6 +139,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
             ordered, late = _feasible(queue, lps, now, protected)
         else:
             ordered, late = _feasible_by_group(queue, lps, now, protected, shares)
+        out.saturated = any(w.priority >= 0 for _, w in late)
         late = _rescue(late, hp_lanes, now, out,
                        shares is not None and bool(shares.favoured()))
         if shed is Shed.DROP:

@@ -32,6 +32,9 @@ HORIZON = 512
 MIN_RATE_SHARE = 0.25
 #: Seconds over which the miss budget counts arrivals and drops.
 MISS_WINDOW = 60.0
+#: Seconds the box counts as saturated after a plan set aside a request that was not
+#: sheddable: sheddable requests (priority < 0) are shed on sight meanwhile.
+SATURATION_MEMORY = 5.0
 
 
 @dataclass
@@ -92,6 +95,7 @@ class WaitingRoom:
         self.classes = PromptClasses(floor=class_floor)
         #: Tenants' counters, when service is shared by weight (docs/design.md §5.11).
         self.tenants = tenants
+        self.last_saturated = -float("inf")   # the last plan that set aside a request not sheddable
 
     # ---- the queue ---------------------------------------------------------------------
     def add(self, tracked: Tracked, again: bool = False) -> None:
@@ -190,7 +194,10 @@ class WaitingRoom:
         hp_lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in hps]
         decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
                        bound_tokens / lp_rate, self.shed, self._shed_allowance(now),
-                       classes.protected(), shares)
+                       classes.protected(), shares,
+                       now - self.last_saturated < SATURATION_MEMORY)
+        if decided.saturated:
+            self.last_saturated = now
         self._drops.extend(now for _ in decided.shed)
         return decided, by_id
 
