@@ -42,6 +42,7 @@ from daemon.responses import ResponseBuilder, error_body, model_object
 from daemon.core.admission_bounds import RESTARTING_RETRY_AFTER
 from daemon.served_models import ServedModels, model_not_found
 from daemon.slo_headers import BadSloHeader, with_header_slos
+from daemon.tenant_headers import BadIdentityHeader, identity
 
 log = logging.getLogger(__name__)
 MODELS = web.AppKey("models", ServedModels)
@@ -260,7 +261,8 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
                        retry_after=RESTARTING_RETRY_AFTER)
     try:
         body = with_header_slos(body, request.headers)
-    except BadSloHeader as exc:
+        who = identity(body, request.headers, controller.tenants)
+    except (BadSloHeader, BadIdentityHeader) as exc:
         raise BadRequest(str(exc), exc.param) from None
     try:
         choices = plan_choices(body, prompts, Limits(
@@ -269,7 +271,7 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
         stops = body.stop_strings()
     except ValueError as exc:
         raise BadRequest(str(exc), getattr(exc, "param", None)) from None
-    handles = await submit(controller, choices, builder.id, body)
+    handles = await submit(controller, choices, builder.id, body, who)
     token_text = token_text_for(controller.tokenizer) if body.num_logprobs() is not None else None
     running = [RunningChoice(choice, handle, controller.tokenizer, stops, token_text, builder.chat)
                for choice, handle in zip(choices, handles)]

@@ -24,6 +24,7 @@ from daemon.logprobs import ChatLogprobs, CompletionLogprobs, TokenText
 from daemon.request_plan import Choice
 from daemon.core.request_state import Outcome
 from daemon.responses import ResponseBuilder
+from daemon.tenant_headers import Identity
 from daemon.stream_events import DONE, StreamEvents
 
 
@@ -62,14 +63,16 @@ class RunningChoice:
         self.handle.close(Outcome.COMPLETED if self.detok.stopped else Outcome.CANCELLED)
 
 
-async def submit(controller, choices: list[Choice], request_id: str, body) -> list:
-    """Every choice's handle, in order; a refusal cancels those already accepted."""
+async def submit(controller, choices: list[Choice], request_id: str, body,
+                 who: Identity = Identity()) -> list:
+    """Every choice's handle, in order; a refusal cancels those already accepted. `who`:
+    its tenant and priority band (daemon/tenant_headers.py)."""
     handles = []
     try:
         for choice in choices:
             handles.append(await controller.submit(
                 choice.prompt.token_ids, choice.sampling, ttft_slo=body.ttft_slo,
-                tbt_slo=body.tbt_slo, priority=body.priority,
+                tbt_slo=body.tbt_slo, priority=who.priority, tenant=who.tenant,
                 request_id=request_id if len(choices) == 1 else f"{request_id}-{choice.index}"))
     except BaseException:
         for handle in handles:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 
-from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, InstanceReady, Refuse, RoleSwitched, Send,
@@ -35,6 +35,7 @@ from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable
 from ipc.messages import Heartbeat, InstanceFailed, Shutdown, SubmitPrefilled, ToInstance
 from ipc.params import SamplingParams
+from policies.tenants import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 #: Longest the instances' reader runs before the other tasks get a turn, seconds.
@@ -46,7 +47,7 @@ class Controller:
                  tokenizer, model_name: str, slo: SloConfig = SloConfig(),
                  controller: ControllerConfig = ControllerConfig(), backoff_max: float = 30.0,
                  request_log: str = "", clock=time.monotonic,
-                 dynamic_roles: bool = False) -> None:
+                 dynamic_roles: bool = False, tenants: TenantsConfig = TenantsConfig()) -> None:
         """`dynamic_roles`: an `<n>A` layout (roles change online, docs/design.md §5.10)."""
         self.channel = channel
         self.tokenizer = tokenizer
@@ -54,8 +55,10 @@ class Controller:
         self.model_name = model_name
         self.clock = clock
         roles = {c.instance_id: c.resolved_role for c in configs}
-        self.core = ControllerCore(roles, controller, slo, dynamic_roles=dynamic_roles)
-        self.metrics = Metrics(roles)
+        self.core = ControllerCore(roles, controller, slo, dynamic_roles=dynamic_roles,
+                                   tenants=tenants)
+        self.tenants = tenants   # the HTTP side reads objective priorities here
+        self.metrics = Metrics(roles, tenants)
         if self.core.roles is not None:
             role_component = self.core.roles
             self.metrics.watch_roles(lambda: role_component.role_seconds(self.clock()))
@@ -119,17 +122,18 @@ class Controller:
     # ---- requests ----------------------------------------------------------------------
     async def submit(self, prompt_token_ids: list[int], sampling: SamplingParams, *, request_id: str,
                      ttft_slo: float | None = None, tbt_slo: float | None = None,
-                     priority: int = 0) -> RequestHandle:
+                     priority: int = 0, tenant: str = DEFAULT_TENANT) -> RequestHandle:
         """Hand a request to the core; its tokens then arrive on the returned handle.
         A refusal (starting, shutting down, queue full, no instance) raises ApiError 503."""
         arrived = Arrived(self.clock(), request_id, prompt_token_ids, sampling, ttft_slo, tbt_slo,
-                          priority)
+                          priority, tenant)
         if self.request_log:
             self.request_log.arrived(arrived)
         actions = self.core.handle(arrived)
         refused = next((a for a in actions if isinstance(a, Refuse)), None)
         if refused is not None:
             self.metrics.observe(refused)
+            self.metrics.tenants.refused(refused, tenant)
             if self.request_log:
                 self.request_log.observe(refused)
             raise refusal_error(refused)

@@ -20,6 +20,8 @@ from daemon.core.events import Moved, Refuse, RoleSwitched, Settle, TicketOpened
 from daemon.gateway_metrics import GatewayCollector
 from daemon.gateway_view import GatewayView
 from daemon.prefix_metrics import PrefixCacheMetrics
+from daemon.tenant_metrics import TenantMetrics
+from daemon.core.controller_config import TenantsConfig
 from daemon.core.request_state import Outcome
 from ipc.messages import Heartbeat, Origin, Role
 
@@ -27,10 +29,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 1.5, 2.5, 
 
 
 class Metrics:
-    def __init__(self, roles: Mapping[int, Role] | None = None) -> None:
+    def __init__(self, roles: Mapping[int, Role] | None = None,
+                 tenants: TenantsConfig = TenantsConfig()) -> None:
         self.roles = dict(roles or {})
         self.registry = CollectorRegistry()
         r = self.registry
+        self.tenants = TenantMetrics(r, tenants, LATENCY_BUCKETS)
         self.requests = Counter("ascendra_requests", "Requests by outcome", ["outcome"], registry=r)
         self.ttft = BatchHistogram("ascendra_ttft_seconds", "Time to first token",
                                    LATENCY_BUCKETS, registry=r)
@@ -85,6 +89,7 @@ class Metrics:
                 self.observe_tokens([action])
             case Settle(outcome=outcome, code=code, instance=instance, e2e=e2e):
                 self.requests.labels(outcome.value).inc()
+                self.tenants.settled(action)
                 self.prefix_cache.settled(action)
                 if e2e is not None:
                     self.e2e.observe(e2e)

@@ -61,7 +61,9 @@ class _Common(msgspec.Struct, kw_only=True):
     ignore_eos: bool = False
     ttft_slo: SloSeconds | None = None   # seconds
     tbt_slo: SloSeconds | None = None    # seconds
-    priority: Annotated[int, Meta(ge=0, le=100)] = 0          # higher class is served first
+    #: Higher bands are served first; < 0: sheddable (shed first when the box is
+    #: saturated). None: the x-ascendra-priority header's, else the objective's, else 0.
+    priority: Annotated[int, Meta(ge=-100, le=100)] | None = None
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:

@@ -143,7 +143,8 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
         late = _rescue(late, hp_lanes, now, out,
                        shares is not None and bool(shares.favoured()))
         if shed is Shed.DROP:
-            out.shed, late = _costliest(late, shed_allowance, shares)
+            dropped, late = _costliest(late, shed_allowance, shares)
+            out.shed += dropped
         late.sort(key=_demoted_order(shares))
     _bind(ordered + late, list(lps), bound, out, hp_lanes)
     return out

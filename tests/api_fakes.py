@@ -10,10 +10,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from daemon.api import build_app
 from daemon.config import HttpConfig
+from daemon.core.controller_config import TenantsConfig
 from daemon.health import Health, Probe
 from daemon.metrics import Metrics
 from daemon.request_handle import RequestHandle
 from ipc.messages import TokenLogprobs, TokenOutput
+from policies.tenants import DEFAULT_TENANT
 
 
 #: The limits the API tests run the app with (tests/conftest.py `client`).
@@ -40,14 +42,18 @@ class FakeController:
             token_id = tokenizer.encode("a", add_bos=False)[0]
         self.token_id = token_id
         self.metrics = Metrics()
+        self.tenants = TenantsConfig()
+        self.identities: list[tuple[str, int]] = []   # (tenant, priority) per submit
         self.submitted: list[tuple[list[int], object]] = []
         self.request_ids: list[str] = []
         self.fail_with: BaseException | None = None
         self.open: dict[str, RequestHandle] = {}
 
-    async def submit(self, prompt_token_ids, sampling, *, request_id, **_):
+    async def submit(self, prompt_token_ids, sampling, *, request_id, tenant=DEFAULT_TENANT,
+                     priority=0, **_):
         if self.fail_with is not None:
             raise self.fail_with
+        self.identities.append((tenant, priority))
         self.submitted.append((prompt_token_ids, sampling))
         self.request_ids.append(request_id)
         handle = RequestHandle(request_id, lambda h, outcome: self.open.pop(h.request_id, None))

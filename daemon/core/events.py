@@ -127,6 +127,9 @@ class Settle:
     prompt_tokens: int = 0          # its prompt's tokens ...
     cached_tokens: int = 0          # ... and those its instance found in its prefix cache
     role: Role | None = None        # the role of the instance that gave its first token
+    tenant: str = DEFAULT_TENANT    # who sent it
+    output_tokens: int = 0          # tokens it was given
+    ttft: float | None = None       # arrival to its first token
 
 
 @dataclass(frozen=True, slots=True)

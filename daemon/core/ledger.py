@@ -146,4 +146,6 @@ class Ledger:
             self.instances[holder].num_served += 1
         out.append(Settle(tracked.request_id, outcome, code, message, holder, e2e, again,
                           len(tracked.original.prompt_token_ids), tracked.num_cached_tokens,
-                          tracked.served_as))
+                          tracked.served_as, tracked.tenant, len(tracked.token_ids),
+                          None if tracked.first_token_time is None
+                          else tracked.first_token_time - tracked.arrival_time))
