@@ -1,0 +1,65 @@
+"""Tenants end to end: a flooding tenant cannot starve another on a live daemon (sim
+executor), and /metrics counts each tenant's requests (daemon/tenant_headers.py,
+policies/tenants.py)."""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from daemon.tenant_headers import TENANT_HEADER
+
+pytestmark = pytest.mark.slow  # against a daemon subprocess
+
+FLOOD, LIGHT = 40, 8   # heavy's clients, each sending again at once; light's requests
+_PROMPTS = itertools.count()
+
+
+def completion(daemon, tenant: str) -> int:
+    """A 1,000-token prompt of its own (no prefix shared with another), due in 0.3 s:
+    the answer's status."""
+    first = next(_PROMPTS)
+    body = {"prompt": [3 + (first + i) % 250 for i in range(1000)], "max_tokens": 8,
+            "ignore_eos": True, "ttft_slo": 0.3}
+    return daemon.request("POST", "/v1/completions", body, headers={TENANT_HEADER: tenant})[0]
+
+
+def flood_with_a_light_tenant(daemon) -> tuple[list[int], list[int]]:
+    """`FLOOD` clients of tenant heavy send one request after another while tenant light
+    sends `LIGHT`, one at a time. Returns each tenant's statuses."""
+    heavy: list[int] = []
+    done = threading.Event()
+
+    def client(_):
+        while not done.is_set():
+            heavy.append(completion(daemon, "heavy"))
+
+    with ThreadPoolExecutor(max_workers=FLOOD) as pool:
+        clients = [pool.submit(client, i) for i in range(FLOOD)]
+        time.sleep(0.5)   # the flood is under way
+        light = [completion(daemon, "light") for _ in range(LIGHT)]
+        done.set()
+        for c in clients:
+            c.result()
+    return heavy, light
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_a_flooding_tenant_cannot_starve_another(daemon_factory, fair):
+    daemon = daemon_factory("--layout", "1L1H", "--executor", "sim",
+                            "--sim-latency", "constant:0.05", "--heartbeat-interval", "0.1",
+                            "--fair-share" if fair else "--no-fair-share")
+    heavy, light = flood_with_a_light_tenant(daemon)
+    assert set(heavy) <= {200, 503}
+    assert heavy.count(503) >= len(heavy) // 4, "the flood saturates the box"
+    if fair:
+        assert light == [200] * LIGHT, "the light tenant is served in full"
+    else:
+        assert light.count(503) >= 1, "tenant-blind shedding: the light tenant pays too"
+    _, _, body = daemon.request("GET", "/metrics")
+    text = body.decode()
+    for tenant in ("heavy", "light"):
+        assert f'ascendra_tenant_requests_total{{outcome="completed",tenant="{tenant}"}}' in text
