@@ -130,7 +130,6 @@ class LateBinding:
         submit = tracked.submit
         if origin is not Origin.NEW:
             submit = msgspec.structs.replace(submit, origin=origin)
-            tracked.offloaded |= origin is Origin.OFFLOAD
             out.append(Moved(tracked.request_id, origin, None, target))
         self.ledger.send_to(tracked, target, submit, out)
 
