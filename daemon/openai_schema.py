@@ -62,6 +62,8 @@ class _Common(msgspec.Struct, kw_only=True):
     ttft_slo: SloSeconds | None = None   # seconds
     tbt_slo: SloSeconds | None = None    # seconds
     priority: Annotated[int, Meta(ge=0, le=100)] = 0          # higher class is served first
+    #: Add `serving_info` (ipc/serving_info.py) to the answer: where each choice ran.
+    return_serving_info: bool = False
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:

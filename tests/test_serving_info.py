@@ -7,13 +7,21 @@ writes it when asked, in every shape of answer: a body, a stream's last chunk, a
 """
 from __future__ import annotations
 
+import asyncio
 import json
 
+import openai
 import pytest
 
 from bench.loadgen.workloads import build_requests, workload
 from bench.sim.simulator import Simulation
 from daemon.core.events import Settle
+from daemon.core.request_state import Outcome
+from daemon.errors import ApiError
+from daemon.request_handle import RequestHandle
+from ipc.api_codes import EndCode
+from ipc.messages import TokenOutput
+from tests.api_fakes import CHAT, FakeController, assert_openai_error, call
 from tests.simulator_helpers import sim_config
 
 
@@ -56,3 +64,119 @@ def test_a_settle_places_a_request_as_the_simulators_records_do(layout, qps):
         assert any(s.offloaded for s in settles.values())
     if layout == "1P1D":
         assert all(len(s.instances) == 2 for s in settles.values() if s.outcome.value == "completed")
+
+
+# ---- the HTTP API ------------------------------------------------------------------------
+#: Where PlacingController says every request went: an LP, then the HP it was offloaded to.
+PLACED, QUEUE_DELAY = (0, 2), 0.25
+
+
+class PlacingController(FakeController):
+    """The API tests' fake controller, settling each request as the real one does (its
+    handle's `settled`); `fail_at` (a token index) ends it there instead, with a drop
+    before its first token or an instance failure after it."""
+
+    fail_at: int | None = None
+
+    async def submit(self, prompt_token_ids, sampling, *, request_id, **_):
+        handle = RequestHandle(request_id, self._closed)
+        loop = asyncio.get_running_loop()
+        for i in range(sampling.max_tokens):
+            if i == self.fail_at:
+                loop.call_soon(self._fail, handle, i)
+                break
+            loop.call_soon(handle.put, TokenOutput(
+                request_id, self.token_id, "length" if i == sampling.max_tokens - 1 else None))
+        return handle
+
+    @staticmethod
+    def _closed(handle: RequestHandle, outcome: Outcome) -> None:
+        if handle.settled is None:
+            handle.settled = Settle(handle.request_id, outcome, instance=PLACED[-1],
+                                    instances=PLACED, offloaded=True, queue_delay=QUEUE_DELAY)
+
+    @staticmethod
+    def _fail(handle: RequestHandle, at: int) -> None:
+        code = EndCode.TTFT_SLO_MISSED if at == 0 else EndCode.INSTANCE_FAILED
+        handle.settled = Settle(handle.request_id, Outcome.DROPPED if at == 0 else Outcome.ERRORED,
+                                code, "gone", instance=0, instances=(0,))
+        handle.fail(ApiError(503, "gone", code.value))
+
+
+@pytest.fixture
+def controller(tokenizer):
+    return PlacingController(tokenizer)
+
+
+ASKED = {"prompt": "Hi", "max_tokens": 3, "return_serving_info": True}
+SERVED = {"index": 0, "instances": list(PLACED), "offloaded": True, "queue_delay": QUEUE_DELAY}
+
+
+async def sse_events(client, body: dict) -> list[dict]:
+    resp, raw = await call(client, "POST", "/v1/completions", {**body, "stream": True})
+    assert resp.status == 200, raw
+    data = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+async def test_a_body_says_where_each_choice_ran_only_when_asked(client):
+    resp, raw = await call(client, "POST", "/v1/completions", {**ASKED, "n": 2})
+    body = json.loads(raw)
+    assert resp.status == 200 and body["serving_info"] == {"choices": [SERVED, {**SERVED, "index": 1}]}
+    resp, raw = await call(client, "POST", "/v1/chat/completions", {
+        "messages": CHAT, "max_tokens": 2, "return_serving_info": True})
+    assert json.loads(raw)["serving_info"] == {"choices": [SERVED]}
+    resp, raw = await call(client, "POST", "/v1/completions", {**ASKED, "return_serving_info": False})
+    assert "serving_info" not in json.loads(raw)
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+async def test_a_stream_says_it_in_a_last_chunk_without_choices(client, include_usage):
+    events = await sse_events(client, {**ASKED, "stream_options": {"include_usage": include_usage}})
+    *tokens, last = events
+    assert [e["choices"][0]["finish_reason"] for e in tokens] == [None, None, "length"]
+    assert last["choices"] == [] and last["serving_info"] == {"choices": [SERVED]}
+    assert ("usage" in last) is include_usage
+    plain = await sse_events(client, {**ASKED, "return_serving_info": False})
+    assert all("serving_info" not in e for e in plain) and len(plain) == 3
+
+
+async def test_a_drop_before_the_first_token_says_it_beside_the_error(client, controller):
+    controller.fail_at = 0
+    resp, raw = await call(client, "POST", "/v1/completions", {**ASKED, "stream": True})
+    body = json.loads(raw)
+    assert resp.status == 503 and body["error"]["code"] == "ttft_slo_missed"
+    assert body["serving_info"] == {"choices": [{"index": 0, "instances": [0]}]}
+    resp, raw = await call(client, "POST", "/v1/completions", {**ASKED, "return_serving_info": False})
+    assert_openai_error(json.loads(raw), 503, "gone")  # nothing beside the error unasked
+
+
+async def test_a_stream_that_fails_midway_says_it_in_its_error_event(client, controller):
+    controller.fail_at = 1
+    *_, error = await sse_events(client, ASKED)
+    assert error["error"]["code"] == "instance_failed"
+    assert error["serving_info"] == {"choices": [{"index": 0, "instances": [0]}]}
+
+
+async def test_the_openai_client_reads_serving_info_as_an_extra_field(client):
+    """openai's models keep fields they do not declare (`model_extra`), in a body, a
+    stream's chunks and its choiceless last chunk alike."""
+    api = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="x", max_retries=0)
+    async with api:
+        extra = {"return_serving_info": True}
+        done = await api.completions.create(model="tiny", prompt="Hi", max_tokens=2,
+                                            extra_body=extra)
+        assert done.choices[0].finish_reason == "length"
+        assert done.model_extra["serving_info"] == {"choices": [SERVED]}
+        chat = await api.chat.completions.create(model="tiny", messages=CHAT, max_tokens=2,
+                                                 extra_body=extra)
+        assert chat.model_extra["serving_info"]["choices"][0]["instances"] == list(PLACED)
+        chunks = [c async for c in await api.chat.completions.create(
+            model="tiny", messages=CHAT, max_tokens=2, stream=True,
+            stream_options={"include_usage": True}, extra_body=extra)]
+        assert chunks[-1].usage.completion_tokens == 2 and chunks[-1].choices == []
+        assert chunks[-1].model_extra["serving_info"] == {"choices": [SERVED]}
+        chunks = [c async for c in await api.completions.create(
+            model="tiny", prompt="Hi", max_tokens=2, stream=True, extra_body=extra)]
+        assert chunks[-1].usage is None and chunks[-1].model_extra["serving_info"]
