@@ -2,8 +2,9 @@
 
 The controller core's `Settle` carries it (instances, offloaded, queue delay); a
 simulated run's records (bench/sim/record_keeper.py) observe the same core, so a live
-client reading `serving_info` records what a simulated run does. Then the HTTP API
-writes it when asked, in every shape of answer: a body, a stream's last chunk, an error.
+client reading `serving_info` records what a simulated run does (and a refusal reads
+alike in both). Then the HTTP API writes it when asked, in every shape of answer: a
+body, a stream's last chunk, an error.
 """
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ import json
 import openai
 import pytest
 
+from bench.loadgen.loadgen import _http_error
 from bench.loadgen.workloads import build_requests, workload
+from bench.records import RequestRecord
+from bench.sim.record_keeper import RecordKeeper
 from bench.sim.simulator import Simulation
-from daemon.core.events import Settle
+from daemon.core.events import Refuse, Settle
 from daemon.core.request_state import Outcome
 from daemon.errors import ApiError
 from daemon.request_handle import RequestHandle
-from ipc.api_codes import EndCode
+from daemon.responses import error_body
+from ipc.api_codes import REFUSAL_CODES, EndCode, Refusal
 from ipc.messages import TokenOutput
 from tests.api_fakes import CHAT, FakeController, assert_openai_error, call
 from tests.simulator_helpers import sim_config
@@ -64,6 +69,21 @@ def test_a_settle_places_a_request_as_the_simulators_records_do(layout, qps):
         assert any(s.offloaded for s in settles.values())
     if layout == "1P1D":
         assert all(len(s.instances) == 2 for s in settles.values() if s.outcome.value == "completed")
+
+
+@pytest.mark.parametrize("refusal, outcome", [
+    (Refusal.QUEUE_FULL, "dropped"), (Refusal.STARTING, "errored"),
+    (Refusal.NO_INSTANCE, "errored"), (Refusal.SHUTTING_DOWN, "errored")])
+def test_a_refusal_reads_in_simulated_records_as_in_a_live_clients(refusal, outcome):
+    """Shed under load (queue_full) is a drop, any other refusal a failure, under the code
+    the client gets: so `ascendra records` puts both runs' misses under the same cause."""
+    simulated, live = (RequestRecord(index=0, arrival=0.0, prompt_len=1, output_len=1)
+                       for _ in range(2))
+    RecordKeeper({"r0": simulated}).observe(Refuse("r0", refusal, "no", 1), now=1.0)
+    _http_error(live, 503, json.dumps(error_body("no", 503, code=REFUSAL_CODES[refusal])).encode(),
+                now=1.0)
+    assert (simulated.outcome, simulated.error_code) == (live.outcome, live.error_code)
+    assert simulated.outcome == outcome
 
 
 # ---- the HTTP API ------------------------------------------------------------------------
