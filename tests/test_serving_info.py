@@ -27,6 +27,7 @@ from daemon.responses import error_body
 from ipc.api_codes import REFUSAL_CODES, EndCode, Refusal
 from ipc.messages import TokenOutput
 from tests.api_fakes import CHAT, FakeController, assert_openai_error, call
+from tests.daemon_fixture import sim_args
 from tests.simulator_helpers import sim_config
 
 
@@ -200,3 +201,24 @@ async def test_the_openai_client_reads_serving_info_as_an_extra_field(client):
         chunks = [c async for c in await api.completions.create(
             model="tiny", prompt="Hi", max_tokens=2, stream=True, extra_body=extra)]
         assert chunks[-1].usage is None and chunks[-1].model_extra["serving_info"]
+
+
+@pytest.mark.slow
+def test_the_real_daemon_says_where_it_served_through_the_openai_client(daemon_factory):
+    """A 1P1D daemon (sim executor): every request is prefilled on instance 0 and decoded
+    on 1, which the answer says -- its body, and a stream's last chunk -- with the wait
+    before its prefill."""
+    daemon = daemon_factory(*sim_args("constant:0.002", layout="1P1D"))
+    api = openai.OpenAI(base_url=daemon.base_url + "/v1", api_key="x", max_retries=0, timeout=30)
+    extra = {"return_serving_info": True, "ignore_eos": True}
+    with api:
+        done = api.completions.create(model=api.models.list().data[0].id, prompt="Hi",
+                                      max_tokens=4, extra_body=extra)
+        [served] = done.model_extra["serving_info"]["choices"]
+        assert served["instances"] == [0, 1] and served["queue_delay"] >= 0
+        chunks = list(api.chat.completions.create(
+            model=done.model, messages=CHAT, max_tokens=4, stream=True, extra_body=extra))
+        assert chunks[-1].choices == [] and chunks[-1].usage is None
+        assert chunks[-1].model_extra["serving_info"]["choices"][0]["instances"] == [0, 1]
+        plain = api.completions.create(model=done.model, prompt="Hi", max_tokens=2)
+        assert "serving_info" not in (plain.model_extra or {})
