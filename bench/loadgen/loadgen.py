@@ -54,7 +54,6 @@ CHAT_WORDS = ("the", "of", "and", "to", "in", "is", "that", "it", "was", "for", 
               "had", "by", "but", "not", "what", "all", "were", "we", "when", "your", "can")
 
 
-
 class LoadRun(NamedTuple):
     records: list[RequestRecord]
     #: Run start -> the later of the last send and the last terminal answer; a lost
