@@ -13,6 +13,8 @@ from typing import Literal
 
 import msgspec
 
+from ipc.api_codes import SHED_CODES
+
 Outcome = Literal["completed", "dropped", "errored", "lost"]
 OUTCOMES: tuple[Outcome, ...] = ("completed", "dropped", "errored", "lost")
 SCHEMA_VERSION = 1
@@ -21,9 +23,14 @@ SCHEMA_VERSION = 1
 class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One request, from its arrival to its terminal answer (or none: `lost`).
 
-    completed: it ended with a finish reason. dropped: the server gave up on it before
-    its first token because it missed its TTFT target. errored: any other failure.
-    lost: no terminal answer before the run ended.
+    completed: it ended with a finish reason. dropped: the server shed it under load
+    before its first token (`failure_outcome`: it would miss its TTFT target, or the
+    waiting room was full). errored: any other failure. lost: no terminal answer before
+    the run ended.
+
+    Where it ran (`instance`, `instances`, `offloaded`, `role`, `sched_delay`): a
+    simulator's from the controller core's actions; a live client's from the daemon's
+    `serving_info` (ipc/serving_info.py), which the same core fills.
     """
     index: int
     arrival: float                      # when it reached the server (the client sent it)
@@ -42,7 +49,8 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     offloaded: bool = False             # moved from an LP to an HP instance
     instance: int | None = None         # the instance that served it (last one)
     instances: list[int] = []           # every instance that held it, in order
-    sched_delay: float | None = None    # arrival -> its prefill started on an instance
+    #: Arrival -> its prefill started on an instance (live: as the daemon saw both).
+    sched_delay: float | None = None
     ttft_slo: float | None = None       # this request's targets when not the run's
     tbt_slo: float | None = None
     slo_class: str | None = None        # its SLO class in a mixed-SLO workload
@@ -58,7 +66,7 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     #: usage.prompt_tokens_details.cached_tokens).
     cached_tokens: int = 0
     #: The role ("lp", "hp") its instance held when it gave its first token, in a layout
-    #: whose roles change online (`<n>A`); None elsewhere, and from a live client.
+    #: whose roles change online (`<n>A`); None elsewhere.
     role: str | None = None
 
     def output_tokens(self) -> int:
@@ -86,6 +94,13 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
         return max(b - a for a, b in zip(self.token_times, self.token_times[1:]))
 
 
+def failure_outcome(code: str | None) -> Outcome:
+    """How a request that ended with error `code` reads in the records: `dropped` when the
+    server shed it under load (ipc/api_codes.py SHED_CODES), else `errored` -- alike for a
+    simulated run and a live one."""
+    return "dropped" if code in SHED_CODES else "errored"
+
+
 class RecordRow(msgspec.Struct, kw_only=True):
     """One line of a `--records` file: what happened to one request, and whether it met
     its targets (`met_slo`, as goodput counts it). Times in seconds; `arrival` from the
@@ -102,7 +117,7 @@ class RecordRow(msgspec.Struct, kw_only=True):
     met_slo: bool
     instances: list[int]               # every instance that held it, in order
     offloaded: bool
-    queue_delay: float | None          # arrival -> its prefill started (simulator only)
+    queue_delay: float | None          # arrival -> its prefill started (None: it never did)
     ttft: float | None
     mean_tbt: float | None
     max_tbt: float | None

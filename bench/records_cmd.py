@@ -65,6 +65,9 @@ def print_report(result: RecordsReport, file=None) -> None:
                           ("by instance (the last that held it)", result.by_instance),
                           ("offloaded or not", result.by_offload)):
         console.print(_group_table(Table, title, groups))
+    if not result.misses:  # an empty table would read as a report that lacks them
+        console.print("misses by cause: none -- every request reported met its targets")
+        return
     misses = Table(title="misses by cause")
     for name in ("cause", "requests", "% of misses"):
         misses.add_column(name, justify="left" if name == "cause" else "right")

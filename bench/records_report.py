@@ -12,8 +12,8 @@ miss under one cause, the first that applies:
 * `lost`         -- no answer before the run ended;
 * `ttft_queued`  -- TTFT over its target, and its wait before prefill (`queue_delay`)
   alone was over the target: it was lost in the queue;
-* `ttft`         -- TTFT over its target otherwise (prefill or moves too slow, or a live
-  run, whose records have no queue delay);
+* `ttft`         -- TTFT over its target otherwise (prefill or moves too slow; or a live
+  run against a server that reports no queue delay -- Ascendra does: `serving_info`);
 * `tbt`          -- TTFT met, mean TBT over its target;
 * `other`        -- counted a miss for none of these reasons (should not happen).
 

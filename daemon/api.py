@@ -28,7 +28,7 @@ import uuid
 import msgspec
 from aiohttp import web
 
-from daemon.choices import RunningChoice, complete, stream, submit
+from daemon.choices import RunningChoice, complete, serving_info, stream, submit
 from daemon.config import HttpConfig
 from daemon.errors import ApiError
 from daemon.logprobs import token_text_for
@@ -59,9 +59,10 @@ API_KEY_ENV = "ASCENDRA_API_KEY"
 
 
 def json_error(status: int, message: str, code: str | None = None, param: str | None = None,
-               headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(error_body(message, status, param=param, code=code), status=status,
-                             headers=headers)
+               headers: dict[str, str] | None = None, extra: dict | None = None) -> web.Response:
+    """OpenAI's error shape; `extra`: fields beside `error` (e.g. `serving_info`)."""
+    return web.json_response({**error_body(message, status, param=param, code=code),
+                              **(extra or {})}, status=status, headers=headers)
 
 
 def resolve_api_key(config: HttpConfig, environ=os.environ) -> str:
@@ -275,10 +276,17 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
     token_text = token_text_for(controller.tokenizer) if body.num_logprobs() is not None else None
     running = [RunningChoice(choice, handle, controller.tokenizer, stops, token_text, builder.chat)
                for choice, handle in zip(choices, handles)]
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await stream(request, running, choices, builder, include_usage)
-    return await complete(running, choices, builder)
+    serving = body.return_serving_info
+    try:
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return await stream(request, running, choices, builder, include_usage, serving)
+        return await complete(running, choices, builder, serving)
+    except ApiError as exc:  # it ended before its first token (e.g. dropped): a status
+        if not serving:
+            raise
+        return json_error(exc.status, exc.message, exc.code, headers=exc.headers, extra={
+            "serving_info": msgspec.to_builtins(serving_info(running))})
 
 
 async def models(request: web.Request) -> web.Response:

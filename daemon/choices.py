@@ -9,23 +9,28 @@ it wakes it takes every token already queued for any choice and writes all their
 events at once (daemon/stream_events.py) -- one write, not one per token, and no token
 waits for another. Whatever ends the request -- the last token, a stop string, an
 error, the client leaving -- every choice's handle is closed, which aborts what is
-still running.
+still running. Asked for (`return_serving_info`), the answer says where each choice ran
+(`serving_info`, from the core's `Settle` of each): once they have all ended, so it
+goes at the end -- in the body, a stream's last chunk, or beside its error.
 """
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
 
+import msgspec
 from aiohttp import web
 
+from daemon.core.events import Settle
 from daemon.detokenizer import IncrementalDetokenizer
 from daemon.errors import ApiError
 from daemon.logprobs import ChatLogprobs, CompletionLogprobs, TokenText
 from daemon.request_plan import Choice
 from daemon.core.request_state import Outcome
-from daemon.responses import ResponseBuilder
+from daemon.responses import ResponseBuilder, usage
 from daemon.tenant_headers import Identity
 from daemon.stream_events import DONE, StreamEvents
+from ipc.serving_info import ChoiceServing, ServingInfo
 
 
 class RunningChoice:
@@ -111,8 +116,23 @@ async def _all(coros) -> list:
             task.cancel()
 
 
+def serving_info(running: list[RunningChoice]) -> ServingInfo:
+    """Where each choice ran (docs/api.md#serving-info): the core's last word on each one
+    that has ended -- every one, once its handle is closed."""
+    return ServingInfo([choice_serving(r.index, r.handle.settled) for r in running
+                        if r.handle.settled is not None])
+
+
+def choice_serving(index: int, settled: Settle) -> ChoiceServing:
+    return ChoiceServing(index=index, instances=list(settled.instances),
+                         offloaded=settled.offloaded,
+                         role=settled.role.value if settled.role is not None else None,
+                         queue_delay=settled.queue_delay)
+
+
 async def complete(running: list[RunningChoice], choices: list[Choice],
-                   builder: ResponseBuilder) -> web.Response:
+                   builder: ResponseBuilder, serving: bool = False) -> web.Response:
+    """The whole response as one body; `serving`: with `serving_info`."""
     try:
         await _all(_collect(r) for r in running)
     finally:
@@ -121,7 +141,10 @@ async def complete(running: list[RunningChoice], choices: list[Choice],
     bodies = [builder.choice(r.index, r.text, r.finish or "length",
                              r.logprobs.whole() if r.logprobs is not None else None)
               for r in running]
-    return web.json_response(builder.full(bodies, *usage_counts(running, choices)))
+    body = builder.full(bodies, *usage_counts(running, choices))
+    if serving:
+        body["serving_info"] = msgspec.to_builtins(serving_info(running))
+    return web.json_response(body)
 
 
 def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
@@ -144,7 +167,10 @@ def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
 
 
 async def stream(request: web.Request, running: list[RunningChoice], choices: list[Choice],
-                 builder: ResponseBuilder, include_usage: bool) -> web.StreamResponse:
+                 builder: ResponseBuilder, include_usage: bool,
+                 serving: bool = False) -> web.StreamResponse:
+    """`serving`: `serving_info` in a last chunk with no choices (the usage chunk, when
+    `include_usage`), or beside the error of a stream that fails."""
     response = None
     try:
         firsts = await _all(r.handle.first() for r in running)
@@ -169,12 +195,16 @@ async def stream(request: web.Request, running: list[RunningChoice], choices: li
                     await response.write(out)
                     out = bytearray()
                 await ready.wait()
-            if include_usage:
-                events.usage(out, *usage_counts(running, choices))
+            if include_usage or serving:
+                events.last(out, usage(*usage_counts(running, choices)) if include_usage else None,
+                            serving_info(running) if serving else None)
             out += DONE
             await response.write(out)
         except ApiError as exc:  # failed mid-stream: an SSE error event, then the end marker
-            events.error(out, exc.message, exc.status, exc.code)
+            for r in running:  # the others end with it: all settled, for serving_info
+                r.close()
+            events.error(out, exc.message, exc.status, exc.code,
+                         serving_info(running) if serving else None)
             out += DONE
             await response.write(out)
         return response

@@ -172,6 +172,7 @@ class Controller:
                     stream = self.streams.pop(request_id, None)
                     if stream is not None:
                         stream.num_cached_tokens = action.cached_tokens
+                        stream.settled = action
                     error = settle_error(action)
                     if stream is not None and error is not None:
                         stream.fail(error)

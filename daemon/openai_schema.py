@@ -64,6 +64,8 @@ class _Common(msgspec.Struct, kw_only=True):
     #: Higher bands are served first; < 0: sheddable (shed first when the box is
     #: saturated). None: the x-ascendra-priority header's, else the objective's, else 0.
     priority: Annotated[int, Meta(ge=-100, le=100)] | None = None
+    #: Add `serving_info` (ipc/serving_info.py) to the answer: where each choice ran.
+    return_serving_info: bool = False
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:

@@ -16,6 +16,7 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
+from daemon.core.events import Settle
 from daemon.errors import ApiError
 from daemon.core.request_state import Outcome
 from ipc.messages import TokenOutput
@@ -29,6 +30,8 @@ class RequestHandle:
         self.closed = False
         #: Prompt tokens its instance found in the prefix cache (set as it ends).
         self.num_cached_tokens = 0
+        #: The core's last word on it (where it went, how it ended), once it ended.
+        self.settled: Settle | None = None
         self._items: deque[TokenOutput | ApiError] = deque()
         #: Set whenever an item is put; the reader clears it before it looks.
         self.ready = asyncio.Event()

@@ -7,12 +7,11 @@ Times are seconds: `arrival` on the daemon's monotonic clock, the rest durations
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 
-from daemon.core.events import Arrived, Moved, Refuse, Send, Settle, Token
-from ipc.messages import Origin, Submit
+from daemon.core.events import Arrived, Refuse, Settle, Token
 
 
 class RequestLogEntry(msgspec.Struct, kw_only=True):
@@ -33,8 +32,6 @@ class RequestLogEntry(msgspec.Struct, kw_only=True):
 @dataclass
 class _Open:
     arrived: Arrived
-    instances: list[int] = field(default_factory=list)
-    offloaded: bool = False
     output_tokens: int = 0
     ttft: float | None = None
 
@@ -52,24 +49,20 @@ class RequestLog:
 
     def observe(self, action) -> None:
         match action:
-            case Send(instance_id=instance_id, message=Submit(request_id=rid, origin=Origin.NEW)):
-                if rid in self._open:
-                    self._open[rid].instances = [instance_id]
-            case Moved(request_id=rid, kind=kind, target=target) if rid in self._open:
-                entry = self._open[rid]
-                entry.instances.append(target)
-                entry.offloaded |= kind in (Origin.OFFLOAD, Origin.REROUTE)
             case Token(request_id=rid, ttft=ttft) if rid in self._open:
                 entry = self._open[rid]
                 entry.output_tokens += 1
                 if ttft is not None:
                     entry.ttft = ttft
             case Settle(request_id=rid, outcome=outcome, code=code, e2e=e2e):
-                self._write(rid, outcome.value, code.value if code else None, e2e)
+                self._write(rid, outcome.value, code.value if code else None, e2e,
+                            list(action.instances), action.offloaded)
             case Refuse(request_id=rid, refusal=refusal):
                 self._write(rid, "refused", refusal.value, None)
 
-    def _write(self, request_id: str, outcome: str, code: str | None, e2e: float | None) -> None:
+    def _write(self, request_id: str, outcome: str, code: str | None, e2e: float | None,
+               instances: list[int] | None = None, offloaded: bool = False) -> None:
+        """Its line; where it went is its `Settle`'s (the core's `Tracked.instances`)."""
         entry = self._open.pop(request_id, None)
         if entry is None:
             return
@@ -77,7 +70,7 @@ class RequestLog:
         self._file.write(self._encoder.encode(RequestLogEntry(
             request_id=request_id, arrival=event.now, prompt_tokens=len(event.prompt_token_ids),
             output_tokens=entry.output_tokens, ttft_slo=event.ttft_slo, tbt_slo=event.tbt_slo,
-            instances=entry.instances, offloaded=entry.offloaded, outcome=outcome, code=code,
+            instances=instances or [], offloaded=offloaded, outcome=outcome, code=code,
             ttft=entry.ttft, e2e=e2e)) + b"\n")
         self._file.flush()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import msgspec
 
 from daemon.responses import ResponseBuilder, error_body, usage
+from ipc.serving_info import ServingInfo
 
 DONE = b"data: [DONE]\n\n"
 _END = b"\n\n"
@@ -89,11 +90,23 @@ class StreamEvents:
     def usage(self, out: bytearray, prompt_tokens: int, completion_tokens: int,
               cached_tokens: int | None = None) -> None:
         """The last chunk when `stream_options.include_usage`: no choices, the counts."""
+        self.last(out, usage(prompt_tokens, completion_tokens, cached_tokens))
+
+    def last(self, out: bytearray, counts: dict | None = None,
+             serving_info: ServingInfo | None = None) -> None:
+        """The last chunk, with no choices: the `usage` counts when
+        `stream_options.include_usage`, `serving_info` when asked for (one of them at least)."""
+        fields = {"usage": counts, "serving_info": serving_info}
         out += self._open
-        out += b"]," + self._encoder.encode({"usage": usage(prompt_tokens, completion_tokens,
-                                                                cached_tokens)})[1:]
+        out += b"]," + self._encoder.encode({k: v for k, v in fields.items()
+                                              if v is not None})[1:]
         out += _END
 
-    def error(self, out: bytearray, message: str, status: int, code: str | None = None) -> None:
-        """A failure mid-stream, in OpenAI's error shape (the stream then ends)."""
-        out += b"data: " + self._encoder.encode(error_body(message, status, code=code)) + _END
+    def error(self, out: bytearray, message: str, status: int, code: str | None = None,
+              serving_info: ServingInfo | None = None) -> None:
+        """A failure mid-stream, in OpenAI's error shape (the stream then ends); with
+        `serving_info` beside the error when asked for."""
+        body = error_body(message, status, code=code)
+        if serving_info is not None:
+            body["serving_info"] = serving_info
+        out += b"data: " + self._encoder.encode(body) + _END

@@ -203,7 +203,8 @@ class InstanceCore:
             self.num_finished += len(outputs) - [o.finish_reason for o in outputs].count(None)
             messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
                                         time=now, step_seconds=seconds, outputs=result.outputs,
-                                        load=load, cached=_cached_prompts(batch)))
+                                        load=load, cached=_cached_prompts(batch),
+                                        admitted=_first_admitted(batch)))
         if self.prefilled:  # the step may have freed a seat or blocks
             messages += self._admit_prefilled()
         if self.role is Role.PREFILL and result.outputs:
@@ -279,6 +280,11 @@ class InstanceCore:
             perf_model_mape=perf.mape if perf else None,
             prefix_queried_blocks=kv.stats.queried_blocks, prefix_hit_blocks=kv.stats.hit_blocks,
             prefix_queried_tokens=kv.stats.queried_tokens, prefix_hit_tokens=kv.stats.hit_tokens)
+
+
+def _first_admitted(batch: Batch) -> list[str]:
+    """The requests whose prefill started this step (not a preempted one's restart)."""
+    return [r.request_id for r in batch.admitted if r.num_preemptions == 0]
 
 
 def _cached_prompts(batch: Batch) -> list[CachedPrompt]:

@@ -34,3 +34,8 @@ class EndCode(str, enum.Enum):
 #: Error code of each refusal of a new request; all are 503 + Retry-After.
 REFUSAL_CODES = {Refusal.STARTING: "unavailable", Refusal.SHUTTING_DOWN: "shutting_down",
                  Refusal.QUEUE_FULL: "queue_full", Refusal.NO_INSTANCE: "unavailable"}
+
+#: The codes of a request the server shed under load before its first token -- it would
+#: miss its TTFT target, or the waiting room was full: a run's records call it *dropped*
+#: (a measurement of the server), any other failure *errored*.
+SHED_CODES = frozenset({EndCode.TTFT_SLO_MISSED.value, REFUSAL_CODES[Refusal.QUEUE_FULL]})

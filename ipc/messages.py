@@ -211,6 +211,9 @@ class StepOutputs(_Message, tag="step_outputs"):
     load: InstanceLoad | None = None
     #: Requests first admitted this step that found some of their prompt cached.
     cached: list[CachedPrompt] = []
+    #: Requests whose prefill started this step (first admitted on this instance): the
+    #: controller times their queueing delay by it (a client's `serving_info.queue_delay`).
+    admitted: list[RequestId] = []
 
 
 class Finished(_Message, tag="finished"):

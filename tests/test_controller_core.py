@@ -71,7 +71,7 @@ def test_tokens_flow_then_the_last_one_settles_it_completed():
     last, settle = core.handle(tokens(target, TokenOutput("a", 8, FinishReason.LENGTH)))
     assert isinstance(last, Token) and last.tbt == 0.0
     assert settle == Settle("a", Outcome.COMPLETED, None, "", target, 1.0,
-                             prompt_tokens=3)
+                             prompt_tokens=3, instances=(target,))
     assert "a" not in core.ledger.requests
 
 
@@ -138,6 +138,47 @@ def test_an_offload_with_no_hp_up_goes_back_to_an_lp_pinned():
     assert target in (LP0, LP1) and submit.origin is Origin.REROUTE and submit.origin.pinned
 
 
+def settle_of(actions) -> Settle:
+    [settle] = [a for a in actions if isinstance(a, Settle)]
+    return settle
+
+
+def test_a_settle_says_where_it_went_offloaded_and_how_long_it_queued():
+    """What a client's serving_info reports: the LP then the HP, offloaded, and the queue
+    delay from arrival (1.0) to the start of the step that admitted it on the HP (the
+    step ended as received at 2.0 and ran 0.25 s)."""
+    core = core_2l1h()
+    [(lp, _)] = sends(arrive(core, "a"))
+    core.handle(FromInstance(1.5, Offload(instance_id=lp, requests=[
+        OffloadedRequest("a", [5, 6, 7])])))
+    core.handle(FromInstance(2.0, StepOutputs(instance_id=HP, step=1, time=9.0,
+                                              step_seconds=0.25, outputs=[TokenOutput("a", 9)],
+                                              admitted=["a"])))
+    core.handle(FromInstance(2.5, StepOutputs(instance_id=HP, step=2, time=9.5, step_seconds=0.5,
+                                              outputs=[], admitted=["a"])))  # first one counts
+    settle = settle_of(core.handle(tokens(HP, TokenOutput("a", 8, FinishReason.LENGTH))))
+    assert (settle.instances, settle.offloaded, settle.instance) == ((lp, HP), True, HP)
+    assert settle.queue_delay == pytest.approx(0.75)
+
+
+def test_a_request_that_never_started_settles_with_no_queue_delay():
+    core = core_2l1h()
+    [(lp, _)] = sends(arrive(core, "a"))
+    settle = settle_of(core.handle(ClientLeft(1.5, "a")))
+    assert (settle.instances, settle.offloaded, settle.queue_delay) == ((lp,), False, None)
+
+
+def test_a_reroute_counts_as_offloaded_and_a_recovery_adds_its_instance():
+    core = core_2l1h()
+    [(lp, _)] = sends(arrive(core, "a"))
+    core.handle(InstanceDown(1.2, HP, exit_code=-9))
+    [(back, _)] = sends(core.handle(FromInstance(1.5, Offload(instance_id=lp, requests=[
+        OffloadedRequest("a", [5, 6, 7])]))))
+    [(again, _)] = sends(core.handle(InstanceDown(1.6, back, exit_code=-9)))
+    settle = settle_of(core.handle(ClientLeft(1.7, "a")))
+    assert settle.instances == (lp, back, again) and settle.offloaded
+
+
 def test_a_dead_instances_requests_are_resubmitted_or_resumed_elsewhere():
     core = core_2l1h()
     [(waiting_on, _)] = sends(arrive(core, "w"))
@@ -186,7 +227,8 @@ def test_a_client_that_leaves_ends_its_request_and_aborts_it_on_its_instance():
     core = core_2l1h()
     [(target, _)] = sends(arrive(core, "a"))
     actions = core.handle(ClientLeft(1.5, "a"))
-    assert actions == [Settle("a", Outcome.CANCELLED, None, "", target, None, prompt_tokens=3),
+    assert actions == [Settle("a", Outcome.CANCELLED, None, "", target, None, prompt_tokens=3,
+                              instances=(target,)),
                        Send(target, Abort(request_id="a"))]
     assert core.ledger.bounds.requests == 0
     assert core.handle(ClientLeft(1.6, "a")) == []  # once only

@@ -20,9 +20,11 @@ from aiohttp import web
 
 from daemon.health import Health, InstanceHealth
 from bench.loadgen.bench_cli import build_parser
-from bench.loadgen.loadgen import CHAT_WORDS, run_load
+from bench.loadgen.loadgen import CHAT_WORDS, on_serving_info, run_load
 from bench.loadgen.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID, WorkloadRequest
 from bench.records import RequestRecord
+from bench.records_file import read_records
+from bench.records_report import report
 from bench.results import read_result, summarize
 from tests.daemon_fixture import PROJECT_ROOT, sim_args
 
@@ -98,26 +100,28 @@ class FakeServer:
         return response
 
     async def _answer(self, request: web.Request, n: int) -> web.StreamResponse:
+        served = served_as(n) if self.bodies[-1].get("return_serving_info") else {}
         if n == HTTP_DROP:
-            return _error(503, "missed its TTFT target", "ttft_slo_missed")
+            return _error(503, "missed its TTFT target", "ttft_slo_missed", served)
         if n == HTTP_500:
             return web.Response(status=500, text="boom")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         send = lambda obj: response.write(f"data: {json.dumps(obj)}\n\n".encode())  # noqa: E731
         if n == SSE_DROP:
-            await send({"error": {"message": "dropped", "code": "ttft_slo_missed"}})
+            await send({"error": {"message": "dropped", "code": "ttft_slo_missed"}, **served})
         else:
-            await self._tokens(send, n)
+            await self._tokens(send, n, served)
         await response.write(b"data: [DONE]\n\n")
         return response
 
-    async def _tokens(self, send, n: int) -> None:
+    async def _tokens(self, send, n: int, served: dict | None = None) -> None:
         per_chunk = 3 if n == CHUNKED else 1
         for sent in range(per_chunk, n + 1, per_chunk):
             await asyncio.sleep(TOKEN_DELAY)
             if n == SSE_ERROR and sent == 3:
-                await send({"error": {"message": "instance died", "code": "instance_failed"}})
+                await send({"error": {"message": "instance died", "code": "instance_failed"},
+                            **(served or {})})
                 return
             if n == HANG and sent == 2:
                 await asyncio.sleep(3600)
@@ -125,12 +129,24 @@ class FakeServer:
             await send({"object": "text_completion", "choices": [
                 {"index": 0, "text": "x" * per_chunk, "finish_reason": "length" if last else None}]})
         await send({"object": "text_completion", "choices": [],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
+                    "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+                    **(served or {})})
 
 
-def _error(status: int, message: str, code: str | None) -> web.Response:
+def served_as(n: int) -> dict:
+    """The daemon's `serving_info` for a request of `n` tokens, as the fake makes it up:
+    an odd `n` offloaded from instance 0 to 1, an even one on 0 alone; drops and failures
+    never started their prefill (no queue delay)."""
+    started = n not in BEHAVIOUR
+    return {"serving_info": {"choices": [{
+        "index": 0, "instances": [0, 1] if started and n % 2 else [0],
+        "offloaded": started and n % 2 == 1, **({"queue_delay": n / 1000} if started else {})}]}}
+
+
+def _error(status: int, message: str, code: str | None, extra: dict | None = None) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "server_error",
-                                        "param": None, "code": code}}, status=status)
+                                        "param": None, "code": code}, **(extra or {})},
+                             status=status)
 
 
 async def _serve(server: FakeServer):
@@ -191,6 +207,35 @@ async def test_outcomes_token_times_and_open_loop(fake):
     assert (result.completed, result.dropped, result.errored, result.lost) == (14, 2, 3, 1)
     assert result.good == 14 and result.goodput_pct == pytest.approx(70.0)
     assert result.ttft_s.p50 < 0.1 and result.p99_tbt_s < 0.1
+
+
+async def test_serving_info_says_where_each_request_ran(fake):
+    """What the daemon says in `serving_info` -- in a stream's last chunk, an error event,
+    an HTTP error's body -- fills the records as a simulator's are filled."""
+    run = await run_load(fake.url, workload([3, 4, HTTP_DROP, SSE_DROP, SSE_ERROR]),
+                         progress=False)
+    placed = {r.output_len: (r.instances, r.instance, r.offloaded, r.sched_delay)
+              for r in run.records}
+    assert placed == {3: ([0, 1], 1, True, 0.003), 4: ([0], 0, False, 0.004),
+                      HTTP_DROP: ([0], 0, False, None), SSE_DROP: ([0], 0, False, None),
+                      SSE_ERROR: ([0], 0, False, None)}
+    assert all(b["return_serving_info"] is True for b in fake.bodies)
+
+
+@pytest.mark.parametrize("raw", [None, {"choices": "x"}, {"choices": [{"index": 1, "instances": [4]}]},
+                                 {"other": 1}, [1, 2]])
+def test_serving_info_absent_or_of_another_shape_leaves_a_record_as_it_was(raw):
+    record = RequestRecord(index=0, arrival=0.0, prompt_len=1, output_len=1)
+    on_serving_info(record, raw)
+    assert record == RequestRecord(index=0, arrival=0.0, prompt_len=1, output_len=1)
+
+
+def test_serving_info_of_the_first_choice_fills_a_record():
+    record = RequestRecord(index=0, arrival=0.0, prompt_len=1, output_len=1)
+    on_serving_info(record, {"choices": [{"index": 1, "instances": [9]}, {
+        "index": 0, "instances": [2, 0], "offloaded": True, "role": "hp", "queue_delay": 0.5}]})
+    assert (record.instances, record.instance, record.offloaded, record.role,
+            record.sched_delay) == ([2, 0], 0, True, "hp", 0.5)
 
 
 async def test_request_bodies(fake):
@@ -355,3 +400,30 @@ def test_chat_endpoint_against_the_real_daemon(daemon_factory, tmp_path):
     assert "FAILED" not in proc.stderr
     result = read_result(out)
     assert result.completed == 12 and result.errored == 0
+
+
+@pytest.mark.slow
+def test_a_bench_records_file_reports_by_instance_and_by_cause(daemon_factory, tmp_path):
+    """The daemon's serving_info reaches bench's records: `ascendra records` on them has
+    the instances that served (an LP and an HP) and every miss under its cause -- here a
+    mean-TBT target below the sim's step time, so every request of two tokens or more
+    misses it."""
+    daemon = daemon_factory(*sim_args("constant:0.005", layout="1L1H"))
+    records = tmp_path / "live.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
+         "--num-requests", "24", "--length-scale", "32", "--ttft-slo", "2", "--tbt-slo", "0.001",
+         "--records", str(records), "--disable-tqdm", "--timeout", "60"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = read_records(records)
+    done = [r for r in rows if r.outcome == "completed"]
+    assert len(done) == 24 and all(r.instances and r.queue_delay is not None for r in done)
+    summary = report(rows)
+    groups = {g.group for g in summary.by_instance}
+    assert groups and groups <= {"0", "1"}
+    missed = sum(r.output_tokens > 1 for r in done)  # one token has no TBT to miss
+    assert missed > 0 and [(m.cause, m.count) for m in summary.misses] == [("tbt", missed)]
+    shown = subprocess.run([sys.executable, "-m", "bench.cli", "records", str(records)],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "TBT missed" in shown.stdout

@@ -86,6 +86,7 @@ def test_a_prefill_instance_hands_a_request_off_after_its_first_token():
     first = expected_output(PROMPT, 1)
     assert isinstance(messages[0], StepOutputs)
     assert [o.token_id for o in messages[0].outputs] == first
+    assert messages[0].admitted == ["a"]  # its prefill started this step
     assert messages[1] == Handoff(instance_id=5, request_id="a", token_ids=PROMPT + first,
                                   num_computed_tokens=len(PROMPT))
     assert not prefill.has_work and prefill.engine.kv.num_free_blocks == 64
@@ -213,6 +214,7 @@ def test_the_controller_routes_new_requests_to_prefill_and_hands_them_to_a_decod
     assert [a.output.token_id for a in actions if isinstance(a, Token)] == [43, 44]
     (settle,) = [a for a in actions if isinstance(a, Settle)]
     assert settle.outcome is Outcome.COMPLETED and settle.instance == 1
+    assert settle.instances == (0, 1) and not settle.offloaded  # prefill, then decode
 
 
 def test_the_next_handoff_goes_to_the_decode_instance_with_more_room():

@@ -119,6 +119,14 @@ def test_the_records_command_prints_and_writes_json(tmp_path, capsys):
     assert "not a file" in capsys.readouterr().err
 
 
+def test_a_file_without_misses_says_so_rather_than_print_an_empty_table(tmp_path, capsys):
+    path = tmp_path / "good.jsonl"
+    write_records(path, [ROWS[0]])
+    assert ascendra(["records", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "misses by cause: none" in printed and "worst examples" not in printed
+
+
 def test_simulate_writes_records_the_report_agrees_with(tmp_path):
     records, out = tmp_path / "sim.jsonl", tmp_path / "sim.json"
     assert ascendra(["simulate", "--layout", "2L1H", "--qps", "12", "--num-requests", "200",

@@ -7,7 +7,8 @@ print the table, write the JSON (and `--records`, one line per request). Flag na
 follow `vllm bench serve` where one exists (the aliases).
 
 Failed requests (errored, or lost: no answer by the deadline) count against goodput like
-any miss, so a few are part of the measurement -- a server refusing under overload. Any
+any miss, so a few are part of the measurement; a request the server shed under load
+(dropped: `ttft_slo_missed`, `queue_full`) is a miss but no failure. Any
 failure is reported on stderr with its count and the commonest messages; more than
 `--max-error-rate` of the requests failing (default 10 %; all of them, always) makes the
 run exit 1: then the setup, not the server's speed, is what was measured.

@@ -18,10 +18,17 @@ the final usage chunk (`stream_options.include_usage`) into `num_output_tokens`.
 TBT -- what goodput uses -- is therefore exact ((last - first) / (tokens - 1)); the
 distribution of single gaps is per chunk (a gap that spans several tokens counts once).
 
-Outcomes: completed (a finish_reason arrived), dropped (error code `ttft_slo_missed`,
-as an HTTP error or an SSE error event), errored (any other HTTP status, SSE error,
-broken connection or malformed stream), lost (no terminal answer before the run's
-deadline: the last arrival + `timeout`). The run always ends by that deadline.
+Outcomes: completed (a finish_reason arrived), dropped (shed under load: error code
+`ttft_slo_missed` or `queue_full`, as an HTTP error or an SSE error event; as a
+simulated run's records say, bench/records.py `failure_outcome`), errored (any other
+HTTP status, SSE error, broken connection or malformed stream), lost (no terminal answer
+before the run's deadline: the last arrival + `timeout`). The run always ends by that
+deadline.
+
+Where it ran: every request asks for `serving_info` (ipc/serving_info.py), which
+Ascendra puts in a stream's last chunk, or beside the error of one that failed; it fills
+the record's `instances`, `instance`, `offloaded`, `role` and `sched_delay` as a
+simulated run's are (other servers send none: they stay unset).
 """
 from __future__ import annotations
 
@@ -31,22 +38,20 @@ import time
 from typing import NamedTuple
 
 import aiohttp
+import msgspec
 import numpy as np
 
 from bench.loadgen.progress import Progress
 from bench.loadgen.sse import sse_data
 from bench.loadgen.workload import WorkloadRequest, request_prompt
-from bench.records import RequestRecord
-from ipc.api_codes import EndCode
+from bench.records import RequestRecord, failure_outcome
+from ipc.serving_info import ServingInfo
 
 #: Words of a chat prompt: common English words, one token each (with their space) in the
 #: byte-level BPE vocabularies of Llama 3, Qwen2, GPT-2 and the tiny model.
 CHAT_WORDS = ("the", "of", "and", "to", "in", "is", "that", "it", "was", "for", "on", "are",
               "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one",
               "had", "by", "but", "not", "what", "all", "were", "we", "when", "your", "can")
-
-#: Error codes that mean the server dropped the request for missing its TTFT target.
-DROP_CODES = frozenset({EndCode.TTFT_SLO_MISSED.value})
 
 
 class LoadRun(NamedTuple):
@@ -99,7 +104,7 @@ def request_fields(model: str | None, ttft_slo: float | None, tbt_slo: float | N
                    priority: int = 0) -> dict:
     """The JSON fields every request carries (all but the prompt and max_tokens)."""
     fields = {"stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
-              "temperature": 0.0, "priority": priority}
+              "temperature": 0.0, "priority": priority, "return_serving_info": True}
     optional = {"model": model, "ttft_slo": ttft_slo, "tbt_slo": tbt_slo}
     return {**fields, **{k: v for k, v in optional.items() if v is not None}}
 
@@ -190,6 +195,7 @@ async def _read_stream(client: Client, response: aiohttp.ClientResponse,
         event = json.loads(data)
         if not isinstance(event, dict):
             raise ValueError(f"an SSE event that is not a JSON object: {data[:200]!r}")
+        on_serving_info(record, event.get("serving_info"))
         if "error" in event:
             _fail(record, event["error"], now)
             return
@@ -217,9 +223,28 @@ def _on_chunk(record: RequestRecord, event: dict, now: float, chat: bool = False
         record.finish_reason, record.end_time, record.outcome = finish, now, "completed"
 
 
+def on_serving_info(record: RequestRecord, raw) -> None:
+    """Where the daemon served it (`serving_info`, its one choice: index 0) into `record`;
+    nothing when absent (another server) or not that shape."""
+    if raw is None:
+        return
+    try:
+        info = msgspec.convert(raw, ServingInfo)
+    except msgspec.ValidationError:
+        return
+    served = next((c for c in info.choices if c.index == 0), None)
+    if served is None:
+        return
+    record.instances, record.offloaded, record.role = served.instances, served.offloaded, served.role
+    record.instance = served.instances[-1] if served.instances else None
+    record.sched_delay = served.queue_delay
+
+
 def _http_error(record: RequestRecord, status: int, raw: bytes, now: float) -> None:
     try:
-        error = json.loads(raw)["error"]
+        body = json.loads(raw)
+        on_serving_info(record, body.get("serving_info") if isinstance(body, dict) else None)
+        error = body["error"]
         error = error if isinstance(error, dict) else {"message": str(error)}
     except (ValueError, KeyError, TypeError):
         error = {"message": raw.decode("utf-8", "replace")[:500]}
@@ -230,7 +255,7 @@ def _http_error(record: RequestRecord, status: int, raw: bytes, now: float) -> N
 
 def _fail(record: RequestRecord, error: dict, now: float) -> None:
     record.error, record.error_code, record.end_time = error.get("message"), error.get("code"), now
-    record.outcome = "dropped" if record.error_code in DROP_CODES else "errored"
+    record.outcome = failure_outcome(record.error_code)
 
 
 async def get_json(url: str, path: str, api_key: str = "", timeout: float = 10.0):

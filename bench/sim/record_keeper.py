@@ -6,11 +6,12 @@ the controller, a request ends with its `Settle` (or `Refuse`).
 """
 from __future__ import annotations
 
-from bench.records import RequestRecord
+from bench.records import RequestRecord, failure_outcome
 from bench.results import is_good
 from daemon.core.controller_config import SloConfig
 from daemon.core.events import Moved, Refuse, RoleSwitched, Send, Settle, Token
 from daemon.core.request_state import Outcome
+from ipc.api_codes import REFUSAL_CODES
 from ipc.messages import Origin, Submit, SubmitPrefilled
 
 #: How the core's outcomes read in a run's records.
@@ -70,9 +71,9 @@ class RecordKeeper:
                 if code is not None:
                     record.error_code, record.error = code.value, message
             case Refuse(request_id=request_id, refusal=refusal, message=message):
-                record = self.records[request_id]
-                record.outcome, record.end_time = "dropped", now
-                record.error_code, record.error = refusal.value, message
+                record = self.records[request_id]  # the code its client would get
+                record.error_code, record.error = REFUSAL_CODES[refusal], message
+                record.outcome, record.end_time = failure_outcome(record.error_code), now
             case Send(instance_id=instance_id, message=Submit(request_id=request_id,
                                                               origin=Origin.NEW)):
                 self.records[request_id].instances = [instance_id]

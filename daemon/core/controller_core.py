@@ -211,6 +211,8 @@ class ControllerCore:
         match message:
             case StepOutputs(outputs=outputs, load=load):
                 ledger.found_cached(view, message.cached)
+                if message.admitted:
+                    ledger.admitted(view, message.admitted, now - message.step_seconds)
                 self._tokens(now, view, outputs, out)
                 if load is not None:
                     view.reported(load.num_running, load.num_kv_blocks_used)
@@ -348,7 +350,6 @@ class ControllerCore:
                 ledger.end(tracked, Outcome.ERRORED, EndCode.UNAVAILABLE,
                            "offloaded, but no instance is ready", out)
                 continue
-            tracked.offloaded = True
             tracked.advance(Trigger.OFFLOADED)
             ledger.send_to(tracked, target, submit, out)
             out.append(Moved(tracked.request_id, submit.origin, view.instance_id, target))

@@ -116,7 +116,9 @@ class Token(msgspec.Struct, frozen=True, gc=False):
 @dataclass(frozen=True, slots=True)
 class Settle:
     """A request's last word: it ended with `outcome` (and `code`, `message` unless it
-    completed). `instance`: the one that held it last; `e2e`: arrival to last token."""
+    completed). `instance`: the one that held it last; `e2e`: arrival to last token.
+    `instances`, `offloaded`, `queue_delay`: where it went (`Tracked`), for the client's
+    `serving_info` (ipc/serving_info.py) and the request log."""
     request_id: str
     outcome: Outcome
     code: EndCode | None = None
@@ -127,6 +129,9 @@ class Settle:
     prompt_tokens: int = 0          # its prompt's tokens ...
     cached_tokens: int = 0          # ... and those its instance found in its prefix cache
     role: Role | None = None        # the role of the instance that gave its first token
+    instances: tuple[int, ...] = ()  # every instance that held it, in order
+    offloaded: bool = False         # moved off an LP before its prefill (offload, reroute)
+    queue_delay: float | None = None  # arrival -> its prefill started; None: never started
     tenant: str = DEFAULT_TENANT    # who sent it
     output_tokens: int = 0          # tokens it was given
     ttft: float | None = None       # arrival to its first token

@@ -37,6 +37,7 @@ class Handoffs:
         ledger.release(tracked)
         tracked.advance(Trigger.HANDED_OFF)
         tracked.instance = target
+        tracked.instances.append(target)
         ledger.instances[target].held[tracked.request_id] = None
         out.append(Send(target, SubmitPrefilled(
             submit=tracked.submit, token_ids=message.token_ids,

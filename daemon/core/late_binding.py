@@ -136,7 +136,6 @@ class LateBinding:
             submit = msgspec.structs.replace(submit, favoured=favoured)
         if origin is not Origin.NEW:
             submit = msgspec.structs.replace(submit, origin=origin)
-            tracked.offloaded |= origin is Origin.OFFLOAD
             out.append(Moved(tracked.request_id, origin, None, target))
         self.ledger.send_to(tracked, target, submit, out)
 

@@ -20,7 +20,10 @@ from daemon.core.prefixes import Prefixes
 from daemon.core.request_state import Outcome, Tracked, Trigger
 from daemon.core.waiting_room import WaitingRoom
 from ipc.api_codes import EndCode
-from ipc.messages import CachedPrompt, Heartbeat, Ready, Role, Submit
+from ipc.messages import CachedPrompt, Heartbeat, Origin, Ready, Role, Submit
+
+#: The origins of a Submit that moved a request off an LP before its prefill started.
+OFFLOADED_ORIGINS = (Origin.OFFLOAD, Origin.REROUTE)
 
 
 @dataclass(slots=True)
@@ -94,8 +97,15 @@ class Ledger:
         self.bounds.add(len(tracked.original.prompt_token_ids))
 
     def send_to(self, tracked: Tracked, target: int, submit: Submit, out: list[Action]) -> None:
+        """Send it to `target`. A new binding starts its list of instances over (one a
+        role change gave back never started there); any other origin is a move."""
         view = self.instances[target]
         tracked.instance, tracked.submit = target, submit
+        if submit.origin is Origin.NEW:
+            tracked.instances = [target]
+        else:
+            tracked.instances.append(target)
+            tracked.offloaded |= submit.origin in OFFLOADED_ORIGINS
         if self.room is not None:  # what it will compute: its prompt less a cached prefix
             self.room.sent(target, len(submit.prompt_token_ids) - tracked.cached_on.get(target, 0))
         view.held[tracked.request_id] = None
@@ -125,6 +135,13 @@ class Ledger:
             if tracked is not None and tracked.first_token_time is None:
                 tracked.num_cached_tokens = hit.num_cached_tokens
 
+    def admitted(self, view: InstanceView, request_ids: Iterable[str], at: float) -> None:
+        """`view`'s instance started these requests' prefills at `at`; the first time counts."""
+        for request_id in request_ids:
+            tracked = self.held(request_id, view)
+            if tracked is not None and tracked.prefill_start is None:
+                tracked.prefill_start = max(at, tracked.arrival_time)
+
     def end(self, tracked: Tracked, outcome: Outcome, code: EndCode | None, message: str,
             out: list[Action]) -> None:
         """Its one terminal answer: forgotten everywhere, and its `Settle` emitted."""
@@ -144,8 +161,11 @@ class Ledger:
         self.prefixes.completed(tracked, holder if outcome is Outcome.COMPLETED else None)
         if outcome is Outcome.COMPLETED and holder is not None:
             self.instances[holder].num_served += 1
+        started = tracked.prefill_start
         out.append(Settle(tracked.request_id, outcome, code, message, holder, e2e, again,
                           len(tracked.original.prompt_token_ids), tracked.num_cached_tokens,
-                          tracked.served_as, tracked.tenant, len(tracked.token_ids),
+                          tracked.served_as, tuple(tracked.instances), tracked.offloaded,
+                          None if started is None else started - tracked.arrival_time,
+                          tracked.tenant, len(tracked.token_ids),
                           None if tracked.first_token_time is None
                           else tracked.first_token_time - tracked.arrival_time))

@@ -88,7 +88,9 @@ class Tracked:
     token_ids: list[int] = field(default_factory=list)  # every token passed on, in order
     first_token_time: float | None = None
     last_token_time: float | None = None
-    offloaded: bool = False            # moved from an LP to an HP at least once
+    #: Moved off an LP before its prefill started at least once (an offload, or a reroute:
+    #: an offload no HP could take, back on an LP).
+    offloaded: bool = False
     requeued: bool = False             # an LP gave it up and no HP could take it in time
     num_recoveries: int = 0            # times it was taken over from a dead instance
     give_up_time: float = float("inf")  # MOVING: end it if not placed by then
@@ -102,6 +104,12 @@ class Tracked:
     #: The role of the instance that gave its first token, when it did (a `<n>A`
     #: layout's roles change: docs/design.md §5.10).
     served_as: Role | None = None
+    #: Every instance that held it, in order: where it was bound (again, when a role
+    #: change gave it back unstarted), then one more per move and P/D hand-off.
+    instances: list[int] = field(default_factory=list)
+    #: When its prefill first started on an instance, on the controller's clock: the
+    #: end of the step that admitted it as received, less that step's length.
+    prefill_start: float | None = None
     tenant: str = DEFAULT_TENANT       # who sent it (policies/tenants.py)
 
     def advance(self, trigger: Trigger) -> RequestState:
