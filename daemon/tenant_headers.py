@@ -26,7 +26,7 @@ PRIORITY_HEADER = "x-ascendra-priority"
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 #: The band limits (the body field's).
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
-MAX_TENANT_LEN = 256
+MAX_TENANT_LEN = 256   # the header's; OpenAI's `user` has no limit, and none is set here
 _INTEGER = re.compile(r"[+-]?\d{1,4}")
 
 
@@ -46,12 +46,11 @@ class Identity(msgspec.Struct, frozen=True):
 def identity(body, headers, tenants: TenantsConfig) -> Identity:
     """The tenant and priority of `body` (a request struct with `user` and `priority`)
     sent with `headers` (aiohttp's multidict or a plain mapping)."""
-    tenant = _one(headers, TENANT_HEADER) or body.user or DEFAULT_TENANT
-    if len(tenant) > MAX_TENANT_LEN or not tenant.isprintable():
-        where = TENANT_HEADER if _one(headers, TENANT_HEADER) else "user"
-        raise BadIdentityHeader(where, f"a tenant is at most {MAX_TENANT_LEN} printable "
-                                       "characters")
-    return Identity(tenant, _priority(body, headers, tenants))
+    header = _one(headers, TENANT_HEADER)
+    if header is not None and (len(header) > MAX_TENANT_LEN or not header.isprintable()):
+        raise BadIdentityHeader(TENANT_HEADER, f"a tenant is at most {MAX_TENANT_LEN} "
+                                               "printable characters")
+    return Identity(header or body.user or DEFAULT_TENANT, _priority(body, headers, tenants))
 
 
 def _priority(body, headers, tenants: TenantsConfig) -> int:

@@ -18,6 +18,7 @@ from daemon.core.controller_config import TenantsConfig
 from daemon.core.events import Refuse, Settle
 
 OTHER = "other"
+MAX_LABEL_LEN = 128
 
 
 class TenantMetrics:
@@ -34,8 +35,9 @@ class TenantMetrics:
                               ["tenant"], buckets=buckets, registry=registry)
 
     def label(self, tenant: str) -> str:
-        """The tenant's label: its own (named, or among the first `limit` others), else
-        "other"."""
+        """The tenant's label: its own (named, or among the first `limit` others; at most
+        MAX_LABEL_LEN characters of it), else "other"."""
+        tenant = tenant[:MAX_LABEL_LEN]
         if tenant in self.named or tenant in self.labelled:
             return tenant
         if len(self.labelled) < self.limit and tenant != OTHER:

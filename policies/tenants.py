@@ -20,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 DEFAULT_TENANT = "default"
+#: Counters of tenants out of the box are pruned once there are this many more of them
+#: than twice the tenants in it.
+FORGET_AFTER = 64
 
 
 @dataclass
@@ -54,8 +57,19 @@ class TenantShares:
         left = self.live.get(tenant, 0) - 1
         if left > 0:
             self.live[tenant] = left
-        else:
-            self.live.pop(tenant, None)
+            return
+        self.live.pop(tenant, None)
+        if len(self.counters) > 2 * len(self.live) + FORGET_AFTER:
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop the counters of tenants out of the box that a lift would restore anyway
+        (at or under the least counter in it): memory stays bounded by the tenants in the
+        box and those still owing service, however many ids clients send."""
+        counters = self.counters
+        least = min((counters.get(t, 0.0) for t in self.live), default=float("inf"))
+        for tenant in [t for t, c in counters.items() if t not in self.live and c <= least]:
+            del counters[tenant]
 
     def favoured(self) -> frozenset[str]:
         """The tenants in the box under someone's share: all but those at the top (the

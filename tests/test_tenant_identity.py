@@ -22,6 +22,7 @@ OBJECTIVES = TenantsConfig(objective_priorities={"batch": -1, "critical": 10})
     ({}, {OBJECTIVE_HEADER: "batch"}, ("default", -1)),                # the objective's
     ({}, {OBJECTIVE_HEADER: "critical", PRIORITY_HEADER: "-3"}, ("default", -3)),
     ({}, {OBJECTIVE_HEADER: "unknown"}, ("default", 0)),
+    ({"user": "u" * 1000}, {}, ("u" * 1000, 0)),    # OpenAI's user has no length limit
 ])
 async def test_tenant_and_priority_reach_the_controller(tokenizer, body, headers, expected):
     controller = FakeController(tokenizer)

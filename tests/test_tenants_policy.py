@@ -40,6 +40,18 @@ def test_a_second_tenant_in_the_box_starts_the_counting_and_is_lifted_to_the_lea
     assert s.counters["b"] == 100.0
 
 
+def test_counters_of_tenants_gone_are_forgotten_when_a_lift_would_restore_them():
+    s = TenantShares()
+    s.arrived("stay")
+    s.computed("stay", 10)
+    for i in range(500):                   # many one-off ids, each served less than "stay"
+        s.arrived(f"id{i}")
+        s.ended(f"id{i}")
+    assert len(s.counters) < 2 * len(s.live) + 64 + 2
+    s.arrived("id7")                       # back: lifted as if it had been remembered
+    assert s.counters["id7"] == s.counters["stay"]
+
+
 def test_favoured_tenants_are_those_under_the_top():
     s = shares(heavy=500.0, light=100.0)
     assert s.favoured() == {"light"}
