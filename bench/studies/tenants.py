@@ -30,7 +30,7 @@ bench/ruler/steady_state.py). Phases (`--phases`, default all):
   layouts (a baseline binds at arrival and has no such bound; shown for reference).
 
 The full default (3 seeds) runs in a few minutes on 2 cores; `--quick` (one seed, short
-runs, 15 s windows) in well under one. The tenant policy lives in the controller core
+runs, 10 s windows) in under one. The tenant policy lives in the controller core
 (policies/tenants.py); the runs pass each request's tenant and priority to it
 (bench/sim/simulator.py) and the mix's weights as `[tenants] tenant_weights`.
 """
@@ -493,11 +493,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the box's capacity C, QPS (default %(default)s: 2L1H on poisson "
                              "ShareGPT, a100-llama3-8b, docs/results.md)")
     parser.add_argument("--num-requests", type=int, default=None,
-                        help="requests per flood and sheddable run (default 6000; --quick 1200)")
+                        help="requests per flood and sheddable run (default 6000; --quick 800)")
     parser.add_argument("--weights-seconds", type=float, default=None,
-                        help="seconds of arrivals per weights run (default 360; --quick 75)")
+                        help="seconds of arrivals per weights run (default 360; --quick 50)")
     parser.add_argument("--window", type=float, default=None,
-                        help="seconds per service window (default 60; --quick 15)")
+                        help="seconds per service window (default 60; --quick 10)")
     parser.add_argument("--seeds", default=None, help="comma-separated (default 0,1,2; "
                                                       "--quick 0)")
     parser.add_argument("--quick", action="store_true",
@@ -512,9 +512,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--phases {args.phases!r}: choose among {', '.join(PHASES)}")
     if not args.capacity > 0:
         parser.error(f"--capacity must be > 0, got {args.capacity}")
-    n = args.num_requests or (1200 if args.quick else 6000)
-    seconds = args.weights_seconds or (75.0 if args.quick else 360.0)
-    window = args.window or (15.0 if args.quick else 60.0)
+    n = args.num_requests or (800 if args.quick else 6000)
+    seconds = args.weights_seconds or (50.0 if args.quick else 360.0)
+    window = args.window or (10.0 if args.quick else 60.0)
     seeds = tuple(int(s) for s in (args.seeds or ("0" if args.quick else "0,1,2")).split(","))
     started = time.perf_counter()
 
