@@ -68,6 +68,9 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     #: The role ("lp", "hp") its instance held when it gave its first token, in a layout
     #: whose roles change online (`<n>A`); None elsewhere.
     role: str | None = None
+    #: Who sent it (bench/loadgen/tenant_mix.py); None: a workload without tenants.
+    tenant: str | None = None
+    priority: int = 0                   # as sent; < 0: sheddable
 
     def output_tokens(self) -> int:
         return self.num_output_tokens if self.num_output_tokens is not None else len(self.token_times)
@@ -129,6 +132,7 @@ class RecordRow(msgspec.Struct, kw_only=True):
     answer_wait: float | None = None
     cached_tokens: int = 0             # prompt tokens found in its instance's prefix cache
     role: str | None = None            # its instance's role when it served it (`<n>A`)
+    tenant: str | None = None          # who sent it (a workload with a tenant mix)
 
 
 class Percentiles(msgspec.Struct):
@@ -148,6 +152,21 @@ class ClassResult(msgspec.Struct, kw_only=True):
     goodput_pct: float
     ttft_slo_s: float
     tbt_slo_s: float
+
+
+class TenantResult(msgspec.Struct, kw_only=True):
+    """What one tenant of a run whose requests carry tenants got (bench/results.py
+    `per_tenant`)."""
+    tenant: str
+    priority: int                      # its requests' (the first's); < 0: sheddable
+    num_requests: int
+    good: int
+    goodput_pct: float
+    #: Prompt + output tokens of its completed requests: what the server computed for it.
+    served_tokens: int
+    dropped: int
+    p99_ttft_s: float | None           # over its completed requests
+    token_goodput_pct: float           # its good requests' prompt + output tokens, % of its
 
 
 class PhaseResult(msgspec.Struct, kw_only=True):
@@ -188,6 +207,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     per_instance: list[dict] = []
     per_class: list[ClassResult] = []  # by SLO class, when the requests carry one
     per_phase: list[PhaseResult] = []  # by phase, for a `shifting` workload
+    per_tenant: list[TenantResult] = []  # by tenant, when the requests carry one
     schema_version: int = SCHEMA_VERSION
     #: Every request, only when asked for (large); left out of the JSON otherwise.
     records: list[RequestRecord] | msgspec.UnsetType = msgspec.UNSET

@@ -59,12 +59,13 @@ def print_report(result: RecordsReport, file=None) -> None:
                   f"token goodput {result.token_goodput_pct:.1f} % of prompt + output tokens")
     console.print(f"p99 TTFT of completed requests {_s(result.p99_ttft_s)} s; longest wait "
                   f"for a first answer {_x(result.max_wait_slo_multiple)} its TTFT target")
-    for title, groups in (("by SLO class", result.by_class),
+    for title, groups in (("by SLO class", result.by_class), ("by tenant", result.by_tenant),
                           ("by prompt length (tokens)", result.by_prompt_len),
                           ("by prompt-length quartile (tokens)", result.by_prompt_quartile),
                           ("by instance (the last that held it)", result.by_instance),
                           ("offloaded or not", result.by_offload)):
-        console.print(_group_table(Table, title, groups))
+        if groups or title != "by tenant":
+            console.print(_group_table(Table, title, groups))
     if not result.misses:  # an empty table would read as a report that lacks them
         console.print("misses by cause: none -- every request reported met its targets")
         return

@@ -31,7 +31,8 @@ def record_rows(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: floa
             offloaded=r.offloaded, queue_delay=r.sched_delay, ttft=r.ttft(),
             mean_tbt=r.mean_tbt(), max_tbt=r.max_tbt(), finish_reason=r.finish_reason,
             error_code=r.error_code, measured=kept is None or id(r) in kept,
-            answer_wait=r.answer_wait(), cached_tokens=r.cached_tokens, role=r.role))
+            answer_wait=r.answer_wait(), cached_tokens=r.cached_tokens, role=r.role,
+            tenant=r.tenant))
     return rows
 
 

@@ -2,7 +2,8 @@
 
 `report(rows)` summarises the `RecordRow`s of a `--records` file (bench/records_file.py):
 goodput (a row's `met_slo`, as the run counted it) and token goodput (prompt + output
-tokens of the good rows over all), by SLO class, by prompt length (PROMPT_BUCKETS, and
+tokens of the good rows over all), by SLO class, by tenant (when the rows carry tenants:
+a workload with a tenant mix), by prompt length (PROMPT_BUCKETS, and
 the quartiles of the rows' own prompt lengths, as the capacity ruler's classes:
 bench/ruler/classes.py), by the instance that held it last and by offloaded or not; then every
 miss under one cause, the first that applies:
@@ -75,6 +76,8 @@ class RecordsReport(msgspec.Struct, kw_only=True):
     goodput_pct: float
     token_goodput_pct: float
     by_class: list[GroupRow]
+    #: By tenant; empty when no row names one.
+    by_tenant: list[GroupRow] = []
     by_prompt_len: list[GroupRow]
     by_prompt_quartile: list[GroupRow]
     by_instance: list[GroupRow]
@@ -105,6 +108,8 @@ def report(rows: Sequence[RecordRow], file: str = "", *, measured_only: bool = T
         token_goodput_pct=_pct(sum(r.prompt_tokens + r.max_tokens for r in kept if r.met_slo),
                                tokens),
         by_class=_groups(kept, lambda r: r.slo_class or "default"),
+        by_tenant=(_groups(kept, lambda r: r.tenant or "default")
+                   if any(r.tenant is not None for r in rows) else []),
         by_prompt_len=_groups(kept, prompt_bucket, [label for _, label in PROMPT_BUCKETS]),
         by_prompt_quartile=_groups(kept, lambda r: labels[quartiles.prompt_class(r.prompt_tokens)],
                                    labels),

@@ -4,7 +4,9 @@ Goodput (DESIGN.md §2): a request is *good* when it completed with TTFT <= its 
 and mean TBT <= its TBT SLO; a request with one output token has no TBT and meets that
 target. goodput_pct counts good requests over ALL requests, so dropped, errored and lost
 ones are misses. Token goodput weighs each request by its prompt + output tokens (as
-asked): refusing long prompts costs it more than it costs request goodput.
+asked): refusing long prompts costs it more than it costs request goodput. Per SLO class
+(`per_class`) and per tenant (`per_tenant`: goodput, served tokens, drops, p99 TTFT) when
+the records carry them.
 """
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench.records import OUTCOMES, ClassResult, Percentiles, RequestRecord, RunResult
+from bench.records import (
+    OUTCOMES, ClassResult, Percentiles, RequestRecord, RunResult, TenantResult,
+)
 from bench.summary_table import print_summary, summary_rows
 
 __all__ = ["Percentiles", "RequestRecord", "RunResult", "encode_result", "is_good", "per_class",
-           "percentiles", "print_summary", "read_result", "summarize", "summary_rows",
-           "token_goodput_pct", "write_result"]
+           "per_tenant", "percentiles", "print_summary", "read_result", "summarize",
+           "summary_rows", "token_goodput_pct", "write_result"]
 
 
 def percentiles(values) -> Percentiles:
@@ -77,6 +81,7 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         perf_model_mape=perf_model_mape, per_instance=list(per_instance or []),
         prompt_cached_pct=cached_share(done),
         per_class=per_class(records, ttft_slo, tbt_slo),
+        per_tenant=per_tenant(records, ttft_slo, tbt_slo),
         records=list(records) if keep_records else msgspec.UNSET)
 
 
@@ -103,6 +108,30 @@ def per_class(records: list[RequestRecord], ttft_slo: float, tbt_slo: float) -> 
             goodput_pct=100.0 * good / len(members),
             ttft_slo_s=first.ttft_slo if first.ttft_slo is not None else ttft_slo,
             tbt_slo_s=first.tbt_slo if first.tbt_slo is not None else tbt_slo))
+    return rows
+
+
+def per_tenant(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float,
+               ) -> list[TenantResult]:
+    """What each tenant got, in order of first appearance; none when no record names a
+    tenant (records without one are counted as tenant "default", as the daemon counts a
+    request that names none)."""
+    if not any(r.tenant is not None for r in records):
+        return []
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        groups.setdefault(r.tenant or "default", []).append(r)
+    rows = []
+    for name, members in groups.items():
+        good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo))
+        done = [r for r in members if r.outcome == "completed"]
+        rows.append(TenantResult(
+            tenant=name, priority=members[0].priority, num_requests=len(members), good=good,
+            goodput_pct=100.0 * good / len(members),
+            served_tokens=sum(r.prompt_len + r.output_tokens() for r in done),
+            dropped=sum(1 for r in members if r.outcome == "dropped"),
+            p99_ttft_s=percentiles([r.ttft() for r in done if r.ttft() is not None]).p99,
+            token_goodput_pct=token_goodput_pct(members, ttft_slo, tbt_slo)))
     return rows
 
 

@@ -14,6 +14,7 @@ import sys
 import msgspec
 
 from bench.loadgen.shifting import per_phase
+from bench.loadgen.tenant_mix import mix_text, tenant_rates
 from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.parallel import add_workers_flag, run_parallel
 from bench.records_file import record_rows, write_records
@@ -26,6 +27,7 @@ from bench.ruler.ruler import (
 from bench.sim.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
 from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 from bench.sim.simulate import simulate
+from daemon.core.controller_config import TenantsConfig
 from daemon.layout import layout_modes
 
 DEFAULT_NUM_REQUESTS = 2000
@@ -78,6 +80,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     requests = build_requests(config.workload, rate=args.qps, num_requests=n, seed=args.seed,
                               max_model_len=config.max_model_len)
     run_config = {"layout": args.layout, "qps": args.qps, **_printable(subject, config)}
+    if config.workload.tenant_mix:
+        print(mix_text(config.workload.tenant_mix, args.qps))
+        if args.qps is not None:
+            run_config["tenant_rates"] = tenant_rates(config.workload.tenant_mix, args.qps)
     shifting = config.workload.arrival == "shifting"
     result = simulate(sim_config(subject, config), requests, seed=args.seed, config=run_config,
                       keep_records=bool(args.records) or shifting)
@@ -146,6 +152,8 @@ def run_capacity(args: argparse.Namespace) -> int:
     warnings = capacity_warnings(answer)
     answer = msgspec.structs.replace(answer, steady_state=not warnings, warnings=warnings)
     print(capacity_table(answer))
+    if config.workload.tenant_mix:
+        print("at the capacity, " + mix_text(config.workload.tenant_mix, answer.mean_qps))
     _warn_unbracketed(results, config)
     if args.json:
         text = msgspec.json.format(msgspec.json.encode(answer), indent=2).decode()
@@ -217,8 +225,17 @@ def readable_config(printable: dict) -> str:
         workload.pop("onoff", None)
     if not workload.get("slo_mix"):
         workload.pop("slo_classes", None)
+    if workload.get("tenant_mix"):  # as --tenant-mix takes it
+        workload["tenant_mix"] = ",".join(f"{t['tenant']}={t['share']:.4g}:{t['weight']:g}:"
+                                          f"{t['priority']}" for t in workload["tenant_mix"])
+    tenants = config.pop("tenants", None)
+    parts = ["workload", "slo", "controller", "rule"]
+    if tenants is not None and (workload.get("tenant_mix")
+                                or tenants != msgspec.to_builtins(TenantsConfig())):
+        config["tenants"] = tenants
+        parts.insert(3, "tenants")
     lines = ["configuration:", "  subject     " + ", ".join(flat(subject))]
-    for part in ("workload", "slo", "controller", "rule"):
+    for part in parts:
         lines.append(f"  {part:<11} " + ", ".join(flat(config.pop(part))))
     lines.append("  ruler       " + ", ".join(flat(config)))
     return "\n".join(lines)
@@ -244,7 +261,8 @@ def _seed_job(job) -> SeedCapacity:
     subject, config, seed, start = job
     result = seed_capacity(subject, config, seed, start)
     for point in result.points:
-        worst = min(point.classes, key=lambda c: c.goodput_pct, default=None)
+        worst = min((c for c in point.classes if c.floored), key=lambda c: c.goodput_pct,
+                    default=None)
         fairness = (f", worst class {worst.name} {worst.goodput_pct:5.1f}% "
                     f"({'fair' if point.fair_holds else 'unfair'})" if worst else "")
         print(f"  seed {seed} qps {point.qps:7.3f}: goodput {point.goodput_pct:5.1f}% "

@@ -40,6 +40,18 @@ def class_rows(result: RunResult) -> list[tuple[str, str, str]]:
              f"{c.goodput_pct:.1f} % ({c.good} of {c.num_requests})") for c in result.per_class]
 
 
+TENANT_COLUMNS = ("tenant", "priority", "requests", "good", "goodput %", "token goodput %",
+                  "served tokens", "dropped", "p99 TTFT ms")
+
+
+def tenant_rows(result: RunResult) -> list[tuple[str, ...]]:
+    """One row per tenant (TENANT_COLUMNS; a priority < 0 is sheddable); none unless the
+    requests carry tenants."""
+    return [(t.tenant, str(t.priority), str(t.num_requests), str(t.good),
+             f"{t.goodput_pct:.1f}", f"{t.token_goodput_pct:.1f}", str(t.served_tokens),
+             str(t.dropped), _ms(t.p99_ttft_s)) for t in result.per_tenant]
+
+
 def latency_rows(result: RunResult) -> list[tuple[str, str, str, str, str]]:
     """(metric, mean, p50, p90, p99) in milliseconds."""
     rows = []
@@ -58,6 +70,14 @@ def plain_summary(result: RunResult) -> str:
               for i in result.per_instance]
     lines += [f"class {name} (TTFT / TBT {targets}): goodput {goodput}"
               for name, targets, goodput in class_rows(result)]
+    tenants = tenant_rows(result)
+    if tenants:
+        widths = [max(len(c), *(len(row[i]) for row in tenants))
+                  for i, c in enumerate(TENANT_COLUMNS)]
+        lines.append("per tenant (priority < 0: sheddable):")
+        lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                                   for i, (cell, w) in enumerate(zip(row, widths)))
+                  for row in [TENANT_COLUMNS, *tenants]]
     lines.append("=" * 71)
     return "\n".join(lines)
 
@@ -114,4 +134,11 @@ def _rich_tables(result: RunResult):
         for row in class_rows(result):
             classes.add_row(*row)
         tables.append(classes)
+    if result.per_tenant:
+        tenants = Table(title="per tenant (priority < 0: sheddable)")
+        for name in TENANT_COLUMNS:
+            tenants.add_column(name, justify="left" if name == "tenant" else "right")
+        for row in tenant_rows(result):
+            tenants.add_row(*row)
+        tables.append(tenants)
     return tables

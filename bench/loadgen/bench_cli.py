@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 
@@ -25,6 +26,7 @@ import msgspec
 
 from bench.loadgen.chat_fit import fit_chat_prompts
 from bench.loadgen.loadgen import LoadRun, get_json, is_chat_endpoint, run_load
+from bench.loadgen.tenant_mix import mix_text, tenant_rates
 from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.records import RequestRecord
@@ -182,6 +184,8 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
     workload = build_requests(spec, rate=rate, num_requests=num, duration=args.duration,
                               seed=args.seed, max_model_len=fit or None)
     model = args.model or info.get("id")
+    if spec.tenant_mix:
+        print(mix_text(spec.tenant_mix, rate))
     if max_len and is_chat_endpoint(args.endpoint):
         fitted = await fit_chat_prompts(args.url, api_key, model, workload, max_len, args.seed)
         workload = fitted.requests
@@ -199,6 +203,8 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
     config = {k: v for k, v in vars(args).items() if k not in NOT_CONFIG and not callable(v)}
     config.update(tool="bench", model=model, max_model_len=max_len or None,
                   num_requests=len(workload), workload=msgspec.to_builtins(spec))
+    if spec.tenant_mix and rate is not None and math.isfinite(rate):
+        config["tenant_rates"] = tenant_rates(spec.tenant_mix, rate)
     result = summarize(load.records, config, load.duration_s, args.ttft_slo, args.tbt_slo,
                        per_instance=msgspec.to_builtins(health.instances) if health else [],
                        perf_model_mape=health.perf_model_mape if health else None,

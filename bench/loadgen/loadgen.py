@@ -5,7 +5,9 @@ answered, over as many concurrent connections as it takes (the connector has no 
 `max_concurrency` caps it on purpose, as in `vllm bench serve`). Each request is a
 streaming POST to `endpoint` with `max_tokens` = the trace's output length and
 `ignore_eos`, carrying the run's `ttft_slo`/`tbt_slo` (a request's own, when its
-workload gives it some, e.g. an SLO class): to /v1/completions a token-id
+workload gives it some, e.g. an SLO class) and priority (its tenant's, when not 0: a
+`--tenant-mix`), its tenant (if any) in the header `x-gateway-inference-fairness-id`
+(bench/loadgen/tenant_mix.py): to /v1/completions a token-id
 prompt of the trace's length; to a chat endpoint (a path ending in /chat/completions) one
 user message of as many common English words (one token each in the usual BPE
 vocabularies; the record's `prompt_len` then becomes the server's count, from usage).
@@ -43,6 +45,7 @@ import numpy as np
 
 from bench.loadgen.progress import Progress
 from bench.loadgen.sse import sse_data
+from bench.loadgen.tenant_mix import TENANT_HEADER
 from bench.loadgen.workload import WorkloadRequest, request_prompt
 from bench.records import RequestRecord, failure_outcome
 from ipc.serving_info import ServingInfo
@@ -84,10 +87,18 @@ class Client:
                 self.seed, request.index, request.prompt_len)}]}
         else:
             prompt = {"prompt": request_prompt(request, self.seed)}
-        own = {k: v for k, v in (("ttft_slo", request.ttft_slo), ("tbt_slo", request.tbt_slo))
-               if v is not None}  # the request's own targets win over the run's
+        own = {k: v for k, v in (("ttft_slo", request.ttft_slo), ("tbt_slo", request.tbt_slo),
+                                 ("priority", request.priority or None))
+               if v is not None}  # the request's own targets and priority win over the run's
         return json.dumps({**self.fields, **own, **prompt,
                            "max_tokens": request.output_len}).encode()
+
+    def headers(self, request: WorkloadRequest) -> dict[str, str]:
+        """The request's own headers (the session adds the key): its tenant, if any."""
+        headers = {"Content-Type": "application/json"}
+        if request.tenant is not None:
+            headers[TENANT_HEADER] = request.tenant
+        return headers
 
 
 def is_chat_endpoint(path: str) -> bool:
@@ -128,7 +139,8 @@ async def run_load(url: str, workload: list[WorkloadRequest], *, ttft_slo: float
         records = [RequestRecord(index=w.index, arrival=w.arrival, prompt_len=w.prompt_len,
                                  output_len=w.output_len, scheduled=w.arrival,
                                  ttft_slo=w.ttft_slo, tbt_slo=w.tbt_slo, slo_class=w.slo_class,
-                                 warmup=w.warmup)
+                                 warmup=w.warmup, tenant=w.tenant,
+                                 priority=w.priority or priority)
                    for w in workload]
         try:
             await _dispatch(client, workload, records, timeout)
@@ -173,7 +185,7 @@ async def _post(client: Client, request: WorkloadRequest, record: RequestRecord)
     record.arrival = client.now()
     try:
         async with client.session.post(client.url, data=body,
-                                       headers={"Content-Type": "application/json"}) as response:
+                                       headers=client.headers(request)) as response:
             if response.status != 200:
                 _http_error(record, response.status, await response.read(), client.now())
             else:

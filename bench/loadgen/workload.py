@@ -54,6 +54,10 @@ class WorkloadRequest(msgspec.Struct, frozen=True):
     #: Sent first to bring the server to steady state (the earlier turns of conversations
     #: in progress when the run starts, priming the prefix cache); never measured.
     warmup: bool = False
+    #: Who sends it (bench/loadgen/tenant_mix.py); None = no tenant named (the server's
+    #: "default").
+    tenant: str | None = None
+    priority: int = 0    # its tenant's; < 0: sheddable
 
 
 def clamp(prompt_len: int, output_len: int, max_model_len: int | None) -> tuple[int, int]:

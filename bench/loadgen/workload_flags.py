@@ -2,8 +2,8 @@
 
 `--workload NAME` (bench/loadgen/workloads.py WORKLOADS; default: `replay` for a trace file with
 arrival times, else `poisson`), `--slo-mix`, `--arrival-column`, `--arrival-unit`,
-`--rate-scale`, `--max-prompt-len`, and for the workloads with reuse `--system-prompt-len`,
-`--turns`, `--think-time`. Each command defines `--trace` and `--burstiness`
+`--rate-scale`, `--max-prompt-len`, `--tenant-mix` (bench/loadgen/tenant_mix.py), and for
+the workloads with reuse `--system-prompt-len`, `--turns`, `--think-time`. Each command defines `--trace` and `--burstiness`
 itself; `--burstiness B` (not 1) turns Poisson arrivals into gamma ones of shape B, as
 `vllm bench serve` does, and is refused for a workload with arrivals of its own kind.
 `--qps` on a replayed trace is its target mean rate (the scale is derived from it).
@@ -14,6 +14,7 @@ import argparse
 
 import msgspec
 
+from bench.loadgen.tenant_mix import parse_tenant_mix
 from bench.loadgen.trace_file import UNITS
 from bench.loadgen.workloads import WORKLOADS, WorkloadSpec, is_timed, parse_slo_mix, workload
 
@@ -53,6 +54,14 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
                    help="shifting: seconds of its poisson, mixed-slo and bursty-cv4 phases "
                         "(default 60,60,60); --slo-mix sets the mixed phase's classes "
                         "(default interactive=0.6,standard=0.3,batch=0.1)")
+    p.add_argument("--tenant-mix", metavar="NAME=SHARE[:WEIGHT[:PRIORITY]],...",
+                   help="who sends the requests: each arrival draws a tenant by share "
+                        "(normalised), e.g. heavy=0.75,light=0.25:2 or chat=0.5,batch=0.5:1:-1; "
+                        "WEIGHT is its fair-share weight (default 1; the simulator's "
+                        "tenant_weights unless --tenant-weights names it), PRIORITY its "
+                        "priority (default 0; < 0: sheddable; -100..100). A live run sends the "
+                        "tenant as the x-gateway-inference-fairness-id header. Seeded apart "
+                        "from arrivals and lengths: a mix changes only who sends what")
     p.add_argument("--max-prompt-len", type=int, metavar="N",
                    help="trim longer prompts to N tokens (then prompt + output are fitted into "
                         "--max-model-len: the output kept, the prompt cut)")
@@ -80,6 +89,8 @@ def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
             raise ValueError(f"--phase-seconds {args.phase_seconds!r}: give three numbers, "
                              "e.g. 60,60,60") from None
         spec = msgspec.structs.replace(spec, phase_seconds=phases)
+    if getattr(args, "tenant_mix", None):
+        spec = msgspec.structs.replace(spec, tenant_mix=parse_tenant_mix(args.tenant_mix))
     if args.slo_mix is not None:
         spec = msgspec.structs.replace(spec, slo_mix=parse_slo_mix(args.slo_mix,
                                                                    spec.slo_classes))

@@ -27,6 +27,10 @@
   instead sets the scale so that the mean rate of the replayed rows is that rate (with
   a `duration`: of the whole file). Never both.
 
+Any workload may name its senders: `tenant_mix` (`--tenant-mix`,
+bench/loadgen/tenant_mix.py) draws each request's tenant and priority by share, from a seed
+stream of its own (the arrivals and lengths stay those of the run without it).
+
 A generated workload on a trace with arrival times uses only its lengths. Lengths are
 fitted as bench/loadgen/workload.py `fit_lengths` says (length_scale, max_prompt_len, then
 max_model_len: the output is kept, the prompt cut).
@@ -49,6 +53,7 @@ from bench.loadgen.arrivals import (
     onoff_offsets,
 )
 from bench.loadgen.reuse_workloads import conversation_requests, system_prompt_requests
+from bench.loadgen.tenant_mix import TenantShare, assign_tenants, check_tenant_mix
 from bench.loadgen.trace_file import TraceRow, load_rows
 from bench.loadgen.workload import WorkloadRequest, fit_lengths, sample_rows
 
@@ -96,6 +101,9 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: `shifting`: seconds of its poisson, mixed-slo and bursty-cv4 phases (empty: 60 each;
     #: bench/loadgen/shifting.py).
     phase_seconds: tuple[float, ...] = ()
+    #: Who sends the requests: each arrival draws a tenant by share (None: no tenants;
+    #: bench/loadgen/tenant_mix.py).
+    tenant_mix: tuple[TenantShare, ...] | None = None
 
 
 WORKLOADS = {
@@ -182,6 +190,11 @@ def check(spec: WorkloadSpec) -> None:
         if any(not (s >= 0 and math.isfinite(s)) for s in shares) or abs(sum(shares) - 1) > 0.01:
             text = ",".join(f"{s.slo_class}={s.share:g}" for s in spec.slo_mix)
             raise ValueError(f"{where}: the slo_mix shares must be >= 0 and sum to 1, got {text}")
+    if spec.tenant_mix is not None:
+        try:
+            check_tenant_mix(spec.tenant_mix)
+        except ValueError as exc:
+            raise ValueError(f"{where}: tenant_mix (--tenant-mix): {exc}") from None
 
 
 def build_requests(spec: WorkloadSpec, *, rate: float | None = None,
@@ -190,8 +203,17 @@ def build_requests(spec: WorkloadSpec, *, rate: float | None = None,
                    rows: list[TraceRow] | None = None) -> list[WorkloadRequest]:
     """`num_requests` requests, or every arrival within `duration` seconds, at `rate`
     requests/s (inf: all at once; for `replay`, None keeps the trace's own times).
-    `rows` replaces the trace (its rows, already read)."""
+    `rows` replaces the trace (its rows, already read). With a tenant mix each request
+    then draws its tenant (`_with_tenants`): arrivals and lengths are the same as without."""
     check(spec)
+    return _with_tenants(spec, seed, _requests(spec, rate=rate, num_requests=num_requests,
+                                               duration=duration, seed=seed,
+                                               max_model_len=max_model_len, rows=rows))
+
+
+def _requests(spec: WorkloadSpec, *, rate: float | None, num_requests: int | None,
+              duration: float | None, seed: int, max_model_len: int | None,
+              rows: list[TraceRow] | None) -> list[WorkloadRequest]:
     if (num_requests is None) == (duration is None):
         raise ValueError("give exactly one of num_requests and duration")
     rows = list(rows) if rows is not None else trace_rows(spec)
@@ -234,6 +256,16 @@ def build_requests(spec: WorkloadSpec, *, rate: float | None = None,
             ttft_slo=slo.ttft_slo if slo else None, tbt_slo=slo.tbt_slo if slo else None,
             slo_class=name))
     return requests
+
+
+def _with_tenants(spec: WorkloadSpec, seed: int,
+                  requests: list[WorkloadRequest]) -> list[WorkloadRequest]:
+    """`requests` with the tenants (and their priorities) `spec.tenant_mix` draws."""
+    if not spec.tenant_mix:
+        return requests
+    tenants = assign_tenants(spec.tenant_mix, len(requests), seed)
+    return [msgspec.structs.replace(r, tenant=t.tenant, priority=t.priority)
+            for r, t in zip(requests, tenants)]
 
 
 def _with_classes(spec: WorkloadSpec, seed: int,

@@ -23,6 +23,7 @@ import time
 
 import msgspec
 
+from bench.loadgen.tenant_mix import tenant_weights
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import WorkloadSpec, build_requests
 from bench.records import RecordRow
@@ -32,7 +33,7 @@ from bench.ruler.classes import DEFAULT_FAIR_FLOOR, ClassGoodput, RequestClasses
 from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
-from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.layout import dynamic_roles, layout_modes
 from engines.scheduler_config import SchedulerConfig
 
@@ -57,6 +58,9 @@ class RulerConfig(msgspec.Struct, frozen=True, kw_only=True):
     slo: SloConfig = SloConfig()
     #: Routing, the global queue and shedding: one choice for every layout of a table.
     controller: ControllerConfig = ControllerConfig()
+    #: Tenants' fair shares ([tenants]); a workload's tenant mix adds its weights
+    #: (`effective_tenants`).
+    tenants: TenantsConfig = TenantsConfig()
     measured: int = 4500
     seeds: tuple[int, ...] = (0, 1, 2)
     target: float = CAPACITY_TARGET
@@ -107,9 +111,20 @@ def ruler_classes(config: RulerConfig) -> RequestClasses:
         [r.prompt_len for r in workload_requests(config, 1.0, config.seeds[0]) if not r.warmup])
 
 
+def effective_tenants(config: RulerConfig) -> TenantsConfig:
+    """`config.tenants` with the weights of the workload's tenant mix, each unless
+    `tenants.tenant_weights` (the run's --tenant-weights) names its tenant."""
+    mix = tenant_weights(config.workload.tenant_mix)
+    if not mix:
+        return config.tenants
+    return msgspec.structs.replace(config.tenants,
+                                   tenant_weights={**mix, **config.tenants.tenant_weights})
+
+
 def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
     return SimConfig(layout_modes=tuple(layout_modes(subject.layout)), profile=config.profile,
                      scheduler=subject.scheduler, slo=config.slo, controller=config.controller,
+                     tenants=effective_tenants(config),
                      max_model_len=config.max_model_len, latency=config.latency,
                      num_kv_blocks=config.num_kv_blocks, interconnect=config.interconnect,
                      dynamic_roles=dynamic_roles(subject.layout))

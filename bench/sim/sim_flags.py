@@ -1,6 +1,6 @@
 """The flags `simulate`, `capacity` and `plan` share, and the settings they make.
 
-The scheduler, SLO and controller settings come from the same structs and flags as
+The scheduler, SLO, controller and tenants settings come from the same structs and flags as
 `serve`'s (daemon/config.py `add_config_flags`), so a simulated box has the daemon's
 defaults unless told otherwise; the workload flags are bench/loadgen/workload_flags.py's.
 """
@@ -14,12 +14,13 @@ from daemon.config import FLAT, add_config_flags, load_config
 from daemon.layout import layout_modes
 from engines.executors.profiles.registry import profile_names
 
-SHARED_SECTIONS = ("scheduler", "slo", "controller")
+SHARED_SECTIONS = ("scheduler", "slo", "controller", "tenants")
 
 
 def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     """The flags of a simulated box: its layout (unless the command chooses it), profile,
-    workload, and the scheduler, SLO and controller settings `serve` takes."""
+    workload, and the scheduler, SLO, controller and tenants settings `serve` takes (a
+    `--tenant-mix`'s weights are the tenants' unless `--tenant-weights` names them)."""
     if layout:
         p.add_argument("--layout", default="2L1H", help="e.g. 2L1H, 3xsarathi, 3xvllm-v1, 3xsglang")
     p.add_argument("--profile", default="a100-llama3-8b", choices=profile_names())
@@ -46,7 +47,8 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     layout_modes(layout)  # a bad layout is an error now, naming it
     subject = Subject(label=layout, layout=layout, scheduler=shared.scheduler)
     config = RulerConfig(workload=workload_spec(args), profile=args.profile, slo=shared.slo,
-                         controller=shared.controller, max_model_len=args.max_model_len,
+                         controller=shared.controller, tenants=shared.tenants,
+                         max_model_len=args.max_model_len,
                          latency=args.sim_latency, num_kv_blocks=args.num_kv_blocks)
     return subject, config
 

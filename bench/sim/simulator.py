@@ -39,6 +39,7 @@ from daemon.core.events import (
 )
 from engines.batch import Batch
 from ipc.params import SamplingParams
+from policies.tenants import DEFAULT_TENANT
 
 __all__ = ["SimConfig", "Simulation"]
 
@@ -106,7 +107,8 @@ class Simulation:
     def _arrive(self, request_id: str, work: WorkloadRequest) -> None:
         sampling = SamplingParams(max_tokens=work.output_len, ignore_eos=True)
         self._controller(Arrived(self.now, request_id, request_prompt(work, PROMPT_SEED),
-                                 sampling, work.ttft_slo, work.tbt_slo))
+                                 sampling, work.ttft_slo, work.tbt_slo, priority=work.priority,
+                                 tenant=work.tenant or DEFAULT_TENANT))
 
     def _controller(self, event) -> None:
         now, keeper = self.now, self.keeper
@@ -183,4 +185,5 @@ class Simulation:
 def _record(work: WorkloadRequest) -> RequestRecord:
     return RequestRecord(index=work.index, arrival=work.arrival, prompt_len=work.prompt_len,
                          output_len=work.output_len, ttft_slo=work.ttft_slo,
-                         tbt_slo=work.tbt_slo, slo_class=work.slo_class, warmup=work.warmup)
+                         tbt_slo=work.tbt_slo, slo_class=work.slo_class, warmup=work.warmup,
+                         tenant=work.tenant, priority=work.priority)
