@@ -200,6 +200,8 @@ SECTIONS: dict[str, type] = {
     "model": ModelConfig, "instances": InstancesConfig, "http": HttpConfig,
     "scheduler": SchedulerConfig, "slo": SloConfig, "controller": ControllerConfig,
     "tenants": TenantsConfig, "process": ProcessConfig}
+#: The sections the simulator's commands (`simulate`, `capacity`, `plan`) take as flags too.
+SIMULATOR_SECTIONS = ("scheduler", "slo", "controller", "tenants")
 #: Fields no one sets by hand: the layout sets each instance's scheduler mode.
 NOT_SETTABLE = {("scheduler", "mode")}
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 import typing
 
-from daemon.config import SECTIONS, field_docs, toml_value
+from daemon.config import SECTIONS, SIMULATOR_SECTIONS, field_docs, toml_value
 
 #: The sections the simulator's commands (simulate, capacity, plan) take too, same flags.
-SHARED_WITH_SIMULATOR = ("scheduler", "slo", "controller")
+
 
 HEADER = """\
 # Configuration
@@ -35,8 +35,8 @@ message naming the section and the field.
 `ascendra serve --print-config` writes the configuration it would run as commented TOML
 (with no other flag that is [systemd/ascendra.toml](../systemd/ascendra.toml));
 `ascendra serve --help` shows the same descriptions. The simulator's commands (`simulate`,
-`capacity`, `plan`) take the `[scheduler]`, `[slo]` and `[controller]` flags too, with the
-same defaults.
+`capacity`, `plan`) take the `[scheduler]`, `[slo]`, `[controller]` and `[tenants]` flags
+too, with the same defaults.
 """
 
 
@@ -61,7 +61,7 @@ def render_markdown() -> str:
             section = field.section
             about = " ".join((SECTIONS[section].__doc__ or "").split())
             shared = (" Also taken by `simulate`, `capacity` and `plan`."
-                      if section in SHARED_WITH_SIMULATOR else "")
+                      if section in SIMULATOR_SECTIONS else "")
             parts.append(f"\n## [{section}]\n\n{about}{shared}\n\n"
                          "| TOML key | flag | default | what it does |\n|---|---|---|---|\n")
         default = ("unset" if field.default is None

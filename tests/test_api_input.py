@@ -58,7 +58,7 @@ COMPLETION_BAD = [
     ("stop empty string", {**HI, "stop": ""}, ["stop"], "stop"),
     ("stop with an empty string", {**HI, "stop": ["a", ""]}, ["stop"], "stop[1]"),
     ("five stops", {**HI, "stop": ["a", "b", "c", "d", "e"]}, ["stop"], "stop"),
-    ("priority -1", {**HI, "priority": -1}, ["priority"], "priority"),
+    ("priority -101", {**HI, "priority": -101}, ["priority"], "priority"),   # -1 is sheddable
     ("priority 101", {**HI, "priority": 101}, ["priority"], "priority"),
     ("ttft_slo 0", {**HI, "ttft_slo": 0}, ["ttft_slo"], "ttft_slo"),
     ("ttft_slo negative", {**HI, "ttft_slo": -1.0}, ["ttft_slo"], "ttft_slo"),

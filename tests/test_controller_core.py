@@ -71,7 +71,8 @@ def test_tokens_flow_then_the_last_one_settles_it_completed():
     last, settle = core.handle(tokens(target, TokenOutput("a", 8, FinishReason.LENGTH)))
     assert isinstance(last, Token) and last.tbt == 0.0
     assert settle == Settle("a", Outcome.COMPLETED, None, "", target, 1.0,
-                             prompt_tokens=3, instances=(target,))
+                             prompt_tokens=3, instances=(target,), output_tokens=2,
+                             ttft=pytest.approx(1.0))
     assert "a" not in core.ledger.requests
 
 
@@ -367,6 +368,18 @@ def test_with_demote_it_waits_behind_the_feasible_ones_and_never_for_ever():
     [settle] = [a for a in report(core, LP0, 4.5, accepted=0, queued_seconds=5.0)
                 if isinstance(a, Settle)]  # 3.5 s > 3 x its 1 s TTFT SLO
     assert settle.outcome is Outcome.DROPPED and "waited 3.5 s" in settle.message
+
+
+def test_a_request_an_instance_holds_past_its_longest_wait_ends_and_is_aborted_there():
+    core = core_late(max_wait_slo_multiple=3.0)
+    [(lp, _)] = sends(arrive(core, "stuck", now=1.0, prompt=[5] * 100))
+    assert not any(isinstance(a, Settle) for a in report(core, lp, 3.9, accepted=1,
+                                                             queued_seconds=0.1))
+    actions = report(core, lp, 4.5, accepted=1, queued_seconds=0.1)  # 3.5 s > 3 x 1 s
+    [settle] = [a for a in actions if isinstance(a, Settle)]
+    assert settle.outcome is Outcome.DROPPED and "for its first token" in settle.message
+    assert (lp, Abort(request_id="stuck")) in sends(actions)
+    assert "stuck" not in core.ledger.requests
 
 
 def test_an_offload_no_hp_can_finish_in_time_waits_at_the_controller_again():

@@ -10,11 +10,9 @@ import argparse
 
 from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.ruler.ruler import RulerConfig, Subject
-from daemon.config import FLAT, add_config_flags, load_config
+from daemon.config import FLAT, SIMULATOR_SECTIONS, add_config_flags, load_config
 from daemon.layout import layout_modes
 from engines.executors.profiles.registry import profile_names
-
-SHARED_SECTIONS = ("scheduler", "slo", "controller", "tenants")
 
 
 def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
@@ -35,14 +33,14 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
                         "default: the profile's step times")
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV blocks per instance (default: what the profile's GPU holds)")
-    add_config_flags(p, SHARED_SECTIONS)
+    add_config_flags(p, SIMULATOR_SECTIONS)
 
 
 def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     """The run's layout and every setting it depends on, from the flags."""
     shared = load_config(overrides={name: getattr(args, name, None)
                                     for name, section in FLAT.items()
-                                    if section in SHARED_SECTIONS})
+                                    if section in SIMULATOR_SECTIONS})
     layout = getattr(args, "layout", "2L1H")
     layout_modes(layout)  # a bad layout is an error now, naming it
     subject = Subject(label=layout, layout=layout, scheduler=shared.scheduler)

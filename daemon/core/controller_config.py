@@ -71,8 +71,10 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "triage sets aside and drops requests of other classes instead. 0 = the paper's "
         "rule (the costliest late request goes first, whoever it is)."))] = 0.0
     max_wait_slo_multiple: Annotated[float, Meta(gt=0, description=(
-        "A request still waiting at the controller after this many times its TTFT SLO ends "
-        "with 503 ttft_slo_missed: nothing waits without an answer for ever."))] = 10.0
+        "A request without a first token after this many times its TTFT SLO ends with 503 "
+        "ttft_slo_missed -- waiting at the controller, or (with the global queue) held by "
+        "an instance, which is told to abort it: nothing waits without an answer for "
+        "ever."))] = 10.0
     max_queued_requests: Annotated[PositiveInt, Meta(description=(
         "Bounded waiting: at most this many accepted requests may wait for a first token; a "
         "request beyond it gets 503 with Retry-After (counted in "

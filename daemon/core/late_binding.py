@@ -15,19 +15,21 @@ from __future__ import annotations
 import msgspec
 
 from daemon.core.controller_config import ControllerConfig
-from daemon.core.events import Action, Moved
+from daemon.core.events import Action, Moved, Send
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Outcome, Tracked, Trigger
 from daemon.core.role_evidence import RoleEvidence
 from daemon.core.waiting_room import WaitingRoom
 from ipc.api_codes import EndCode
-from ipc.messages import InstanceLoad, Origin, Ready, Role, Submit
+from ipc.messages import Abort, InstanceLoad, Origin, Ready, Role, Submit
 from policies.admission import TicketBook
 from policies.global_queue import Plan, Waiting
 from policies.ticket_pick import ticket_pick
 
 #: Seconds between plans of a queue no LP can take more from (rescue and shed decisions).
 PLAN_INTERVAL = 0.05
+#: Seconds between looks for requests an instance holds past their longest wait.
+OVERDUE_CHECK = 0.5
 
 
 class LateBinding:
@@ -38,6 +40,7 @@ class LateBinding:
         self.tickets = tickets    # the router's: HPs asking for one new request each
         self.config = config
         self.last_plan = -float("inf")
+        self.last_overdue_check = -float("inf")
         #: An `<n>A` layout's role evidence (daemon/core/role_evidence.py): what the
         #: plans set aside. None: roles are fixed.
         self.evidence: RoleEvidence | None = None
@@ -70,6 +73,7 @@ class LateBinding:
         `PLAN_INTERVAL` after the last one (for rescues and sheds), not on every event of
         a busy queue."""
         room, ledger = self.room, self.ledger
+        self._end_overdue(now, out)
         if not len(room) or not self._worth_planning(now):
             return
         self.last_plan = now
@@ -97,6 +101,22 @@ class LateBinding:
             tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
             self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out,
                        w.favoured)
+
+    def _end_overdue(self, now: float, out: list[Action]) -> None:
+        """Requests an instance holds without a first token after `max_wait_slo_multiple`
+        times their TTFT SLO end (503) and are aborted there, as those still in the
+        waiting room do: a band served first at an LP, or an HP's long queue, must not
+        keep a request waiting for ever. Checked every OVERDUE_CHECK seconds."""
+        if now - self.last_overdue_check < OVERDUE_CHECK:
+            return
+        self.last_overdue_check = now
+        multiple = self.config.max_wait_slo_multiple
+        for tracked in self.ledger.waiting_too_long(now, multiple):
+            holder = tracked.instance
+            self.ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                            f"dropped: it waited {now - tracked.arrival_time:.1f} s, over "
+                            f"{multiple:g} times its TTFT SLO, for its first token", out)
+            out.append(Send(holder, Abort(request_id=tracked.request_id)))
 
     def _serve_ticket(self, plan: Plan, by_id: dict[str, Tracked], out: list[Action],
                       ) -> Waiting | None:

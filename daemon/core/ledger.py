@@ -86,6 +86,16 @@ class Ledger:
         """Requests without a first token, per instance that holds them."""
         return {i: len(view.waiting) for i, view in self.instances.items()}
 
+    def waiting_too_long(self, now: float, multiple: float) -> list[Tracked]:
+        """Requests an instance holds without a first token for more than `multiple`
+        times their TTFT SLO since they arrived."""
+        requests = self.requests
+        return [tracked for view in self.instances.values() for request_id in view.waiting
+                if (tracked := requests.get(request_id)) is not None
+                and tracked.first_token_time is None
+                and now - tracked.arrival_time > multiple * (tracked.submit.ttft_slo
+                                                             or float("inf"))]
+
     def held(self, request_id: str, view: InstanceView) -> Tracked | None:
         """The request if `view`'s instance holds it now (not a former holder)."""
         return self.requests.get(request_id) if request_id in view.held else None
