@@ -15,6 +15,7 @@ import numpy as np
 from msgspec import Meta
 
 from ipc.params import MAX_LOGPROBS
+from ipc.tenancy import MAX_PRIORITY, MIN_PRIORITY
 
 #: Seeds travel as msgpack integers (int64) and seed a torch.Generator.
 Seed = Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
@@ -63,7 +64,7 @@ class _Common(msgspec.Struct, kw_only=True):
     tbt_slo: SloSeconds | None = None    # seconds
     #: Higher bands are served first; < 0: sheddable (shed first when the box is
     #: saturated). None: the x-ascendra-priority header's, else the objective's, else 0.
-    priority: Annotated[int, Meta(ge=-100, le=100)] | None = None
+    priority: Annotated[int, Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)] | None = None
     #: Add `serving_info` (ipc/serving_info.py) to the answer: where each choice ran.
     return_serving_info: bool = False
 

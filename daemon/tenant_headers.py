@@ -19,13 +19,15 @@ import re
 import msgspec
 
 from daemon.core.controller_config import TenantsConfig
+from ipc.tenancy import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    OBJECTIVE_HEADER,
+    PRIORITY_HEADER,
+    TENANT_HEADER,
+)
 from policies.tenants import DEFAULT_TENANT
 
-TENANT_HEADER = "x-gateway-inference-fairness-id"
-PRIORITY_HEADER = "x-ascendra-priority"
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
-#: The band limits (the body field's).
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_TENANT_LEN = 256   # the header's; OpenAI's `user` has no limit, and none is set here
 _INTEGER = re.compile(r"[+-]?\d{1,4}")
 

@@ -11,13 +11,12 @@ import pytest
 from bench.cli import build_parser, main
 from bench.loadgen.loadgen import Client, run_load
 from bench.loadgen.progress import Progress
-from bench.loadgen.tenant_mix import (
-    TENANT_HEADER, TenantShare, mix_text, parse_tenant_mix, tenant_rates,
-)
+from bench.loadgen.tenant_mix import TenantShare, mix_text, parse_tenant_mix, tenant_rates
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
 from bench.records import RecordRow, RequestRecord, RunResult
 from bench.records_report import report
+from ipc.tenancy import TENANT_HEADER
 from bench.results import per_tenant, summarize
 from bench.ruler.classes import RequestClasses, class_goodput, holds_floor
 from bench.ruler.ruler import RulerConfig, Subject, sim_config

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from daemon.tenant_headers import TENANT_HEADER
+from ipc.tenancy import TENANT_HEADER
 
 pytestmark = pytest.mark.slow  # against a daemon subprocess
 

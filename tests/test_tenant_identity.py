@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from daemon.core.controller_config import TenantsConfig
-from daemon.tenant_headers import OBJECTIVE_HEADER, PRIORITY_HEADER, TENANT_HEADER
+from ipc.tenancy import OBJECTIVE_HEADER, PRIORITY_HEADER, TENANT_HEADER
 from tests.api_fakes import FakeController, api_client, call, expect_error
 
 LIMITS = {"max_tokens_limit": 64}

@@ -45,7 +45,7 @@ import numpy as np
 
 from bench.loadgen.progress import Progress
 from bench.loadgen.sse import sse_data
-from bench.loadgen.tenant_mix import TENANT_HEADER
+from ipc.tenancy import TENANT_HEADER
 from bench.loadgen.workload import WorkloadRequest, request_prompt
 from bench.records import RequestRecord, failure_outcome
 from ipc.serving_info import ServingInfo

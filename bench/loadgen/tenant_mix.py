@@ -20,14 +20,12 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-__all__ = ["FLAG", "MAX_PRIORITY", "TENANT_HEADER", "TenantShare", "assign_tenants",
+from ipc.tenancy import MAX_PRIORITY, MIN_PRIORITY
+
+__all__ = ["FLAG", "TenantShare", "assign_tenants",
            "check_tenant_mix", "mix_text", "parse_tenant_mix", "tenant_rates", "tenant_weights"]
 
 FLAG = "--tenant-mix"
-#: The header a request names its tenant in (the Gateway API Inference Extension's).
-TENANT_HEADER = "x-gateway-inference-fairness-id"
-#: A request's priority is within [-MAX_PRIORITY, MAX_PRIORITY] (the daemon's bound).
-MAX_PRIORITY = 100
 #: The seed stream of the tenant draw: apart from arrivals, lengths, prompts and classes.
 TENANT_STREAM = 7
 
@@ -92,8 +90,8 @@ def check_tenant_mix(mix: Sequence[TenantShare]) -> None:
             raise ValueError(f"the share of {t.tenant} must be > 0, got {t.share:g}")
         if not (t.weight > 0 and math.isfinite(t.weight)):
             raise ValueError(f"the weight of {t.tenant} must be > 0, got {t.weight:g}")
-        if not -MAX_PRIORITY <= t.priority <= MAX_PRIORITY:
-            raise ValueError(f"the priority of {t.tenant} must be in [-{MAX_PRIORITY}, "
+        if not MIN_PRIORITY <= t.priority <= MAX_PRIORITY:
+            raise ValueError(f"the priority of {t.tenant} must be in [{MIN_PRIORITY}, "
                              f"{MAX_PRIORITY}], got {t.priority}")
 
 

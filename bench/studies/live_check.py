@@ -5,13 +5,16 @@ per workload. The two run the same controller and instance cores; what differs i
 which the simulator does not charge.
 
     python -m bench.studies.live_check [--layout 2L1H] [--points poisson:8,bursty-cv4:4,mixed-slo:8]
-                               [--num-requests 2000] [--out DIR]
+                               [--num-requests 2000] [--tenant-mix MIX] [--out DIR]
 
 For each point it starts `ascendra serve --executor sim --profile PROFILE --layout L
 --max-model-len 8192`, runs `ascendra bench --workload W --qps Q --num-requests N` against
 it (same seed, so the same requests), stops it, and runs `ascendra simulate` with the same
 flags; it prints goodput, throughput and TTFT side by side and writes both result JSONs
-and `summary.json` (the table).
+and `summary.json` (the table). With `--tenant-mix` (bench/loadgen/tenant_mix.py) the
+load generator names each request's tenant in the x-gateway-inference-fairness-id header
+and the simulator hands the same tenant to its controller; goodput is then compared per
+tenant too.
 """
 from __future__ import annotations
 
@@ -34,10 +37,11 @@ def _serve_args(layout: str, scheduler: list[str]) -> list[str]:
 
 
 def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int,
-          scheduler: list[str] = ()) -> tuple:
+          scheduler: list[str] = (), tenant_mix: str = "") -> tuple:
     """`scheduler`: flags both the daemon and the simulator take (--chunk-size N,
     --drop-expired)."""
-    flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", "0"]
+    flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", "0",
+             *(["--tenant-mix", tenant_mix] if tenant_mix else [])]
     live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
     with ServeProcess(_serve_args(layout, list(scheduler)), port=port, start_timeout=120,
                       log_path=out / f"daemon_{layout}_{workload}.log") as daemon:
@@ -61,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-size", type=int, help="the instances' token budget")
     parser.add_argument("--drop-expired", action="store_true",
                         help="the baselines' drop rule (a request whose TTFT SLO is lost)")
+    parser.add_argument("--tenant-mix", default="",
+                        help="NAME=SHARE[:WEIGHT[:PRIORITY]],...: tenants by header, "
+                             "goodput compared per tenant")
     parser.add_argument("--port", type=int, default=0,
                         help="the daemon's port (default 0: any free one)")
     args = parser.parse_args(argv)
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     for point in args.points.split(","):
         workload, qps = point.split(":")
         live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port,
-                          scheduler)
+                          scheduler, args.tenant_mix)
         diff = live.goodput_pct - sim.goodput_pct
         worst = max(worst, abs(diff))
         rows.append({"workload": workload, "qps": float(qps), "requests": args.num_requests,
@@ -85,17 +92,32 @@ def main(argv: list[str] | None = None) -> int:
                      "offloaded_live": live.offloaded, "offloaded_sim": sim.offloaded,
                      "dropped_live": live.dropped, "dropped_sim": sim.dropped,
                      "preemptions_live": [i["preemptions"] for i in live.per_instance],
-                     "preemptions_sim": [i["preemptions"] for i in sim.per_instance]})
+                     "preemptions_sim": [i["preemptions"] for i in sim.per_instance],
+                     "per_tenant": _per_tenant(live, sim)})
         print(f"{workload:>11} {float(qps):>5g} {live.goodput_pct:>12.1f}% {sim.goodput_pct:>9.1f}% "
               f"{diff:>+6.1f} {live.throughput_rps:>11.2f} {sim.throughput_rps:>6.2f} "
               f"{1000 * live.ttft_s.p50:>11.0f} ms {1000 * sim.ttft_s.p50:>4.0f} ms", flush=True)
         print(f"{'':>11} preemptions per instance: live {rows[-1]['preemptions_live']}, "
               f"simulated {rows[-1]['preemptions_sim']}", flush=True)
+        for tenant in rows[-1]["per_tenant"]:
+            worst = max(worst, abs(tenant["diff_points"]))
+            print(f"{'':>11} tenant {tenant['tenant']}: goodput live {tenant['live_pct']:.1f}% "
+                  f"simulated {tenant['sim_pct']:.1f}% ({tenant['diff_points']:+.1f}; "
+                  f"{tenant['requests']} requests)", flush=True)
     print(f"largest goodput difference: {worst:.1f} points")
     (out / "summary.json").write_text(json.dumps(
         {"layout": args.layout, "scheduler": scheduler, "rows": rows,
          "largest_difference_points": worst}, indent=1) + "\n")
     return 0
+
+
+def _per_tenant(live, sim) -> list[dict]:
+    """Goodput per tenant, live beside simulated (none without a tenant mix)."""
+    simulated = {t.tenant: t for t in sim.per_tenant}
+    return [{"tenant": t.tenant, "requests": t.num_requests, "live_pct": t.goodput_pct,
+             "sim_pct": simulated[t.tenant].goodput_pct,
+             "diff_points": t.goodput_pct - simulated[t.tenant].goodput_pct}
+            for t in live.per_tenant if t.tenant in simulated]
 
 
 if __name__ == "__main__":
