@@ -372,14 +372,19 @@ def test_with_demote_it_waits_behind_the_feasible_ones_and_never_for_ever():
 
 def test_a_request_an_instance_holds_past_its_longest_wait_ends_and_is_aborted_there():
     core = core_late(max_wait_slo_multiple=3.0)
-    [(lp, _)] = sends(arrive(core, "stuck", now=1.0, prompt=[5] * 100))
-    assert not any(isinstance(a, Settle) for a in report(core, lp, 3.9, accepted=1,
-                                                             queued_seconds=0.1))
-    actions = report(core, lp, 4.5, accepted=1, queued_seconds=0.1)  # 3.5 s > 3 x 1 s
+    actions = arrive(core, "stuck", now=1.0, prompt=[5] * 100)
+    [(lp, _)] = sends(actions)
+    [timer] = [a for a in actions if isinstance(a, StartTimer)]   # the overdue watch
+    assert timer.at == pytest.approx(1.25)
+    early = core.handle(TimerFired(3.5, timer.timer))   # 2.5 s: before the next look, 2.75
+    assert not any(isinstance(a, Settle) for a in early)
+    [again] = [a for a in early if isinstance(a, StartTimer)]
+    actions = core.handle(TimerFired(3.9, again.timer))  # by the next look it would be 3.15 s
     [settle] = [a for a in actions if isinstance(a, Settle)]
     assert settle.outcome is Outcome.DROPPED and "for its first token" in settle.message
     assert (lp, Abort(request_id="stuck")) in sends(actions)
     assert "stuck" not in core.ledger.requests
+    assert not [a for a in actions if isinstance(a, StartTimer)]   # nothing left to watch
 
 
 def test_an_offload_no_hp_can_finish_in_time_waits_at_the_controller_again():

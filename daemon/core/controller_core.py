@@ -54,7 +54,7 @@ from daemon.core.events import (
     Token,
 )
 from daemon.core.handoffs import Handoffs
-from daemon.core.late_binding import LateBinding
+from daemon.core.late_binding import OVERDUE, LateBinding
 from daemon.core.ledger import InstanceView, Ledger
 from daemon.core.prefixes import Prefixes
 from daemon.core.recovery import RECOVERY, Recovery
@@ -182,6 +182,7 @@ class ControllerCore:
             ledger.send_to(tracked, target, submit, out)
             return
         late_binding.add(tracked)
+        late_binding.watch_waits(now, out)
         late_binding.bind_waiting(now, out)
         if self.roles is not None:
             self.roles.arrived(now, ttft_slo)
@@ -369,6 +370,8 @@ class ControllerCore:
     def _timer_fired(self, now: float, timer: Timer, out: list[Action]) -> None:
         if timer.kind == RECOVERY:
             self.recovery.give_up(now, out)
+        elif timer.kind == OVERDUE and self.late_binding is not None:
+            self.late_binding.end_overdue(now, out)
         elif timer.kind == DRAIN:
             for tracked in list(self.ledger.requests.values()):
                 self.ledger.end(tracked, Outcome.ERRORED, EndCode.SHUTTING_DOWN,

@@ -67,7 +67,7 @@ class ClientLeft:
 
 @dataclass(frozen=True, slots=True)
 class Timer:
-    kind: str   # "recovery" | "drain"
+    kind: str   # "recovery" | "drain" | "overdue"
     key: int = 0
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from daemon.core.controller_config import ControllerConfig
-from daemon.core.events import Action, Moved, Send
+from daemon.core.events import Action, Moved, Send, StartTimer, Timer
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Outcome, Tracked, Trigger
 from daemon.core.role_evidence import RoleEvidence
@@ -28,8 +28,9 @@ from policies.ticket_pick import ticket_pick
 
 #: Seconds between plans of a queue no LP can take more from (rescue and shed decisions).
 PLAN_INTERVAL = 0.05
-#: Seconds between looks for requests an instance holds past their longest wait.
-OVERDUE_CHECK = 0.5
+#: Seconds between looks for requests past their longest wait (`end_overdue`).
+OVERDUE_CHECK = 0.25
+OVERDUE = "overdue"
 
 
 class LateBinding:
@@ -40,7 +41,7 @@ class LateBinding:
         self.tickets = tickets    # the router's: HPs asking for one new request each
         self.config = config
         self.last_plan = -float("inf")
-        self.last_overdue_check = -float("inf")
+        self.watching = False     # the OVERDUE timer is set
         #: An `<n>A` layout's role evidence (daemon/core/role_evidence.py): what the
         #: plans set aside. None: roles are fixed.
         self.evidence: RoleEvidence | None = None
@@ -73,7 +74,6 @@ class LateBinding:
         `PLAN_INTERVAL` after the last one (for rescues and sheds), not on every event of
         a busy queue."""
         room, ledger = self.room, self.ledger
-        self._end_overdue(now, out)
         if not len(room) or not self._worth_planning(now):
             return
         self.last_plan = now
@@ -102,21 +102,33 @@ class LateBinding:
             self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out,
                        w.favoured)
 
-    def _end_overdue(self, now: float, out: list[Action]) -> None:
-        """Requests an instance holds without a first token after `max_wait_slo_multiple`
-        times their TTFT SLO end (503) and are aborted there, as those still in the
-        waiting room do: a band served first at an LP, or an HP's long queue, must not
-        keep a request waiting for ever. Checked every OVERDUE_CHECK seconds."""
-        if now - self.last_overdue_check < OVERDUE_CHECK:
-            return
-        self.last_overdue_check = now
-        multiple = self.config.max_wait_slo_multiple
-        for tracked in self.ledger.waiting_too_long(now, multiple):
+    def watch_waits(self, now: float, out: list[Action]) -> None:
+        """A request arrived: make sure the OVERDUE timer runs."""
+        if not self.watching:
+            self.watching = True
+            out.append(StartTimer(Timer(OVERDUE), now + OVERDUE_CHECK))
+
+    def end_overdue(self, now: float, out: list[Action]) -> None:
+        """The OVERDUE timer: a request without a first token that would pass
+        `max_wait_slo_multiple` times its TTFT SLO before the next look ends now (503) --
+        in the waiting room, or held by an instance, which is told to abort it: a band
+        served first at an LP, or an HP's long queue, must not keep it waiting for ever.
+        Looks again in OVERDUE_CHECK seconds while any request has no first token."""
+        ledger = self.ledger
+        multiple, early = self.config.max_wait_slo_multiple, OVERDUE_CHECK
+        for tracked in self.room.waited_too_long(now + early, multiple):
+            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                       f"dropped: it waited {now - tracked.arrival_time:.1f} s for an "
+                       f"instance, about {multiple:g} times its TTFT SLO", out)
+        for tracked in ledger.waiting_too_long(now + early, multiple):
             holder = tracked.instance
-            self.ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
-                            f"dropped: it waited {now - tracked.arrival_time:.1f} s, over "
-                            f"{multiple:g} times its TTFT SLO, for its first token", out)
+            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                       f"dropped: it waited {now - tracked.arrival_time:.1f} s for its first "
+                       f"token, about {multiple:g} times its TTFT SLO", out)
             out.append(Send(holder, Abort(request_id=tracked.request_id)))
+        self.watching = ledger.bounds.requests > 0
+        if self.watching:
+            out.append(StartTimer(Timer(OVERDUE), now + OVERDUE_CHECK))
 
     def _serve_ticket(self, plan: Plan, by_id: dict[str, Tracked], out: list[Action],
                       ) -> Waiting | None:
