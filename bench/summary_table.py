@@ -123,7 +123,7 @@ def _rich_tables(result: RunResult):
         lat.add_row(*row)
     tables = [head, lat]
     if result.per_instance:
-        inst = Table(title="instances", show_header=False)
+        inst = Table(title="instances (counts of this run)", show_header=False)
         for i in result.per_instance:
             inst.add_row(f"{i.get('id', '?')} ({i.get('role', '?')})", _instance_text(i))
         tables.append(inst)

@@ -427,3 +427,22 @@ def test_a_bench_records_file_reports_by_instance_and_by_cause(daemon_factory, t
     shown = subprocess.run([sys.executable, "-m", "bench.cli", "records", str(records)],
                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and "TBT missed" in shown.stdout
+
+
+def test_a_runs_per_instance_counts_are_its_own_not_since_the_daemon_started():
+    from bench.loadgen.bench_cli import this_run
+    from daemon.health import Health, InstanceHealth
+
+    def health(served: int, offloaded: int) -> Health:
+        instance = InstanceHealth(id=0, role="lp", mode="lp", pid=1, state="ready", restarts=0,
+                                  in_flight=0, waiting=0, running=0, kv_blocks_used=0,
+                                  kv_blocks_total=10, preemptions=3, served=served,
+                                  offloaded=offloaded, dropped=0, ticket_open=False,
+                                  perf_model_mape=None)
+        return Health(status="ok", model="tiny", requests_in_flight=0, queued_requests=0,
+                      queued_tokens=0, instances=[instance])
+
+    [row] = this_run(health(served=40, offloaded=5), health(served=100, offloaded=7))
+    assert (row["served"], row["offloaded"], row["preemptions"]) == (60, 2, 0)
+    assert this_run(None, health(served=100, offloaded=7))[0]["served"] == 100  # no before
+    assert this_run(health(1, 1), None) == []                                    # not ours

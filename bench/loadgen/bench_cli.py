@@ -193,6 +193,7 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
               f"count (POST /tokenize): {fitted.trimmed} trimmed, {fitted.skipped} skipped"
               if fitted.counted else "the server has no /tokenize: chat prompts are fitted "
               "by an estimate, and some may exceed its context", file=sys.stderr)
+    before = await _health(args.url, api_key)
     load = await run_load(args.url, workload, ttft_slo=args.ttft_slo, tbt_slo=args.tbt_slo,
                           model=model, seed=args.seed, api_key=api_key, endpoint=args.endpoint,
                           timeout=args.timeout, max_concurrency=args.max_concurrency,
@@ -206,7 +207,7 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
     if spec.tenant_mix and rate is not None and math.isfinite(rate):
         config["tenant_rates"] = tenant_rates(spec.tenant_mix, rate)
     result = summarize(load.records, config, load.duration_s, args.ttft_slo, args.tbt_slo,
-                       per_instance=msgspec.to_builtins(health.instances) if health else [],
+                       per_instance=this_run(before, health),
                        perf_model_mape=health.perf_model_mape if health else None,
                        keep_records=args.save_detailed)
     return result, load.records
@@ -222,6 +223,26 @@ async def server_info(url: str, api_key: str) -> dict:
         raise ValueError(f"{url}/v1/models: {body['error'].get('message', body['error'])}")
     models = body.get("data") if isinstance(body, dict) else None
     return models[0] if models else {}
+
+
+#: /health's per-instance counts since the daemon started: a run reports its own share.
+RUN_COUNTS = ("served", "offloaded", "dropped", "preemptions", "restarts")
+
+
+def this_run(before: Health | None, after: Health | None) -> list[dict]:
+    """Each instance's /health after the run, its counts (RUN_COUNTS) less those before
+    it: what this run's requests did, not everything since the daemon started."""
+    if after is None:
+        return []
+    earlier = {i.id: i for i in before.instances} if before is not None else {}
+    rows = []
+    for instance in after.instances:
+        row = msgspec.to_builtins(instance)
+        if instance.id in earlier:
+            for count in RUN_COUNTS:
+                row[count] -= getattr(earlier[instance.id], count)
+        rows.append(row)
+    return rows
 
 
 async def _health(url: str, api_key: str) -> Health | None:
