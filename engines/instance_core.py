@@ -235,7 +235,7 @@ class InstanceCore:
         ran out of them says nothing of how fast they go; one that ran none while they
         waited -- no KV or seat free -- says they go slowly)."""
         if seconds > 0 and still_queued:
-            rate = sum(c.num_tokens for c in batch.chunks if not c.is_decode) / seconds
+            rate = sum(c.num_tokens for c in batch.added if not c.is_decode) / seconds
             self.prefill_rate = rate if not self.prefill_rate else (
                 (1 - RATE_WEIGHT) * self.prefill_rate + RATE_WEIGHT * rate)
 

@@ -185,7 +185,7 @@ class Scheduler:
             self.new_token_ratio = output_reserve.ratio_after_retraction(
                 (r.num_output_tokens for r in self.running),
                 (r.max_total_tokens - r.num_prompt_tokens for r in self.running))
-        elif batch.chunks and batch.chunks[0].is_decode:
+        elif batch.first_is_decode:
             self.new_token_ratio = output_reserve.decayed(self.new_token_ratio)
 
     def _split_running(self) -> tuple[list[Request], list[Request]]:
@@ -241,7 +241,7 @@ class Scheduler:
         target (`policies.tbt_budget`: mean TBT, as goodput counts it)."""
         if not self.mode.compute_budget or not batch:
             return math.inf
-        allowed = step_time_allowed([c.request for c in batch.chunks], now)
+        allowed = step_time_allowed(batch.requests(), now)
         if not math.isfinite(allowed):
             return math.inf
         return max(0.0, allowed - self.predictor.batch_time(batch.shape()))
@@ -424,7 +424,7 @@ class Scheduler:
     def _pick_victim(self, request: Request, batch: Batch) -> Request | None:
         """The running request to preempt for `request`, never one already in this batch:
         the newest, or (SGLang) the one that generated fewest tokens, longest prompt first."""
-        scheduled = {id(c.request) for c in batch.chunks}
+        scheduled = set(map(id, batch.requests()))
         candidates = (c for c in reversed(self.running)
                       if c is not request and id(c) not in scheduled)
         if self.mode.victim == "fewest_generated":
@@ -460,12 +460,11 @@ class Scheduler:
         add_id, add_token, take = request_ids.append, token_ids.append, iter(sampled).__next__
         running, block_size, eos = RequestStatus.RUNNING, self.kv.block_size, self.eos_token_ids
         name_blocks = self.kv.name_full_blocks if self.kv.prefix_caching else None
-        for chunk in batch.chunks:
-            request = chunk.request
-            token = take() if chunk.samples else None
+        for request, num_tokens, samples in batch.runs():
+            token = take() if samples else None
             if request.status is not running:
                 continue  # aborted between schedule and update
-            computed = request.num_computed_tokens = request.num_computed_tokens + chunk.num_tokens
+            computed = request.num_computed_tokens = request.num_computed_tokens + num_tokens
             if name_blocks is not None and computed // block_size > request.num_named_blocks:
                 name_blocks(request)  # before it may finish and free them
             if token is None:

@@ -155,7 +155,7 @@ class Simulation:
 
     def _start_step(self, sim: SimInstance, batch: Batch) -> None:
         # a decode follows the request's prefill: its delay is set
-        for chunk in [c for c in batch.chunks if not c.is_decode]:
+        for chunk in [c for c in batch.added if not c.is_decode]:
             record = self.records[chunk.request.request_id]
             if record.sched_delay is None:
                 record.sched_delay = self.now - record.arrival
