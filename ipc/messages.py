@@ -116,6 +116,15 @@ class StepTokens(msgspec.Struct, array_like=True, frozen=True):
     finished: dict[int, FinishReason] = {}
     logprobs: dict[int, TokenLogprobs] = {}
 
+    def __post_init__(self) -> None:
+        """Columns of one length, positions within them (a frame that breaks either is
+        refused when it is decoded)."""
+        n = len(self.request_ids)
+        if len(self.token_ids) != n:
+            raise ValueError(f"{n} request ids but {len(self.token_ids)} token ids")
+        if any(not 0 <= i < n for i in (*self.finished, *self.logprobs)):
+            raise ValueError(f"a finish reason or logprobs at a position outside 0..{n - 1}")
+
     @classmethod
     def of(cls, outputs: Iterable[TokenOutput]) -> StepTokens:
         """The columns of `outputs`, one struct per token."""
