@@ -156,7 +156,8 @@ def test_a_settle_says_where_it_went_offloaded_and_how_long_it_queued():
     core.handle(FromInstance(1.5, Offload(instance_id=lp, requests=[
         OffloadedRequest("a", [5, 6, 7])])))
     core.handle(FromInstance(2.0, StepOutputs(instance_id=HP, step=1, time=9.0,
-                                              step_seconds=0.25, outputs=[TokenOutput("a", 9)],
+                                              step_seconds=0.25,
+                                              tokens=StepTokens.of([TokenOutput("a", 9)]),
                                               admitted=["a"])))
     core.handle(FromInstance(2.5, StepOutputs(instance_id=HP, step=2, time=9.5, step_seconds=0.5,
                                               tokens=StepTokens(), admitted=["a"])))  # first one counts
