@@ -15,7 +15,7 @@ def garbage_frames() -> list[list[bytes]]:
     well-formed message from an identity that is no instance, an extra frame."""
     rng = random.Random(7)
     fake_tokens = {"type": "step_outputs", "instance_id": 0, "step": 1, "time": 0.0,
-                   "step_seconds": 0.0, "outputs": [["cmpl-not-a-request", 1, "stop"]]}
+                   "step_seconds": 0.0, "tokens": [["cmpl-not-a-request"], [1], {0: "stop"}, {}]}
     return [
         [bytes(rng.randrange(256) for _ in range(512))],
         [b"\xc1"],                                                   # never-used msgpack byte

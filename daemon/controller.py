@@ -4,10 +4,10 @@ Every decision is the core's (`daemon/core/controller_core.py`). This file only 
 world into core events -- a request from the HTTP API, a message on the instances'
 socket, a process that exited, a send that failed, a timer -- stamped with
 `time.monotonic()`, and carries out the actions that come back: send a message, pass
-a token to the request's stream, end a stream with its answer, start a timer. The
-Prometheus metrics (`daemon/metrics.py`) observe the same actions; a `Token` -- one per
-streamed token, the hot path -- is only appended to its stream, and the metrics count
-the tokens of one batch of actions (one instance message) together.
+a step's tokens to their requests' streams, end a stream with its answer, start a timer.
+The Prometheus metrics (`daemon/metrics.py`) observe the same actions; a `Tokens` -- one
+per instance step, every token of it, the hot path -- is counted at once and each of its
+tokens appended to its stream.
 
 One asyncio task reads the instances' socket; sends run as short tasks of their own.
 """
@@ -21,7 +21,7 @@ from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsCo
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, InstanceReady, Refuse, RoleSwitched, Send,
-    SendFailed, Settle, StartAccepting, StartTimer, Timer, TimerFired, Token,
+    SendFailed, Settle, StartAccepting, StartTimer, Timer, TimerFired, Tokens,
 )
 from daemon.errors import ApiError, refusal_error, settle_error
 from daemon.gateway_view import gateway_view
@@ -33,7 +33,9 @@ from daemon.core.request_state import Outcome
 from daemon.supervisor import InstanceSlot, Supervisor
 from engines.instance_config import InstanceConfig
 from ipc.channel import ControllerChannel, InstanceUnreachable
-from ipc.messages import Heartbeat, InstanceFailed, Shutdown, SubmitPrefilled, ToInstance
+from ipc.messages import (
+    Heartbeat, InstanceFailed, Shutdown, StepTokens, SubmitPrefilled, ToInstance,
+)
 from ipc.params import SamplingParams
 from policies.tenants import DEFAULT_TENANT
 
@@ -150,18 +152,14 @@ class Controller:
         self._carry_out(self.core.handle(event))
 
     def _carry_out(self, actions) -> None:
-        tokens: list[Token] = []  # a step's tokens: counted once, after the loop
-        streams, request_log = self.streams, self.request_log
+        request_log = self.request_log
         for action in actions:
             if request_log:
                 request_log.observe(action)
-            if type(action) is Token:  # the hot path: one per streamed token
-                tokens.append(action)
-                stream = streams.get(action.request_id)
-                if stream is not None:
-                    stream.put(action.output)
-                continue
             self.metrics.observe(action)
+            if type(action) is Tokens:  # the hot path: a step's tokens
+                self._stream(action.tokens)
+                continue
             match action:
                 case Send(instance_id=instance_id, message=message):
                     # a P/D hand-off's KV frames go on as they came (never into the core)
@@ -185,10 +183,16 @@ class Controller:
                 case RoleSwitched(instance_id=i, old=old, new=new, reason=reason):
                     log.info("instance %d changed role %s -> %s (%s); %d waiting requests "
                              "bound again", i, old.value, new.value, reason, action.returned)
-        if tokens:
-            self.metrics.observe_tokens(tokens)
         if self.core.draining and not self.core.ledger.requests:
             self._drained.set()
+
+    def _stream(self, tokens: StepTokens) -> None:
+        """Each of a step's tokens to its request's stream (if its client still listens)."""
+        streams = self.streams
+        for i, request_id in enumerate(tokens.request_ids):
+            stream = streams.get(request_id)
+            if stream is not None:
+                stream.put(tokens.output(i))
 
     def _fire(self, timer: Timer) -> None:
         self._timers.pop(timer, None)

@@ -2,21 +2,21 @@
 
 They observe the controller core's actions (`observe`): the same stream the simulator's
 per-request records are built from, so both count the same things. Tokens, tens of
-thousands a second, are counted a batch at a time (`observe_tokens`: one counter step
-and one pass over the TTFT/TBT histograms, daemon/batch_histogram.py, per batch). The
+thousands a second, are counted a step at a time (`observe_tokens`: one counter step
+and one pass over the TTFT/TBT histograms, daemon/batch_histogram.py, per `Tokens`). The
 model-server protocol's `vllm:*` gauges an inference gateway scrapes are read from the
 core at scrape time (`watch_gateway`, daemon/gateway_metrics.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.core.events import Moved, Refuse, RoleSwitched, Settle, TicketOpened, Token
+from daemon.core.events import Moved, Refuse, RoleSwitched, Settle, TicketOpened, Tokens
 from daemon.gateway_metrics import GatewayCollector
 from daemon.gateway_view import GatewayView
 from daemon.prefix_metrics import PrefixCacheMetrics
@@ -85,8 +85,8 @@ class Metrics:
     def observe(self, action) -> None:
         """Count what one controller-core action says happened."""
         match action:
-            case Token():
-                self.observe_tokens([action])
+            case Tokens():
+                self.observe_tokens(action)
             case Settle(outcome=outcome, code=code, instance=instance, e2e=e2e):
                 self.requests.labels(outcome.value).inc()
                 self.tenants.settled(action)
@@ -111,19 +111,13 @@ class Metrics:
                 self.roles[instance] = new
                 self.role_changes.labels(old.value, new.value).inc()
 
-    def observe_tokens(self, tokens: Sequence[Token]) -> None:
-        """Count a batch of `Token` actions (what `observe` on each would)."""
-        ttfts, tbts = [], []
-        for token in tokens:
-            if token.tbt is not None:
-                tbts.append(token.tbt)
-            if token.ttft is not None:
-                ttfts.append(token.ttft)
-        self.output_tokens.inc(len(tokens))
-        if ttfts:
-            self.ttft.observe_many(ttfts)
-        if tbts:
-            self.tbt.observe_many(tbts)
+    def observe_tokens(self, action: Tokens) -> None:
+        """Count a step's tokens: one counter step, one pass over each histogram."""
+        self.output_tokens.inc(len(action.tokens))
+        if action.ttfts:
+            self.ttft.observe_many(list(action.ttfts.values()))
+        if action.tbts:
+            self.tbt.observe_many(action.tbts)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         name = str(beat.instance_id)

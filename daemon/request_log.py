@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from daemon.core.events import Arrived, Refuse, Settle, Token
+from daemon.core.events import Arrived, Refuse, Settle, Tokens
 
 
 class RequestLogEntry(msgspec.Struct, kw_only=True):
@@ -49,16 +49,22 @@ class RequestLog:
 
     def observe(self, action) -> None:
         match action:
-            case Token(request_id=rid, ttft=ttft) if rid in self._open:
-                entry = self._open[rid]
-                entry.output_tokens += 1
-                if ttft is not None:
-                    entry.ttft = ttft
+            case Tokens(tokens=tokens, ttfts=ttfts):
+                self._tokens(tokens.request_ids, ttfts)
             case Settle(request_id=rid, outcome=outcome, code=code, e2e=e2e):
                 self._write(rid, outcome.value, code.value if code else None, e2e,
                             list(action.instances), action.offloaded)
             case Refuse(request_id=rid, refusal=refusal):
                 self._write(rid, "refused", refusal.value, None)
+
+    def _tokens(self, request_ids: list[str], ttfts: dict[int, float]) -> None:
+        """A step's tokens (`ttfts`: the first tokens' positions and TTFTs)."""
+        for i, rid in enumerate(request_ids):
+            entry = self._open.get(rid)
+            if entry is not None:
+                entry.output_tokens += 1
+                if i in ttfts:
+                    entry.ttft = ttfts[i]
 
     def _write(self, request_id: str, outcome: str, code: str | None, e2e: float | None,
                instances: list[int] | None = None, offloaded: bool = False) -> None:

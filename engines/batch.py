@@ -2,9 +2,14 @@
 
 A batch is a list of chunks. Each chunk is a run of consecutive tokens of one
 request that are not yet in the KV cache: a prefill chunk (maybe the whole prompt,
-maybe a piece whose earlier pieces are already cached) or a single decode token.
+maybe a piece whose earlier pieces are already cached) or a single decode token. A
+step's running decodes -- most of its chunks -- are kept as columns, not one `Chunk`
+each.
 """
 from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
 
 import msgspec
 
@@ -41,31 +46,78 @@ class Chunk(msgspec.Struct, eq=False, gc=False):
 
 
 class Batch:
-    __slots__ = ("chunks", "offloaded", "dropped", "admitted", "num_tokens", "shape_cache")
+    """The step's chunks: first its running decodes as columns (`decodes`, their requests,
+    and `decode_starts`, where each token goes -- no `Chunk` struct each: a step makes one
+    per running request), then the chunks `add` made (prompt pieces, and a recomputed
+    decode now and then), in order. `chunks` lists them all as `Chunk`s."""
+
+    __slots__ = ("decodes", "decode_starts", "added", "offloaded", "dropped", "admitted",
+                 "num_tokens", "shape_cache", "_chunks")
 
     def __init__(self) -> None:
-        self.chunks: list[Chunk] = []
+        self.decodes: list[Request] = []    # running decodes, one token each, in order
+        self.decode_starts: list[int] = []  # ... each one's position (computed tokens)
+        self.added: list[Chunk] = []        # the chunks `add` made, after the decodes
         self.admitted: list[Request] = []   # left the waiting queue to run (a prefix taken)
         self.offloaded: list[Request] = []  # left the waiting queue for an HP instance
         self.dropped: list[Request] = []    # given up on: their TTFT SLO is lost
         self.num_tokens = 0
         #: `shape()` of the chunks so far (None: not computed yet)
         self.shape_cache: BatchShape | None = None
+        self._chunks: list[Chunk] | None = None  # `chunks`, made when first asked for
 
     def add(self, request: Request, num_tokens: int) -> None:
         start, n = request.num_computed_tokens, len(request.token_ids)
         samples = start + num_tokens == n
-        self.chunks.append(Chunk(request, start, num_tokens, samples,
-                                 num_tokens == 1 and samples and n > request.num_prompt_tokens))
-        self.num_tokens += num_tokens
-        self.shape_cache = None
+        self.add_chunk(Chunk(request, start, num_tokens, samples,
+                             num_tokens == 1 and samples and n > request.num_prompt_tokens))
+
+    def add_chunk(self, chunk: Chunk) -> None:
+        """Run `chunk` (made by `add`, or taken from another batch) after the others."""
+        self.added.append(chunk)
+        self.num_tokens += chunk.num_tokens
+        self.shape_cache = self._chunks = None
 
     def add_decodes(self, requests: list[Request]) -> None:
         """`add(request, 1)` for each of `requests`, every one decoding (`is_decoding`): the
-        same chunks, their flags known here. A step makes one per running decode."""
-        self.chunks += [Chunk(r, r.num_computed_tokens, 1, True, True) for r in requests]
+        same chunks, their flags known, kept as columns. Before any `add`: the decodes of
+        a step run first."""
+        if self.added:
+            raise RuntimeError("a batch's decodes are added before its other chunks")
+        self.decodes += requests
+        self.decode_starts += [r.num_computed_tokens for r in requests]
         self.num_tokens += len(requests)
-        self.shape_cache = None
+        self.shape_cache = self._chunks = None
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        """Every chunk, in order, the decodes' made now (read-only: add through `add`)."""
+        if self._chunks is None:
+            self._chunks = [Chunk(r, start, 1, True, True)
+                            for r, start in zip(self.decodes, self.decode_starts)] + self.added
+        return self._chunks
+
+    def runs(self) -> Iterator[tuple[Request, int, bool]]:
+        """(request, tokens, samples) of each chunk, in order, the decodes' without a
+        `Chunk`: what a step's results go through."""
+        return itertools.chain(zip(self.decodes, itertools.repeat(1), itertools.repeat(True)),
+                               ((c.request, c.num_tokens, c.samples) for c in self.added))
+
+    def requests(self) -> list[Request]:
+        """Each chunk's request, in order."""
+        return self.decodes + [c.request for c in self.added]
+
+    def sampling_requests(self) -> list[Request]:
+        """The requests a token is sampled for, in chunk order."""
+        return self.decodes + [c.request for c in self.added if c.samples]
+
+    @property
+    def num_sampling(self) -> int:
+        return len(self.decodes) + sum(c.samples for c in self.added)
+
+    @property
+    def first_is_decode(self) -> bool:
+        return bool(self.decodes) or (bool(self.added) and self.added[0].is_decode)
 
     def shape(self) -> BatchShape:
         """The batch as the performance model sees it. Decodes become their context length
@@ -73,9 +125,10 @@ class Batch:
         too, is a prefill chunk (tokens, already cached). Computed once per batch contents
         (kept until a chunk is added)."""
         if self.shape_cache is None:
-            chunks = self.chunks
-            decodes = [c.start + 1 for c in chunks if c.is_decode]
-            prefills = [(c.num_tokens, c.start) for c in chunks if not c.is_decode]
+            added = self.added
+            decodes = [start + 1 for start in self.decode_starts]
+            decodes += [c.start + 1 for c in added if c.is_decode]
+            prefills = [(c.num_tokens, c.start) for c in added if not c.is_decode]
             self.shape_cache = BatchShape.of(prefills=prefills, decodes=decodes)
         return self.shape_cache
 
@@ -84,12 +137,12 @@ class Batch:
         return [c for c in self.chunks if c.samples]
 
     def __len__(self) -> int:
-        return len(self.chunks)
+        return len(self.decodes) + len(self.added)
 
     def __bool__(self) -> bool:
-        return bool(self.chunks)
+        return bool(self.decodes or self.added)
 
     @property
     def has_events(self) -> bool:
         """Anything happened this step: chunks to run, or requests that left the queue."""
-        return bool(self.chunks or self.offloaded or self.dropped)
+        return bool(self.decodes or self.added or self.offloaded or self.dropped)

@@ -18,7 +18,7 @@ from engines.kv_cache import BlockManager
 from engines.request import Request
 from engines.scheduler import Scheduler
 from engines.scheduler_config import SchedulerConfig
-from ipc.messages import TokenOutput
+from ipc.messages import StepTokens
 from ipc.params import SamplingParams
 from policies.perf.model import PerfModel
 from policies.perf.predictor import MemoPredictor
@@ -35,7 +35,7 @@ class Completion:
 
 @dataclass
 class StepResult:
-    outputs: list[TokenOutput] = field(default_factory=list)
+    tokens: StepTokens = field(default_factory=StepTokens)  # the step's, as columns
     offloaded: list[Request] = field(default_factory=list)  # left for an HP instance
     dropped: list[Request] = field(default_factory=list)    # TTFT SLO lost
     seconds: float = 0.0                                     # how long the executor ran
@@ -103,7 +103,7 @@ class Engine:
         """Apply a batch's sampled tokens at `now`; it ran for `seconds`."""
         result = StepResult(offloaded=batch.offloaded, dropped=batch.dropped, seconds=seconds)
         if batch:
-            result.outputs = self.scheduler.update(batch, sampled, now)
+            result.tokens = self.scheduler.update(batch, sampled, now)
             self._learn(batch, seconds)
         return result
 

@@ -24,12 +24,11 @@ simulator charges the transfer time on its own clock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import NamedTuple
 
 from engines.engine import Engine
 from engines.request import Request
-from ipc.messages import Handoff, KvLayout, SubmitPrefilled, TokenOutput
+from ipc.messages import Handoff, KvLayout, StepTokens, SubmitPrefilled
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +52,17 @@ class ImportKv(NamedTuple):
     layout: KvLayout
 
 
-def hand_off(engine: Engine, outputs: Sequence[TokenOutput], instance_id: int,
+def hand_off(engine: Engine, tokens: StepTokens, instance_id: int,
              ) -> list[Handoff | ExportKv]:
-    """The hand-offs of one step's `outputs`, one per request that got a token and did not
+    """The hand-offs of one step's `tokens`, one per request that got a token and did not
     finish: its Handoff, or an ExportKv when its KV travels too. Each leaves the engine
     (its blocks are free on return; their contents stay until the next step)."""
     carries_kv = engine.executor.carries_kv
     handoffs: list[Handoff | ExportKv] = []
-    for output in outputs:
-        if output.finish_reason is not None:
+    for i, request_id in enumerate(tokens.request_ids):
+        if i in tokens.finished:
             continue
-        request = engine.scheduler.requests.get(output.request_id)
+        request = engine.scheduler.requests.get(request_id)
         if request is None or not request.is_decoding:
             continue
         handoff = Handoff(instance_id=instance_id, request_id=request.request_id,

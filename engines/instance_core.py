@@ -199,16 +199,15 @@ class InstanceCore:
             queued = self.engine.scheduler.queued_prefill()
             self._measure_prefill(batch, seconds, queued[0])
             load = self.load(queued)
-            outputs = result.outputs
-            self.num_finished += len(outputs) - [o.finish_reason for o in outputs].count(None)
+            self.num_finished += len(result.tokens.finished)
             messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
-                                        time=now, step_seconds=seconds, outputs=result.outputs,
+                                        time=now, step_seconds=seconds, tokens=result.tokens,
                                         load=load, cached=_cached_prompts(batch),
                                         admitted=_first_admitted(batch)))
         if self.prefilled:  # the step may have freed a seat or blocks
             messages += self._admit_prefilled()
-        if self.role is Role.PREFILL and result.outputs:
-            messages += hand_off(self.engine, result.outputs, self.instance_id)
+        if self.role is Role.PREFILL and result.tokens:
+            messages += hand_off(self.engine, result.tokens, self.instance_id)
         if result.offloaded:
             self.num_offloaded += len(result.offloaded)
             messages.append(Offload(instance_id=self.instance_id, requests=[
@@ -236,7 +235,7 @@ class InstanceCore:
         ran out of them says nothing of how fast they go; one that ran none while they
         waited -- no KV or seat free -- says they go slowly)."""
         if seconds > 0 and still_queued:
-            rate = sum(c.num_tokens for c in batch.chunks if not c.is_decode) / seconds
+            rate = sum(c.num_tokens for c in batch.added if not c.is_decode) / seconds
             self.prefill_rate = rate if not self.prefill_rate else (
                 (1 - RATE_WEIGHT) * self.prefill_rate + RATE_WEIGHT * rate)
 

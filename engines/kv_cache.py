@@ -111,18 +111,7 @@ class BlockManager:
             return False
         if self._hinted(request):
             request.prefix_hit, request.num_computed_tokens = [], 0
-        empty = self._empty
-        if need <= len(empty):  # never-used blocks only: `_take` of each, in bulk
-            take = empty.popleft
-            blocks = [take() for _ in range(need)]
-            refs = self._refs
-            for block in blocks:
-                refs[block] = 1
-            table += blocks
-            return True
-        take = self._take
-        for _ in range(need):
-            table.append(take())
+        table += self._take_many(need)
         return True
 
     def free(self, request: Request) -> None:
@@ -139,6 +128,25 @@ class BlockManager:
         request.block_table = []
         request.prefix_hit = []
         request.num_named_blocks = 0
+
+    def _take_many(self, n: int) -> list[int]:
+        """`_take` of `n` blocks, in bulk: never-used ones first, then the least recently
+        freed cached ones (a long prompt's blocks, once the never-used ones run out)."""
+        empty, refs = self._empty, self._refs
+        take = empty.popleft
+        blocks = [take() for _ in range(min(n, len(empty)))]
+        evicted = n - len(blocks)
+        if evicted:
+            evict, names, by_name = self._evictable.popitem, self._name, self._by_name
+            for _ in range(evicted):
+                block, _ = evict(last=False)
+                del by_name[names[block]]
+                names[block] = None
+                blocks.append(block)
+            self.stats.evictions += evicted
+        for block in blocks:
+            refs[block] = 1
+        return blocks
 
     def _take(self) -> int:
         """A free block for new content: a never-used one, else the least recently freed

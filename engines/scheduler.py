@@ -35,7 +35,7 @@ from engines.request import FinishReason, Request, RequestStatus
 from engines.scheduler_config import SchedulerConfig
 from engines.triage import Triage
 from engines.waiting_queue import WaitingQueue
-from ipc.messages import TokenOutput
+from ipc.messages import StepTokens
 from policies import output_reserve
 from policies.admission import DecodeLengthHistory, decode_reserve, decode_reserve_columns
 from policies.perf.batch_shape import BatchShape
@@ -185,7 +185,7 @@ class Scheduler:
             self.new_token_ratio = output_reserve.ratio_after_retraction(
                 (r.num_output_tokens for r in self.running),
                 (r.max_total_tokens - r.num_prompt_tokens for r in self.running))
-        elif batch.chunks and batch.chunks[0].is_decode:
+        elif batch.first_is_decode:
             self.new_token_ratio = output_reserve.decayed(self.new_token_ratio)
 
     def _split_running(self) -> tuple[list[Request], list[Request]]:
@@ -241,7 +241,7 @@ class Scheduler:
         target (`policies.tbt_budget`: mean TBT, as goodput counts it)."""
         if not self.mode.compute_budget or not batch:
             return math.inf
-        allowed = step_time_allowed([c.request for c in batch.chunks], now)
+        allowed = step_time_allowed(batch.requests(), now)
         if not math.isfinite(allowed):
             return math.inf
         return max(0.0, allowed - self.predictor.batch_time(batch.shape()))
@@ -424,7 +424,7 @@ class Scheduler:
     def _pick_victim(self, request: Request, batch: Batch) -> Request | None:
         """The running request to preempt for `request`, never one already in this batch:
         the newest, or (SGLang) the one that generated fewest tokens, longest prompt first."""
-        scheduled = {id(c.request) for c in batch.chunks}
+        scheduled = set(map(id, batch.requests()))
         candidates = (c for c in reversed(self.running)
                       if c is not request and id(c) not in scheduled)
         if self.mode.victim == "fewest_generated":
@@ -446,49 +446,49 @@ class Scheduler:
             self.waiting.appendleft(request)
 
     # ---- results ------------------------------------------------------------------------
-    def update(self, batch: Batch, sampled: list[int], now: float) -> list[TokenOutput]:
-        """Advance each chunk's request; append sampled tokens; finish what stops.
+    def update(self, batch: Batch, sampled: list[int], now: float) -> StepTokens:
+        """Advance each chunk's request; append sampled tokens; finish what stops. Returns
+        the step's tokens, as columns.
 
         Runs once per chunk of every step -- once per token of every decode -- so the
         per-chunk work (the stop test too) is written out with its lookups hoisted, and a
         chunk names its request's blocks only when it filled one."""
-        outputs: list[TokenOutput] = []
-        emit, take = outputs.append, iter(sampled).__next__
+        request_ids: list[str] = []
+        token_ids: list[int] = []
+        finished: dict[int, FinishReason] = {}
+        logprobs: dict = {}
+        add_id, add_token, take = request_ids.append, token_ids.append, iter(sampled).__next__
         running, block_size, eos = RequestStatus.RUNNING, self.kv.block_size, self.eos_token_ids
         name_blocks = self.kv.name_full_blocks if self.kv.prefix_caching else None
-        for chunk in batch.chunks:
-            request = chunk.request
-            token = take() if chunk.samples else None
+        for request, num_tokens, samples in batch.runs():
+            token = take() if samples else None
             if request.status is not running:
                 continue  # aborted between schedule and update
-            computed = request.num_computed_tokens = request.num_computed_tokens + chunk.num_tokens
+            computed = request.num_computed_tokens = request.num_computed_tokens + num_tokens
             if name_blocks is not None and computed // block_size > request.num_named_blocks:
                 name_blocks(request)  # before it may finish and free them
             if token is None:
                 continue
-            token_ids = request.token_ids
-            token_ids.append(token)
+            token_ids_so_far = request.token_ids
+            token_ids_so_far.append(token)
             if request.first_token_time is None:
                 request.first_token_time = now
+            if request.sampled_logprobs is not None:  # moved off the request
+                logprobs[len(request_ids)] = request.sampled_logprobs
+                request.sampled_logprobs = None
+            add_id(request.request_id)
+            add_token(token)
             sampling = request.sampling
             if (token in eos and not sampling.ignore_eos) or token in sampling.stop_token_ids:
                 reason = FinishReason.STOP
-            elif len(token_ids) >= request.max_total_tokens:
+            elif len(token_ids_so_far) >= request.max_total_tokens:
                 reason = FinishReason.LENGTH
             else:
-                emit(TokenOutput(request.request_id, token, None, None)
-                     if request.sampled_logprobs is None else self._output(request, token, None))
                 continue
+            finished[len(request_ids) - 1] = reason
             self.running.remove(request)
             self._finish(request, reason)
-            emit(self._output(request, token, reason))
-        return outputs
-
-    @staticmethod
-    def _output(request: Request, token: int, reason: FinishReason | None) -> TokenOutput:
-        """The token's output, its log-probabilities moved off the request."""
-        logprobs, request.sampled_logprobs = request.sampled_logprobs, None
-        return TokenOutput(request.request_id, token, reason, logprobs)
+        return StepTokens(request_ids, token_ids, finished, logprobs)
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
         self.kv.free(request)

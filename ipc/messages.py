@@ -10,7 +10,7 @@ Instance -> controller (`ToController`): Ready, StepOutputs, Finished, RequestEr
 Heartbeat, Offload, Ticket, InstanceFailed, Handoff, RoleChanged.
 
 Every Submit gets exactly one terminal outcome from the instance:
-  * a `TokenOutput` with `finish_reason` set ("stop" | "length") inside a StepOutputs,
+  * a token marked finished ("stop" | "length") in a StepOutputs' `tokens`,
   * a `Finished` (the request ended without a new token: ABORT, or DROP when it was
     dropped),
   * an `Offload` naming it (it left for an HP instance; the HP then owes the outcome),
@@ -26,6 +26,7 @@ Times are `time.monotonic()` seconds: all processes are on one host and share th
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Annotated, Union
 
 import msgspec
@@ -91,14 +92,67 @@ class TokenLogprobs(msgspec.Struct, array_like=True, frozen=True):
 
 
 class TokenOutput(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """One new token of one request from one engine step; `finish_reason` set on its last.
-    `logprobs` only when the request asked for them (else one nil byte on the wire).
-    `gc=False` (one per token; it can be in no reference cycle): the wire is the same."""
+    """One new token of one request, as its client's stream takes it (`StepTokens.output`:
+    the wire carries a step's tokens as columns); `finish_reason` set on its last,
+    `logprobs` only when the request asked for them. `gc=False` (one per streamed token;
+    it can be in no reference cycle)."""
 
     request_id: str
     token_id: int
     finish_reason: FinishReason | None = None
     logprobs: TokenLogprobs | None = None
+
+
+class StepTokens(msgspec.Struct, array_like=True, frozen=True):
+    """One engine step's new tokens as columns, in the step's order: request
+    `request_ids[i]` got token `token_ids[i]`. `finished` maps the position of a token
+    that is its request's last to why; `logprobs` the position of a token of a request
+    that asked for them to theirs. A step carries a token of every running request (a
+    hundred or more): one list each, not a `TokenOutput` struct per token, is what the
+    instance builds, the wire carries and the controller reads in bulk."""
+
+    request_ids: list[RequestId] = []
+    token_ids: list[TokenId] = []
+    finished: dict[int, FinishReason] = {}
+    logprobs: dict[int, TokenLogprobs] = {}
+
+    def __post_init__(self) -> None:
+        """Columns of one length, positions within them (a frame that breaks either is
+        refused when it is decoded)."""
+        n = len(self.request_ids)
+        if len(self.token_ids) != n:
+            raise ValueError(f"{n} request ids but {len(self.token_ids)} token ids")
+        if any(not 0 <= i < n for i in (*self.finished, *self.logprobs)):
+            raise ValueError(f"a finish reason or logprobs at a position outside 0..{n - 1}")
+
+    @classmethod
+    def of(cls, outputs: Iterable[TokenOutput]) -> StepTokens:
+        """The columns of `outputs`, one struct per token."""
+        outputs = list(outputs)
+        return cls([o.request_id for o in outputs], [o.token_id for o in outputs],
+                   {i: FinishReason(o.finish_reason) for i, o in enumerate(outputs)
+                    if o.finish_reason is not None},
+                   {i: o.logprobs for i, o in enumerate(outputs) if o.logprobs is not None})
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+    def output(self, i: int) -> TokenOutput:
+        """Its `i`-th token as one struct (what a client's stream takes)."""
+        return TokenOutput(self.request_ids[i], self.token_ids[i], self.finished.get(i),
+                           self.logprobs.get(i))
+
+    def outputs(self) -> list[TokenOutput]:
+        """Every token as one struct each, in order."""
+        return [self.output(i) for i in range(len(self.request_ids))]
+
+    def only(self, positions: Iterable[int]) -> StepTokens:
+        """The tokens at `positions` (ascending), renumbered."""
+        kept = list(positions)
+        new = {old: i for i, old in enumerate(kept)}
+        return StepTokens([self.request_ids[i] for i in kept], [self.token_ids[i] for i in kept],
+                          {new[i]: r for i, r in self.finished.items() if i in new},
+                          {new[i]: p for i, p in self.logprobs.items() if i in new})
 
 
 class InstanceLoad(msgspec.Struct, array_like=True, frozen=True):
@@ -207,7 +261,7 @@ class StepOutputs(_Message, tag="step_outputs"):
     step: Count
     time: float
     step_seconds: Seconds
-    outputs: list[TokenOutput]
+    tokens: StepTokens
     load: InstanceLoad | None = None
     #: Requests first admitted this step that found some of their prompt cached.
     cached: list[CachedPrompt] = []

@@ -8,14 +8,14 @@ from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import (
     Arrived, ClientLeft, Drain, FromInstance, InstanceDown, Moved, Refuse, Send, SendFailed,
-    Settle, StartAccepting, StartTimer, TicketOpened, TimerFired, Token,
+    Settle, StartAccepting, StartTimer, TicketOpened, TimerFired, Tokens,
 )
 from daemon.core.request_state import IllegalTransition, Outcome, RequestState, Tracked, Trigger
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
     Abort, Finished, FinishReason, InstanceLoad, Offload, OffloadedRequest, Origin, Ready,
     RequestError, Role,
-    StepOutputs, Submit, Ticket, TokenOutput,
+    StepOutputs, StepTokens, Submit, Ticket, TokenOutput,
 )
 from ipc.params import SamplingParams
 
@@ -49,7 +49,7 @@ def sends(actions) -> list[tuple[int, object]]:
 
 def tokens(instance_id: int, *outputs) -> FromInstance:
     return FromInstance(2.0, StepOutputs(instance_id=instance_id, step=1, time=2.0,
-                                         step_seconds=0.01, outputs=list(outputs)))
+                                         step_seconds=0.01, tokens=StepTokens.of(outputs)))
 
 
 def test_a_new_request_is_sent_with_its_deadline_and_default_slos():
@@ -66,10 +66,12 @@ def test_tokens_flow_then_the_last_one_settles_it_completed():
     core = core_2l1h()
     [(target, _)] = sends(arrive(core, "a"))
     [first] = core.handle(tokens(target, TokenOutput("a", 9)))
-    assert isinstance(first, Token) and first.ttft == pytest.approx(1.0) and first.tbt is None
+    assert isinstance(first, Tokens) and first.tokens.outputs() == [TokenOutput("a", 9)]
+    assert first.ttfts == {0: pytest.approx(1.0)} and first.tbts == []
     assert core.ledger.requests["a"].state is RequestState.STREAMING and core.ledger.bounds.requests == 0
     last, settle = core.handle(tokens(target, TokenOutput("a", 8, FinishReason.LENGTH)))
-    assert isinstance(last, Token) and last.tbt == 0.0
+    assert isinstance(last, Tokens) and (last.ttfts, last.tbts) == ({}, [0.0])
+    assert last.tokens.outputs() == [TokenOutput("a", 8, FinishReason.LENGTH)]
     assert settle == Settle("a", Outcome.COMPLETED, None, "", target, 1.0,
                              prompt_tokens=3, instances=(target,), output_tokens=2,
                              ttft=pytest.approx(1.0))
@@ -78,18 +80,19 @@ def test_tokens_flow_then_the_last_one_settles_it_completed():
 
 def test_one_step_of_tokens_first_middle_last_and_stale_in_order():
     """A step's tokens, whatever mix: a first token (TTFT), a next one (TBT), a last one
-    (then its Settle, in place), and one of a request its instance no longer holds."""
+    (its Settle after the step's tokens), and one of a request its instance no longer
+    holds (not passed on)."""
     core = core_2l1h(routing="round_robin")
     [(lp, _)] = sends(arrive(core, "a"))
     [(other, _)] = sends(arrive(core, "b"))
     core.handle(tokens(lp, TokenOutput("a", 1)))
     step = FromInstance(2.5, StepOutputs(instance_id=lp, step=2, time=2.5, step_seconds=0.01,
-                                         outputs=[TokenOutput("a", 2), TokenOutput("b", 3),
-                                                  TokenOutput("a", 4, FinishReason.LENGTH)]))
-    a_next, a_last, settle = core.handle(step)
+                                         tokens=StepTokens.of([TokenOutput("a", 2), TokenOutput("b", 3),
+                                                  TokenOutput("a", 4, FinishReason.LENGTH)])))
+    passed, settle = core.handle(step)
     assert other != lp  # b's token came from an instance that does not hold it: dropped
-    assert (a_next.ttft, a_next.tbt) == (None, pytest.approx(0.5))
-    assert (a_last.ttft, a_last.tbt, a_last.output.finish_reason) == (None, 0.0, FinishReason.LENGTH)
+    assert passed.tokens.outputs() == [TokenOutput("a", 2), TokenOutput("a", 4, FinishReason.LENGTH)]
+    assert (passed.ttfts, passed.tbts) == ({}, [pytest.approx(0.5), 0.0])
     assert isinstance(settle, Settle) and settle.e2e == pytest.approx(1.5)
     assert core.ledger.requests["b"].token_ids == []
 
@@ -153,10 +156,11 @@ def test_a_settle_says_where_it_went_offloaded_and_how_long_it_queued():
     core.handle(FromInstance(1.5, Offload(instance_id=lp, requests=[
         OffloadedRequest("a", [5, 6, 7])])))
     core.handle(FromInstance(2.0, StepOutputs(instance_id=HP, step=1, time=9.0,
-                                              step_seconds=0.25, outputs=[TokenOutput("a", 9)],
+                                              step_seconds=0.25,
+                                              tokens=StepTokens.of([TokenOutput("a", 9)]),
                                               admitted=["a"])))
     core.handle(FromInstance(2.5, StepOutputs(instance_id=HP, step=2, time=9.5, step_seconds=0.5,
-                                              outputs=[], admitted=["a"])))  # first one counts
+                                              tokens=StepTokens(), admitted=["a"])))  # first one counts
     settle = settle_of(core.handle(tokens(HP, TokenOutput("a", 8, FinishReason.LENGTH))))
     assert (settle.instances, settle.offloaded, settle.instance) == ((lp, HP), True, HP)
     assert settle.queue_delay == pytest.approx(0.75)
@@ -313,7 +317,7 @@ def core_late(**config) -> ControllerCore:
 
 def report(core, instance_id: int, now: float, accepted: int, queued_seconds: float):
     return core.handle(FromInstance(now, StepOutputs(
-        instance_id=instance_id, step=1, time=now, step_seconds=0.01, outputs=[],
+        instance_id=instance_id, step=1, time=now, step_seconds=0.01, tokens=StepTokens(),
         load=InstanceLoad(accepted, round(queued_seconds * 1000), queued_seconds, 0))))
 
 

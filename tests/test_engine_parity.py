@@ -98,7 +98,7 @@ def test_reordering_by_deadline_does_not_change_tokens(model_dir, prompts, hf_ou
                                    deadline=now + 100.0 - i) for i, p in enumerate(prompts)]
     first_tokens = []
     while engine.has_work:
-        for output in engine.step().outputs:
+        for output in engine.step().tokens.outputs():
             if output.request_id not in first_tokens:
                 first_tokens.append(output.request_id)
     assert first_tokens[0] == requests[-1].request_id, "the most urgent request started first"

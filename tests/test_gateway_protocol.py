@@ -17,7 +17,7 @@ from daemon.health import Probe
 from daemon.request_log import read_request_log
 from daemon.core.request_state import Outcome, RequestState
 from daemon.slo_headers import TPOT_HEADER, TTFT_HEADER, BadSloHeader, header_slo
-from ipc.messages import InstanceLoad, Ready, Role, StepOutputs, TokenOutput
+from ipc.messages import InstanceLoad, Ready, Role, StepOutputs, StepTokens, TokenOutput
 from ipc.params import SamplingParams
 from tests.api_fakes import FakeController, api_client, call, expect_error, LIMITS
 from tests.test_controller_core import LP0, arrive, core_late
@@ -52,7 +52,7 @@ def _step(instance_id: int, num_running: int, kv_used: int, *outputs, now: float
     load = InstanceLoad(accepted=accepted, queued_prefill_tokens=100, queued_prefill_seconds=0.1,
                         num_running=num_running, num_kv_blocks_used=kv_used)
     return FromInstance(now, StepOutputs(instance_id=instance_id, step=1, time=now,
-                                         step_seconds=0.1, outputs=list(outputs), load=load))
+                                         step_seconds=0.1, tokens=StepTokens.of(outputs), load=load))
 
 
 def test_an_idle_box_shows_nothing_waiting_or_running_and_its_kv_layout():

@@ -76,7 +76,7 @@ class Harness:
         while open_ids:
             message = await self.recv()
             if isinstance(message, StepOutputs):
-                for out in message.outputs:
+                for out in message.tokens.outputs():
                     tokens, _ = results[out.request_id]
                     assert out.request_id in open_ids, f"token after the end: {out}"
                     tokens.append(out.token_id)
@@ -162,10 +162,10 @@ async def test_one_step_outputs_message_per_step_with_many_requests(start):
     numbers = [m.step for m in steps]
     assert numbers == sorted(set(numbers)), "one message per step"
     for message in steps:
-        in_step = [o.request_id for o in message.outputs]
+        in_step = [o.request_id for o in message.tokens.outputs()]
         assert len(in_step) == len(set(in_step)), "one token per request per step"
         assert message.step_seconds >= 0.01 and message.instance_id == INSTANCE_ID
-    assert max(len(m.outputs) for m in steps) == 4
+    assert max(len(m.tokens.outputs()) for m in steps) == 4
 
 
 async def test_abort_frees_the_request_and_its_blocks(start):
@@ -189,10 +189,10 @@ async def test_refused_submits_get_a_request_error_and_the_instance_serves_on(st
     await harness.submit("ok", max_tokens=20)
     await harness.submit("ok", max_tokens=20)  # a duplicate id while "ok" is alive
     got = await harness.recv_until(
-        lambda m: isinstance(m, StepOutputs) and m.outputs[-1].finish_reason == "length")
+        lambda m: isinstance(m, StepOutputs) and m.tokens.outputs()[-1].finish_reason == "length")
     errors = {m.request_id: m.message for m in got if isinstance(m, RequestError)}
     assert "128" in errors["too-long"] and "duplicate" in errors["ok"]
-    tokens = [o.token_id for m in got if isinstance(m, StepOutputs) for o in m.outputs]
+    tokens = [o.token_id for m in got if isinstance(m, StepOutputs) for o in m.tokens.outputs()]
     assert tokens == [0] * 20
     assert harness.proc.poll() is None
 

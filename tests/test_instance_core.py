@@ -69,7 +69,7 @@ def test_a_step_sends_its_tokens_in_one_message_and_every_request_ends_once():
     while instance.has_work:
         for message in run_step(instance):
             assert isinstance(message, StepOutputs) and message.step_seconds == 0.01
-            finished += [o.request_id for o in message.outputs if o.finish_reason]
+            finished += [o.request_id for o in message.tokens.outputs() if o.finish_reason]
     assert sorted(finished) == ["a", "b"] and instance.num_finished == 2
 
 

@@ -16,7 +16,7 @@ from ipc.channel import (
 from ipc.codec import Encoder, controller_decoder, instance_decoder
 from ipc.messages import (
     Abort, Finished, Handoff, Heartbeat, InstanceFailed, KvLayout, Origin, Ping, Ready,
-    RequestError, Shutdown, StepOutputs, Submit, SubmitPrefilled, TokenOutput,
+    RequestError, Shutdown, StepOutputs, StepTokens, Submit, SubmitPrefilled, TokenOutput,
 )
 from ipc.params import SamplingParams
 
@@ -34,7 +34,7 @@ TO_CONTROLLER = [
     Ready(instance_id=1, role="peer", mode="sarathi", executor="sim", pid=42,
           num_kv_blocks=64, block_size=16, max_model_len=256),
     StepOutputs(instance_id=1, step=3, time=5.0, step_seconds=0.01,
-                outputs=[TokenOutput("r1", 11), TokenOutput("r2", 12, "length")]),
+                tokens=StepTokens.of([TokenOutput("r1", 11), TokenOutput("r2", 12, "length")])),
     Finished(instance_id=1, request_id="r1", reason="abort"),
     RequestError(instance_id=1, request_id="r3", message="prompt too long"),
     Heartbeat(instance_id=1, time=6.0, ping_id=7, num_waiting=1, num_running=2,

@@ -20,7 +20,7 @@ import zmq
 from ipc.codec import Encoder
 from ipc.messages import (
     Finished, Heartbeat, InstanceFailed, Offload, OffloadedRequest, Ping, Ready, RequestError,
-    StepOutputs, Submit, Ticket, TokenOutput,
+    StepOutputs, StepTokens, Submit, Ticket, TokenOutput,
 )
 from ipc.params import SamplingParams
 from tests.daemon_fixture import sim_args, wait_for
@@ -35,7 +35,7 @@ def raw(**fields) -> bytes:
 
 
 STEP = StepOutputs(instance_id=0, step=1, time=1.0, step_seconds=0.01,
-                   outputs=[TokenOutput("cmpl-x", 5, "length")])
+                   tokens=StepTokens.of([TokenOutput("cmpl-x", 5, "length")]))
 #: Frames the controller must drop as malformed (each logged "dropped a malformed").
 MALFORMED_TO_CONTROLLER = {
     "garbage": b"\x00\xffnot msgpack at all",
@@ -50,8 +50,12 @@ MALFORMED_TO_CONTROLLER = {
     "a ping sent the wrong way": ENCODE(Ping(ping_id=1)),
     "wrong field type": raw(type="heartbeat", instance_id="zero", time=1.0),
     "negative count": raw(type="heartbeat", instance_id=0, time=1.0, num_waiting=-1),
-    "bad outputs": raw(type="step_outputs", instance_id=0, step=1, time=1.0, step_seconds=0.0,
-                       outputs="tokens"),
+    "bad tokens": raw(type="step_outputs", instance_id=0, step=1, time=1.0, step_seconds=0.0,
+                      tokens="tokens"),
+    "ragged token columns": raw(type="step_outputs", instance_id=0, step=1, time=1.0,
+                                step_seconds=0.0, tokens=[["a", "b"], [1], {}, {}]),
+    "a finish past the tokens": raw(type="step_outputs", instance_id=0, step=1, time=1.0,
+                                    step_seconds=0.0, tokens=[["a"], [1], {1: "stop"}, {}]),
     "missing field": raw(type="finished", instance_id=0),
     "unknown field": raw(type="ticket", instance_id=0, extra=1),
     "a big random frame": os.urandom(1 << 20),
@@ -67,7 +71,7 @@ GHOSTS = [Ready(instance_id=GHOST_ID, role="hp", mode="hp", executor="sim", pid=
                 num_kv_blocks=1, block_size=16, max_model_len=8),
           Heartbeat(instance_id=GHOST_ID, time=1.0, num_waiting=10**6),
           StepOutputs(instance_id=GHOST_ID, step=1, time=1.0, step_seconds=0.0,
-                      outputs=[TokenOutput("no-such-request", 1, "stop")]),
+                      tokens=StepTokens.of([TokenOutput("no-such-request", 1, "stop")])),
           Finished(instance_id=GHOST_ID, request_id="no-such-request", reason="abort"),
           RequestError(instance_id=GHOST_ID, request_id="no-such-request", message="x"),
           Offload(instance_id=GHOST_ID, requests=[OffloadedRequest("no-such-request", [1, 2])]),

@@ -7,7 +7,7 @@ import pytest
 
 from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.core.controller_core import ControllerCore
-from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting, Token
+from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting, Tokens
 from daemon.layout import layout_modes, parse_layout
 from daemon.core.request_state import Outcome, RequestState
 from engines.engine import Engine
@@ -17,7 +17,7 @@ from engines.modes import role_of_mode
 from engines.scheduler_config import SchedulerConfig
 from ipc.codec import Encoder, controller_decoder, instance_decoder
 from ipc.messages import (
-    Handoff, KvLayout, Ready, Role, StepOutputs, Submit, SubmitPrefilled, TokenOutput,
+    Handoff, KvLayout, Ready, Role, StepOutputs, StepTokens, Submit, SubmitPrefilled, TokenOutput,
 )
 from ipc.params import SamplingParams
 from policies.decode_choice import DecodeView, choose_decode
@@ -75,7 +75,7 @@ def run_to_end(core: InstanceCore) -> list[int]:
     while core.has_work:
         for message in step(core):
             if isinstance(message, StepOutputs):
-                tokens += [o.token_id for o in message.outputs]
+                tokens += [o.token_id for o in message.tokens.outputs()]
     return tokens
 
 
@@ -85,7 +85,7 @@ def test_a_prefill_instance_hands_a_request_off_after_its_first_token():
     messages = step(prefill)
     first = expected_output(PROMPT, 1)
     assert isinstance(messages[0], StepOutputs)
-    assert [o.token_id for o in messages[0].outputs] == first
+    assert [o.token_id for o in messages[0].tokens.outputs()] == first
     assert messages[0].admitted == ["a"]  # its prefill started this step
     assert messages[1] == Handoff(instance_id=5, request_id="a", token_ids=PROMPT + first,
                                   num_computed_tokens=len(PROMPT))
@@ -97,7 +97,7 @@ def test_a_request_that_ends_at_its_first_token_is_not_handed_off():
     prefill = instance("prefill", Role.PREFILL)
     prefill.handle(submit(max_tokens=1), now=0.0)
     messages = step(prefill)
-    assert len(messages) == 1 and messages[0].outputs[0].finish_reason is not None
+    assert len(messages) == 1 and messages[0].tokens.outputs()[0].finish_reason is not None
 
 
 def handed_off(max_tokens: int = 6) -> tuple[Handoff, SubmitPrefilled]:
@@ -197,7 +197,7 @@ def test_the_controller_routes_new_requests_to_prefill_and_hands_them_to_a_decod
     (send,) = [a for a in actions if isinstance(a, Send)]
     assert send.instance_id == 0 and isinstance(send.message, Submit)
     core.handle(FromInstance(1.1, StepOutputs(instance_id=0, step=1, time=1.1, step_seconds=0.1,
-                                              outputs=[TokenOutput("a", 42)])))
+                                              tokens=StepTokens.of([TokenOutput("a", 42)]))))
     assert core.ledger.requests["a"].state is RequestState.STREAMING
     actions = core.handle(FromInstance(1.1, Handoff(instance_id=0, request_id="a",
                                                     token_ids=PROMPT + [42],
@@ -208,10 +208,10 @@ def test_the_controller_routes_new_requests_to_prefill_and_hands_them_to_a_decod
     assert "a" not in core.ledger.instances[0].held and "a" in core.ledger.instances[1].held
     actions = core.handle(FromInstance(1.2, StepOutputs(
         instance_id=1, step=1, time=1.2, step_seconds=0.01,
-        outputs=[TokenOutput("a", 43), ]))) + core.handle(FromInstance(1.3, StepOutputs(
+        tokens=StepTokens.of([TokenOutput("a", 43), ])))) + core.handle(FromInstance(1.3, StepOutputs(
             instance_id=1, step=2, time=1.3, step_seconds=0.01,
-            outputs=[TokenOutput("a", 44, finish_reason="length")])))
-    assert [a.output.token_id for a in actions if isinstance(a, Token)] == [43, 44]
+            tokens=StepTokens.of([TokenOutput("a", 44, finish_reason="length")]))))
+    assert [t for a in actions if isinstance(a, Tokens) for t in a.tokens.token_ids] == [43, 44]
     (settle,) = [a for a in actions if isinstance(a, Settle)]
     assert settle.outcome is Outcome.COMPLETED and settle.instance == 1
     assert settle.instances == (0, 1) and not settle.offloaded  # prefill, then decode
@@ -222,7 +222,7 @@ def test_the_next_handoff_goes_to_the_decode_instance_with_more_room():
     for rid, prompt_len, now in (("a", 100, 1.0), ("b", 10, 2.0)):
         core.handle(Arrived(now, rid, [3] * prompt_len, SamplingParams(max_tokens=3)))
         core.handle(FromInstance(now, StepOutputs(instance_id=0, step=1, time=now,
-                                                  step_seconds=0.1, outputs=[TokenOutput(rid, 4)])))
+                                                  step_seconds=0.1, tokens=StepTokens.of([TokenOutput(rid, 4)]))))
         core.handle(FromInstance(now, Handoff(instance_id=0, request_id=rid,
                                               token_ids=[3] * prompt_len + [4],
                                               num_computed_tokens=prompt_len)))
@@ -264,7 +264,7 @@ def generate_pd(prefill: InstanceCore, decode: InstanceCore, prompts, max_tokens
         executor = core.engine.executor
         for output in outputs:
             if isinstance(output, StepOutputs):
-                for token in output.outputs:
+                for token in output.tokens.outputs():
                     tokens[token.request_id].append(token.token_id)
             elif isinstance(output, ImportKv):
                 executor.import_kv(output.block_ids, output.layout,

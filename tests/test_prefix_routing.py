@@ -15,7 +15,7 @@ from daemon.metrics import Metrics
 from daemon.core.prefix_index import PrefixIndex
 from daemon.core.request_state import Outcome
 from ipc.messages import (
-    CachedPrompt, FinishReason, Heartbeat, Ready, Role, StepOutputs, TokenOutput,
+    CachedPrompt, FinishReason, Heartbeat, Ready, Role, StepOutputs, StepTokens, TokenOutput,
 )
 from ipc.params import SamplingParams
 from policies.global_queue import Lane, Waiting, plan
@@ -135,10 +135,10 @@ def test_a_request_follows_its_prefix_and_its_settle_says_what_was_cached():
     assert target_of(arrive(core, "b", system + [3, 4, 5])) == first
     core.handle(FromInstance(2.0, StepOutputs(
         instance_id=first, step=1, time=2.0, step_seconds=0.01,
-        outputs=[TokenOutput("b", 9)], cached=[CachedPrompt("b", 40)])))
+        tokens=StepTokens.of([TokenOutput("b", 9)]), cached=[CachedPrompt("b", 40)])))
     actions = core.handle(FromInstance(2.1, StepOutputs(
         instance_id=first, step=2, time=2.1, step_seconds=0.01,
-        outputs=[TokenOutput("b", 9, FinishReason.LENGTH)])))
+        tokens=StepTokens.of([TokenOutput("b", 9, FinishReason.LENGTH)]))))
     [settle] = [a for a in actions if isinstance(a, Settle)]
     assert (settle.outcome, settle.prompt_tokens, settle.cached_tokens) == (
         Outcome.COMPLETED, 43, 40)
@@ -157,8 +157,8 @@ def test_a_completed_conversation_turn_is_known_with_its_output():
     replies = [60, 61, 62, 63, 64]
     core.handle(FromInstance(2.0, StepOutputs(
         instance_id=first, step=1, time=2.0, step_seconds=0.01,
-        outputs=[TokenOutput("t1", t) for t in replies[:-1]]
-        + [TokenOutput("t1", replies[-1], FinishReason.LENGTH)])))
+        tokens=StepTokens.of([TokenOutput("t1", t) for t in replies[:-1]]
+                             + [TokenOutput("t1", replies[-1], FinishReason.LENGTH)]))))
     # the instance computed the prompt and every reply token but the last: 3 full blocks
     names = core.prefixes.index.names(list(range(50, 58)) + replies + [70, 71])
     assert core.prefixes.index.cached_tokens(names, 15) == {first: 12}

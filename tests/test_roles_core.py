@@ -10,7 +10,7 @@ from daemon.core.controller_core import ControllerCore
 from daemon.core.events import Arrived, FromInstance, RoleSwitched, Send, Settle, StartAccepting
 from daemon.core.request_state import RequestState
 from ipc.messages import (
-    InstanceLoad, OffloadedRequest, Origin, Role, RoleChanged, SetRole, StepOutputs, Submit,
+    InstanceLoad, OffloadedRequest, Origin, Role, RoleChanged, SetRole, StepOutputs, StepTokens, Submit,
     Ticket,
 )
 from ipc.params import SamplingParams
@@ -146,6 +146,6 @@ def test_steps_report_load_while_switching_without_binding_there():
     core = core_3a()
     core.roles.switch(0, Role.HP, "test", [])
     actions = core.handle(FromInstance(1.0, StepOutputs(
-        instance_id=0, step=1, time=1.0, step_seconds=0.01, outputs=[],
+        instance_id=0, step=1, time=1.0, step_seconds=0.01, tokens=StepTokens(),
         load=InstanceLoad(0, 0, 0.0, 0))))
     assert all(target != 0 for target, _ in submits(actions))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.sim.sim_instances import SimConfig, build_instance
 from engines.instance_core import InstanceCore
-from ipc.messages import Origin, Role, RoleChanged, SetRole, Submit, Ticket
+from ipc.messages import Origin, Role, RoleChanged, SetRole, StepOutputs, Submit, Ticket
 from ipc.params import SamplingParams
 
 from tests.test_instance_core import core as fake_core
@@ -44,8 +44,8 @@ def test_lp_to_hp_gives_back_waiting_requests_and_keeps_the_running_one():
     finished = []
     for t in range(40):
         for message in step(core, 0.3 + t * 0.05):
-            finished += [o.request_id for o in getattr(message, "outputs", [])
-                         if o.finish_reason is not None]
+            if isinstance(message, StepOutputs):
+                finished += [message.tokens.request_ids[i] for i in message.tokens.finished]
     assert sorted(finished) == ["a", "c"] and core.ticket_open
 
 

@@ -117,8 +117,8 @@ def test_abort_between_schedule_and_update_is_harmless():
     batch = engine.scheduler.schedule(0.0)
     sampled = executor.execute(batch)
     engine.abort(a.request_id)
-    outputs = engine.scheduler.update(batch, sampled, 0.0)
-    assert [o.request_id for o in outputs] == [b.request_id]
+    tokens = engine.scheduler.update(batch, sampled, 0.0)
+    assert tokens.request_ids == [b.request_id]
     assert b.output_token_ids == expected_output([8, 9], 1)
 
 

@@ -153,7 +153,7 @@ def _hand_stepped(workload, config, mode: str):
                                deadline=work.arrival + config.slo.ttft_slo,
                                tbt_slo=config.slo.tbt_slo, pinned=pinned)
         result = engine.step()
-        for output in result.outputs:
+        for output in result.tokens.outputs():
             first_token.setdefault(output.request_id, clock.now + ipc)
             if output.finish_reason is not None:
                 finished[output.request_id] = clock.now + ipc

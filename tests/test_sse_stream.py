@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.core.events import Token
+from daemon.core.events import Tokens
 from daemon.detokenizer import IncrementalDetokenizer
 from daemon.errors import ApiError
 from daemon.metrics import LATENCY_BUCKETS, Metrics
 from daemon.request_handle import RequestHandle
 from daemon.responses import ResponseBuilder
 from daemon.stream_events import StreamEvents
-from ipc.messages import TokenOutput
+from ipc.messages import StepTokens, TokenOutput
 from tests.api_fakes import FakeController, api_client
 
 SENTENCE = "The quick brown fox jumps over the lazy dog, again and again."
@@ -344,12 +344,11 @@ def test_batch_histogram_exposes_what_a_histogram_would():
     assert batched.get_sample_value("h_seconds_created") is not None
 
 
-def test_tokens_are_counted_a_batch_at_a_time():
+def test_tokens_are_counted_a_step_at_a_time():
     metrics = Metrics()
-    metrics.observe_tokens([Token("a", TokenOutput("a", 1), ttft=0.3),
-                            Token("a", TokenOutput("a", 2), tbt=0.02),
-                            Token("b", TokenOutput("b", 2), tbt=0.004)])
-    metrics.observe(Token("b", TokenOutput("b", 3), tbt=0.5))
+    metrics.observe_tokens(Tokens(StepTokens(["a", "b", "c"], [1, 2, 2]), ttfts={0: 0.3},
+                                  tbts=[0.02, 0.004]))
+    metrics.observe(Tokens(StepTokens(["b"], [3]), tbts=[0.5]))
     value = metrics.registry.get_sample_value
     assert value("ascendra_output_tokens_total") == 4
     assert value("ascendra_ttft_seconds_count") == 1

@@ -2,14 +2,15 @@
 
 The daemon's Prometheus metrics (`daemon/metrics.py`) observe the same actions, so a
 simulated run measures what the daemon would report: a token counts when it reaches
-the controller, a request ends with its `Settle` (or `Refuse`).
+the controller (a step's in one `Tokens` action), a request ends with its `Settle`
+(or `Refuse`).
 """
 from __future__ import annotations
 
 from bench.records import RequestRecord, failure_outcome
 from bench.results import is_good
 from daemon.core.controller_config import SloConfig
-from daemon.core.events import Moved, Refuse, RoleSwitched, Send, Settle, Token
+from daemon.core.events import Moved, Refuse, RoleSwitched, Send, Settle, Tokens
 from daemon.core.request_state import Outcome
 from ipc.api_codes import REFUSAL_CODES
 from ipc.messages import Origin, Submit, SubmitPrefilled
@@ -31,25 +32,20 @@ class RecordKeeper:
         #: An `<n>A` layout's role changes, in order.
         self.role_switches: list[RoleSwitched] = []
 
-    def token(self, token: Token, now: float) -> None:
-        """`observe` of one `Token` (the simulator hands a step's over to `tokens`)."""
-        self.tokens([token], now)
-
-    def tokens(self, tokens: list[Token], now: float) -> None:
-        """`token` of each of `tokens` (a step's, all at `now`), in one loop."""
-        records = self.records
-        for token in tokens:
-            record = records[token.request_id]
-            if record.first_token_time is None:
-                record.first_token_time = now
-            record.token_times.append(now)
-            finish_reason = token.output.finish_reason
-            if finish_reason is not None:
-                record.finish_reason = finish_reason.value
+    def tokens(self, action: Tokens, now: float) -> None:
+        """A step's tokens, all at `now`: each one's time, its request's first token and
+        finish reason."""
+        records, request_ids = self.records, action.tokens.request_ids
+        for request_id in request_ids:
+            records[request_id].token_times.append(now)
+        for i in action.ttfts:
+            records[request_ids[i]].first_token_time = now
+        for i, reason in action.tokens.finished.items():
+            records[request_ids[i]].finish_reason = reason.value
 
     def observe(self, action, now: float) -> None:
-        if type(action) is Token:
-            self.token(action, now)
+        if type(action) is Tokens:  # the hot path: one per instance step
+            self.tokens(action, now)
             return
         self._record(action, now)
         if isinstance(action, (Settle, Refuse)):

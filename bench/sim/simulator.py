@@ -34,9 +34,7 @@ from bench.sim.kv_transfer_time import kv_transfer_seconds
 from bench.sim.record_keeper import RecordKeeper
 from bench.sim.sim_instances import SimConfig, SimInstance, build_instance
 from daemon.core.controller_core import ControllerCore
-from daemon.core.events import (
-    Arrived, FromInstance, Send, StartAccepting, StartTimer, TimerFired, Token,
-)
+from daemon.core.events import Arrived, FromInstance, Send, StartAccepting, StartTimer, TimerFired
 from engines.batch import Batch
 from ipc.params import SamplingParams
 from policies.tenants import DEFAULT_TENANT
@@ -112,18 +110,8 @@ class Simulation:
 
     def _controller(self, event) -> None:
         now, keeper = self.now, self.keeper
-        actions = self.controller.handle(event)
-        # The hot path, one per token: a step's tokens recorded first, in one call (each
-        # request's precede its Settle, and nothing else reads them).
-        tokens = [a for a in actions if type(a) is Token]
-        if tokens:
-            keeper.tokens(tokens, now)
-            if len(tokens) == len(actions):
-                return
-        for action in actions:
+        for action in self.controller.handle(event):
             kind = type(action)
-            if kind is Token:
-                continue
             keeper.observe(action, now)
             if kind is Send:
                 delay = self.config.ipc_delay + kv_transfer_seconds(
@@ -167,7 +155,7 @@ class Simulation:
 
     def _start_step(self, sim: SimInstance, batch: Batch) -> None:
         # a decode follows the request's prefill: its delay is set
-        for chunk in [c for c in batch.chunks if not c.is_decode]:
+        for chunk in [c for c in batch.added if not c.is_decode]:
             record = self.records[chunk.request.request_id]
             if record.sched_delay is None:
                 record.sched_delay = self.now - record.arrival

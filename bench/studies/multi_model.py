@@ -61,9 +61,8 @@ def multiplexed_latency(profile, model_of: dict[str, str]):
         parts: dict[str, Batch] = {}
         for chunk in batch.chunks:
             part = parts.setdefault(model_of[chunk.request.request_id], Batch())
-            part.chunks.append(chunk)
-            part.num_tokens += chunk.num_tokens
-        return sum(profile.step_time(p.shape(), num_sampling=len(p.sampling_chunks))
+            part.add_chunk(chunk)
+        return sum(profile.step_time(p.shape(), num_sampling=p.num_sampling)
                    for p in parts.values())
     return latency
 

@@ -51,7 +51,7 @@ from daemon.core.events import (
     TicketOpened,
     Timer,
     TimerFired,
-    Token,
+    Tokens,
 )
 from daemon.core.handoffs import Handoffs
 from daemon.core.late_binding import OVERDUE, LateBinding
@@ -77,9 +77,9 @@ from ipc.messages import (
     Role,
     RoleChanged,
     StepOutputs,
+    StepTokens,
     Submit,
     Ticket,
-    TokenOutput,
 )
 from policies.router import Router
 from policies.routing import Routing
@@ -210,11 +210,11 @@ class ControllerCore:
             # has died since (its requests have moved on) -- nothing of it reaches them.
             return
         match message:
-            case StepOutputs(outputs=outputs, load=load):
+            case StepOutputs(tokens=tokens, load=load):
                 ledger.found_cached(view, message.cached)
                 if message.admitted:
                     ledger.admitted(view, message.admitted, now - message.step_seconds)
-                self._tokens(now, view, outputs, out)
+                self._tokens(now, view, tokens, out)
                 if load is not None:
                     view.reported(load.num_running, load.num_kv_blocks_used)
                 if late_binding is not None and load is not None:
@@ -262,33 +262,51 @@ class ControllerCore:
         out.append(InstanceReady(ready))
         self.recovery.place_moving(out)
 
-    def _tokens(self, now: float, view: InstanceView, outputs: list[TokenOutput],
+    def _tokens(self, now: float, view: InstanceView, tokens: StepTokens,
                 out: list[Action]) -> None:
-        """A step's tokens, in order: `_token` of each. The commonest case -- a streaming
-        request's next token, not its last -- is written out here (one per token of every
-        request: the controller's hot path); the rest go through `_token`."""
-        held, get, emit = view.held, self.ledger.requests.get, out.append
+        """A step's tokens, in order, passed on as one `Tokens` action ahead of what they
+        cause (the `Settle` of a request that got its last). The commonest case -- a
+        streaming request's next token, not its last -- is written out here (one per token
+        of every request: the controller's hot path); the rest go through `_token`."""
+        if not tokens:
+            return
+        held, get = view.held, self.ledger.requests.get
         shares = self.late_binding.room.tenants if self.late_binding is not None else None
         counting = shares is not None and shares.counting
-        for output in outputs:
-            request_id = output.request_id
+        token_ids, finished = tokens.token_ids, tokens.finished
+        ttfts: dict[int, float] = {}
+        tbts: list[float] = []
+        add_tbt, skipped, at = tbts.append, [], len(out)
+        for i, request_id in enumerate(tokens.request_ids):
             tracked = get(request_id) if request_id in held else None
-            if (tracked is None or tracked.first_token_time is None
-                    or output.finish_reason is not None):
-                self._token(now, view, output, out)
+            if tracked is None or tracked.first_token_time is None or i in finished:
+                times = self._token(now, view, request_id, token_ids[i], finished.get(i), out)
+                if times is None:
+                    skipped.append(i)
+                elif times[0] is not None:
+                    ttfts[i] = times[0]
+                else:
+                    add_tbt(times[1])
                 continue
-            tbt, tracked.last_token_time = now - tracked.last_token_time, now
-            tracked.token_ids.append(output.token_id)
+            add_tbt(now - tracked.last_token_time)
+            tracked.last_token_time = now
+            tracked.token_ids.append(token_ids[i])
             if counting:
                 shares.computed(tracked.tenant, 1)
-            emit(Token(request_id, output, None, tbt))
+        if skipped:
+            tokens, ttfts = _passed(tokens, ttfts, skipped)
+        if tokens:
+            out.insert(at, Tokens(tokens, ttfts, tbts))
 
-    def _token(self, now: float, view: InstanceView, output: TokenOutput,
-               out: list[Action]) -> None:
+    def _token(self, now: float, view: InstanceView, request_id: str, token_id: int,
+               reason: FinishReason | None, out: list[Action],
+               ) -> tuple[float | None, float | None] | None:
+        """One token the long way (a first or last token, or one of a request no longer
+        held): its (ttft, tbt), or None when it is not passed on."""
         ledger = self.ledger
-        tracked = ledger.held(output.request_id, view)
+        tracked = ledger.held(request_id, view)
         if tracked is None:
-            return  # settled already (a client that left: its abort is on its way)
+            return None  # settled already (a client that left: its abort is on its way)
         ttft = tbt = None
         if tracked.first_token_time is None:
             ledger.unqueue(tracked)
@@ -305,10 +323,10 @@ class ControllerCore:
             if ledger.room is not None:
                 ledger.room.computed(tracked, 1)
         tracked.last_token_time = now
-        tracked.token_ids.append(output.token_id)
-        out.append(Token(tracked.request_id, output, ttft, tbt))
-        if output.finish_reason is not None:
+        tracked.token_ids.append(token_id)
+        if reason is not None:
             ledger.end(tracked, Outcome.COMPLETED, None, "", out)
+        return ttft, tbt
 
     def _finished_early(self, tracked: Tracked, reason: FinishReason, out: list[Action]) -> None:
         if reason is FinishReason.DROP:
@@ -379,3 +397,12 @@ class ControllerCore:
                                 f"within the drain timeout ({self.drain_timeout:g} s)", out)
         else:
             raise ValueError(f"unknown timer {timer!r}")
+
+
+def _passed(tokens: StepTokens, ttfts: dict[int, float], skipped: list[int],
+            ) -> tuple[StepTokens, dict[int, float]]:
+    """`tokens` and `ttfts` without the tokens at `skipped` (ascending), renumbered."""
+    gone = set(skipped)
+    kept = [i for i in range(len(tokens)) if i not in gone]
+    new = {old: i for i, old in enumerate(kept)}
+    return tokens.only(kept), {new[i]: ttft for i, ttft in ttfts.items()}

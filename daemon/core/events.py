@@ -2,7 +2,7 @@
 
 Every event carries `now`, stamped by the driver (`time.monotonic()` in the daemon, the
 virtual clock in the simulator): the core never reads a clock. Actions are instructions
-and observations for the driver -- send this message, pass this token on, this request
+and observations for the driver -- send this message, pass these tokens on, this request
 has ended, wake me at this time -- and the daemon's metrics and the simulator's
 per-request records are both built from them, so both measure the same things.
 """
@@ -14,7 +14,7 @@ import msgspec
 
 from daemon.core.request_state import Outcome
 from ipc.api_codes import EndCode, Refusal
-from ipc.messages import Origin, Ready, Role, ToController, ToInstance, TokenOutput
+from ipc.messages import Origin, Ready, Role, StepTokens, ToController, ToInstance
 from ipc.params import SamplingParams
 from policies.tenants import DEFAULT_TENANT
 
@@ -101,16 +101,18 @@ class Send:
     message: ToInstance
 
 
-class Token(msgspec.Struct, frozen=True, gc=False):
-    """Pass one token on to the client. `ttft` (first token) or `tbt` (the gap since the
-    previous one) in seconds, for the driver's metrics. A frozen msgspec Struct rather
-    than a frozen dataclass like the other actions: there is one per streamed token, and
-    a Struct is built in a seventh of the time (0.1 us, not 0.7 us); `gc=False`: it holds
-    no container, so the collector need not count it."""
-    request_id: str
-    output: TokenOutput
-    ttft: float | None = None
-    tbt: float | None = None
+class Tokens(msgspec.Struct, frozen=True):
+    """Pass a step's tokens on to their clients: `tokens`, the instance's columns (less
+    any of a request that had ended already), in order. For the driver's metrics,
+    `ttfts` maps the position of each request's first token to its time to first token
+    and `tbts` holds the gap before each other token, in order (seconds). One action per
+    instance step, not one per token: a driver that streams hands each token to its
+    request's stream (`tokens.output(i)`), the simulator's records take a step's
+    tokens in one loop. It precedes every other action the step's tokens cause (the
+    `Settle` of a request that got its last)."""
+    tokens: StepTokens
+    ttfts: dict[int, float] = {}
+    tbts: list[float] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,5 +186,5 @@ class RoleSwitched:
     returned: int = 0
 
 
-Action = (Send | Token | Settle | Refuse | Moved | TicketOpened | StartTimer | InstanceReady
+Action = (Send | Tokens | Settle | Refuse | Moved | TicketOpened | StartTimer | InstanceReady
           | RoleSwitched)

@@ -58,9 +58,9 @@ class PrefixIndex:
                 move_to_end(name)
             else:
                 held[name] = None
-        capacity = self._capacity[instance_id]
-        while len(held) > capacity:
-            held.popitem(last=False)
+        evict = held.popitem
+        for _ in range(len(held) - self._capacity[instance_id]):  # the least recent go
+            evict(last=False)
 
     def cached_tokens(self, names: Sequence[bytes], num_tokens: int) -> dict[int, int]:
         """Prompt tokens of a request of `num_tokens` tokens whose block names are `names`

@@ -30,7 +30,7 @@ class Executor(Protocol):
         already allocated by the scheduler) and returns one sampled token id per chunk whose
         `samples` is true, in the order of `batch.chunks`. A request whose
         `sampling.logprobs` is set gets that token's `ipc.messages.TokenLogprobs` in
-        `request.sampled_logprobs` (the scheduler puts them in its TokenOutput).
+        `request.sampled_logprobs` (the scheduler moves them into its StepTokens).
         """
         ...
 

@@ -65,14 +65,14 @@ class SimExecutor:
         """The sampled tokens of `batch`, without running anything. Sampling parameters
         (temperature, penalties, bias) change nothing; a request asking for logprobs
         gets those of a certain choice (see `_certain`)."""
-        requests = [c.request for c in batch.chunks if c.samples]
+        requests = batch.sampling_requests()
         vocabulary = self.vocabulary
         if len(vocabulary) == 1:
             # A simulator's: one token for every request, but those with stop tokens or
             # logprobs (looked at one by one below). One list, not a call per token.
             tokens = [vocabulary[0]] * len(requests)
-            special = [i for i, s in enumerate([r.sampling for r in requests])
-                       if s.stop_token_ids or s.logprobs is not None]
+            special = [i for i, r in enumerate(requests)
+                       if r.sampling.stop_token_ids or r.sampling.logprobs is not None]
         else:
             tokens = [0] * len(requests)
             special = range(len(requests))

@@ -12,9 +12,9 @@ def profile_latency(name: str):
     profile.ops  # noqa: B018 -- load (and validate) the operator table eagerly
 
     def latency(batch: Batch) -> float:
-        if not batch.chunks:
+        if not batch:
             return 0.0
-        return profile.step_time(batch.shape(), num_sampling=len(batch.sampling_chunks))
+        return profile.step_time(batch.shape(), num_sampling=batch.num_sampling)
 
     latency.__name__ = f"profile_latency_{profile.name}"
     return latency

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import gzip
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -47,15 +47,27 @@ class OpTable:
     #: scaled from these: same K = hidden, so time ~ output width)
     gemm_weights: int
 
+    #: Interpolated values by (column, token count): a simulator asks for the same few
+    #: thousand counts every step, and one numpy interpolation costs microseconds.
+    memo: dict[tuple[str, float], float] = field(default_factory=dict, compare=False,
+                                                 repr=False)
+
     def layer(self, num_tokens: float) -> float:
         """Seconds of one layer's 9 ops for a batch of `num_tokens` tokens."""
-        return _interpolate(self.tokens, self.layer_s, num_tokens)
+        return self._value("layer_s", num_tokens)
 
     def gemm(self, num_tokens: float) -> float:
-        return _interpolate(self.tokens, self.gemm_s, num_tokens)
+        return self._value("gemm_s", num_tokens)
 
     def emb(self, num_tokens: float) -> float:
-        return _interpolate(self.tokens, self.emb_s, num_tokens)
+        return self._value("emb_s", num_tokens)
+
+    def _value(self, column: str, num_tokens: float) -> float:
+        key = (column, num_tokens)
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = _interpolate(self.tokens, getattr(self, column), num_tokens)
+        return value
 
 
 def _interpolate(grid: np.ndarray, values: np.ndarray, x: float) -> float:
