@@ -367,11 +367,18 @@ def test_with_demote_it_waits_behind_the_feasible_ones_and_never_for_ever():
     core = core_late(shed="demote", max_wait_slo_multiple=3.0)
     for i in (LP0, LP1, HP):
         report(core, i, 0.5, accepted=0, queued_seconds=5.0)
-    assert sends(arrive(core, "late", now=1.0, prompt=[5] * 100)) == []
+    actions = arrive(core, "late", now=1.0, prompt=[5] * 100)
+    assert sends(actions) == []
     assert core.ledger.requests["late"].state is RequestState.PENDING
-    [settle] = [a for a in report(core, LP0, 4.5, accepted=0, queued_seconds=5.0)
-                if isinstance(a, Settle)]  # 3.5 s > 3 x its 1 s TTFT SLO
-    assert settle.outcome is Outcome.DROPPED and "waited 3.5 s" in settle.message
+    [timer] = [a.timer for a in actions if isinstance(a, StartTimer)]   # the overdue watch
+    early = core.handle(TimerFired(3.5, timer))   # 2.5 s, and 2.75 s at the next look
+    assert not any(isinstance(a, Settle) for a in early)
+    assert core.ledger.requests["late"].state is RequestState.PENDING
+    [again] = [a.timer for a in early if isinstance(a, StartTimer)]
+    actions = core.handle(TimerFired(3.9, again))  # 3.15 s at the next look > 3 x its 1 s SLO
+    [settle] = [a for a in actions if isinstance(a, Settle)]
+    assert settle.outcome is Outcome.DROPPED and "waited 2.9 s" in settle.message
+    assert sends(actions) == []   # no instance held it: nothing to abort
 
 
 def test_a_request_an_instance_holds_past_its_longest_wait_ends_and_is_aborted_there():

@@ -77,11 +77,6 @@ class LateBinding:
         if not len(room) or not self._worth_planning(now):
             return
         self.last_plan = now
-        for tracked in room.waited_too_long(now, self.config.max_wait_slo_multiple):
-            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
-                       f"dropped: it waited {now - tracked.arrival_time:.1f} s, over "
-                       f"{self.config.max_wait_slo_multiple:g} times its TTFT SLO, for an "
-                       "instance", out)
         lps, hps = ledger.serving(Role.LP), ledger.serving(Role.HP)
         if not lps and not hps:
             return
@@ -115,17 +110,15 @@ class LateBinding:
         served first at an LP, or an HP's long queue, must not keep it waiting for ever.
         Looks again in OVERDUE_CHECK seconds while any request has no first token."""
         ledger = self.ledger
-        multiple, early = self.config.max_wait_slo_multiple, OVERDUE_CHECK
-        for tracked in self.room.waited_too_long(now + early, multiple):
-            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
-                       f"dropped: it waited {now - tracked.arrival_time:.1f} s for an "
-                       f"instance, about {multiple:g} times its TTFT SLO", out)
-        for tracked in ledger.waiting_too_long(now + early, multiple):
-            holder = tracked.instance
+        multiple, by = self.config.max_wait_slo_multiple, now + OVERDUE_CHECK
+        for tracked in self.room.waited_too_long(by, multiple) + ledger.waiting_too_long(
+                by, multiple):
+            holder = tracked.instance   # None: still in the waiting room
             ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
                        f"dropped: it waited {now - tracked.arrival_time:.1f} s for its first "
                        f"token, about {multiple:g} times its TTFT SLO", out)
-            out.append(Send(holder, Abort(request_id=tracked.request_id)))
+            if holder is not None:
+                out.append(Send(holder, Abort(request_id=tracked.request_id)))
         self.watching = ledger.bounds.requests > 0
         if self.watching:
             out.append(StartTimer(Timer(OVERDUE), now + OVERDUE_CHECK))
