@@ -271,7 +271,8 @@ class ControllerCore:
         if not tokens:
             return
         held, get = view.held, self.ledger.requests.get
-        shares = self.late_binding.room.tenants if self.late_binding is not None else None
+        room = self.ledger.room
+        shares = room.tenants if room is not None else None   # fair shares count tokens
         counting = shares is not None and shares.counting
         token_ids, finished = tokens.token_ids, tokens.finished
         ttfts: dict[int, float] = {}

@@ -125,7 +125,7 @@ class WaitingRoom:
             self.classes.answered(len(tracked.original.prompt_token_ids), met)
 
     def computed(self, tracked: Tracked, tokens: int) -> None:
-        """`tokens` were computed for it (its prompt's uncached part and first token)."""
+        """`tokens` more were computed for it (what its tenant's fair share counts)."""
         if self.tenants is not None:
             self.tenants.computed(tracked.tenant, tokens)
 
