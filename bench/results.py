@@ -20,6 +20,7 @@ from bench.records import (
     OUTCOMES, ClassResult, Percentiles, RequestRecord, RunResult, TenantResult,
 )
 from bench.summary_table import print_summary, summary_rows
+from policies.tenants import DEFAULT_TENANT
 
 __all__ = ["Percentiles", "RequestRecord", "RunResult", "encode_result", "is_good", "per_class",
            "per_tenant", "percentiles", "print_summary", "read_result", "summarize",
@@ -94,13 +95,8 @@ def cached_share(records: list[RequestRecord]) -> float:
 def per_class(records: list[RequestRecord], ttft_slo: float, tbt_slo: float) -> list[ClassResult]:
     """Goodput per SLO class, in order of first appearance; none when no record has a class
     (records without one are counted as class "default")."""
-    if not any(r.slo_class is not None for r in records):
-        return []
-    groups: dict[str, list[RequestRecord]] = {}
-    for r in records:
-        groups.setdefault(r.slo_class or "default", []).append(r)
     rows = []
-    for name, members in groups.items():
+    for name, members in _grouped(records, "slo_class", "default").items():
         good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo))
         first = members[0]
         rows.append(ClassResult(
@@ -116,13 +112,8 @@ def per_tenant(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float
     """What each tenant got, in order of first appearance; none when no record names a
     tenant (records without one are counted as tenant "default", as the daemon counts a
     request that names none)."""
-    if not any(r.tenant is not None for r in records):
-        return []
-    groups: dict[str, list[RequestRecord]] = {}
-    for r in records:
-        groups.setdefault(r.tenant or "default", []).append(r)
     rows = []
-    for name, members in groups.items():
+    for name, members in _grouped(records, "tenant", DEFAULT_TENANT).items():
         good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo))
         done = [r for r in members if r.outcome == "completed"]
         rows.append(TenantResult(
@@ -133,6 +124,18 @@ def per_tenant(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float
             p99_ttft_s=percentiles([r.ttft() for r in done if r.ttft() is not None]).p99,
             token_goodput_pct=token_goodput_pct(members, ttft_slo, tbt_slo)))
     return rows
+
+
+def _grouped(records: Sequence[RequestRecord], field: str, default: str,
+             ) -> dict[str, list[RequestRecord]]:
+    """The records by their `field`, in order of first appearance (those without one under
+    `default`); empty when no record has one."""
+    if all(getattr(r, field) is None for r in records):
+        return {}
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        groups.setdefault(getattr(r, field) or default, []).append(r)
+    return groups
 
 
 def _all_gaps(records: list[RequestRecord]) -> np.ndarray:

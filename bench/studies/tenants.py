@@ -57,6 +57,7 @@ from bench.ruler.steady_state import MeasureRule
 from bench.sim.simulator import Simulation
 from daemon.core.controller_config import TenantsConfig
 from engines.scheduler_config import SchedulerConfig
+from policies.tenants import DEFAULT_TENANT
 
 #: 2L1H's capacity on poisson ShareGPT, a100-llama3-8b, three instances, QPS at 90 %
 #: goodput: docs/results.md (seed 0, 4,500 measured, after the ticket-pick change: 11.34;
@@ -196,7 +197,7 @@ def service_per_window(records: Sequence[RequestRecord], window: float) -> dict[
     for r in records:
         if r.first_token_time is None:
             continue
-        mine = service.setdefault(r.tenant or "default", [0.0] * windows)
+        mine = service.setdefault(r.tenant or DEFAULT_TENANT, [0.0] * windows)
         mine[int(r.first_token_time // window)] += r.prompt_len
         per_time = r.output_tokens() / len(r.token_times) if r.token_times else 0.0
         for t in r.token_times:
