@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import enum
 import functools
+import itertools
 import json
 import tomllib
 import typing
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -271,6 +273,13 @@ def field_docs() -> tuple[FieldDoc, ...]:
     if len(names) != len(set(names)):
         raise TypeError(f"field names must be unique across sections (one flag each): {names}")
     return tuple(docs)
+
+
+def documented_sections() -> Iterator[tuple[str, str, list[FieldDoc]]]:
+    """(section, what its struct's docstring says, its settable fields) in order: what the
+    example config and docs/configuration.md are written from."""
+    for section, fields in itertools.groupby(field_docs(), key=lambda d: d.section):
+        yield section, " ".join((SECTIONS[section].__doc__ or "").split()), list(fields)
 
 
 #: Field name -> its section (flags are flat: `--port` sets [http] port).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import typing
 
-from daemon.config import SECTIONS, SIMULATOR_SECTIONS, field_docs, toml_value
+from daemon.config import SECTIONS, SIMULATOR_SECTIONS, documented_sections, toml_value
 
 #: The sections the simulator's commands (simulate, capacity, plan) take too, same flags.
 
@@ -55,21 +55,18 @@ def _flag(section: str, name: str) -> str:
 def render_markdown() -> str:
     """The whole of docs/configuration.md."""
     parts = [HEADER]
-    section = None
-    for field in field_docs():
-        if field.section != section:
-            section = field.section
-            about = " ".join((SECTIONS[section].__doc__ or "").split())
-            shared = (" Also taken by `simulate`, `capacity` and `plan`."
-                      if section in SIMULATOR_SECTIONS else "")
-            parts.append(f"\n## [{section}]\n\n{about}{shared}\n\n"
-                         "| TOML key | flag | default | what it does |\n|---|---|---|---|\n")
-        default = ("unset" if field.default is None
-                   else f"`{_cell(toml_value(field.default))}`")
-        if field.default is None and field.example is not None:
-            default += f" (e.g. `{_cell(toml_value(field.example))}`)"
-        parts.append(f"| `{field.name}` | {_flag(field.section, field.name)} | {default} | "
-                     f"{_cell(field.description)} |\n")
+    for section, about, fields in documented_sections():
+        shared = (" Also taken by `simulate`, `capacity` and `plan`."
+                  if section in SIMULATOR_SECTIONS else "")
+        parts.append(f"\n## [{section}]\n\n{about}{shared}\n\n"
+                     "| TOML key | flag | default | what it does |\n|---|---|---|---|\n")
+        for field in fields:
+            default = ("unset" if field.default is None
+                       else f"`{_cell(toml_value(field.default))}`")
+            if field.default is None and field.example is not None:
+                default += f" (e.g. `{_cell(toml_value(field.example))}`)"
+            parts.append(f"| `{field.name}` | {_flag(section, field.name)} | {default} | "
+                         f"{_cell(field.description)} |\n")
     return "".join(parts)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
-from daemon.config import SECTIONS, ServeConfig, field_docs, toml_value
+from daemon.config import ServeConfig, documented_sections, toml_value
 
 WIDTH = 92
 HEADER = """\
@@ -28,18 +28,15 @@ def render_toml(config: ServeConfig | None = None) -> str:
     and each field under its description."""
     config = config or ServeConfig()
     parts = [HEADER]
-    section = None
-    for field in field_docs():
-        if field.section != section:
-            section = field.section
-            about = " ".join((SECTIONS[section].__doc__ or "").split())
-            parts.append("\n" + _comment(about) + f"[{section}]\n")
-        parts.append(_comment(field.description))
-        value = getattr(getattr(config, field.section), field.name)
-        if value is None:
-            parts.append(f"# {field.name} = {toml_value(field.example)}\n")
-        else:
-            parts.append(f"{field.name} = {toml_value(value)}\n")
+    for section, about, fields in documented_sections():
+        parts.append("\n" + _comment(about) + f"[{section}]\n")
+        for field in fields:
+            parts.append(_comment(field.description))
+            value = getattr(getattr(config, section), field.name)
+            if value is None:
+                parts.append(f"# {field.name} = {toml_value(field.example)}\n")
+            else:
+                parts.append(f"{field.name} = {toml_value(value)}\n")
     return "".join(parts)
 
 
