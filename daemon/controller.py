@@ -135,7 +135,7 @@ class Controller:
         refused = next((a for a in actions if isinstance(a, Refuse)), None)
         if refused is not None:
             self.metrics.observe(refused)
-            self.metrics.tenants.refused(refused, tenant)
+            self.metrics.tenants.refused(tenant)
             if self.request_log:
                 self.request_log.observe(refused)
             raise refusal_error(refused)

@@ -75,4 +75,4 @@ def _one(headers, name: str) -> str | None:
         [headers[name]] if name in headers else [])
     if len({v.strip() for v in values}) > 1:
         raise BadIdentityHeader(name, f"sent {len(values)} times with different values")
-    return values[0].strip() or None if values else None
+    return (values[0].strip() or None) if values else None

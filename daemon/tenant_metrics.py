@@ -15,7 +15,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from daemon.core.controller_config import TenantsConfig
-from daemon.core.events import Refuse, Settle
+from daemon.core.events import Settle
 
 OTHER = "other"
 MAX_LABEL_LEN = 128
@@ -53,6 +53,7 @@ class TenantMetrics:
         if settle.ttft is not None:
             self.ttft.labels(label).observe(settle.ttft)
 
-    def refused(self, refuse: Refuse, tenant: str) -> None:
-        """A request turned away at the door (`refuse`: why; counted as "refused")."""
+    def refused(self, tenant: str) -> None:
+        """A request of `tenant` turned away at the door (the reason is in
+        ascendra_dropped_total)."""
         self.requests.labels(self.label(tenant), "refused").inc()
