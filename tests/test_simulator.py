@@ -199,7 +199,7 @@ TTFT_SLO = 4.5 * STEP
 LONG, SHORT = 1000, 300     # prompt tokens: LONG is 2 chunks of 512, SHORT one
 OUTPUT = 3
 #: (phase start in the simulation, [(arrival offset in the phase, prompt tokens), ...]).
-PHASES = [(0.0, [(0.002 * i, LONG) for i in range(5)]),
+PHASES = [(0.0, [(0.0, LONG)] + [(STEP / 3 + 0.002 * i, LONG) for i in range(4)]),
           (3.0, [(0.0, LONG)]),
           (5.0, [(0.0, SHORT), (0.003, SHORT)])]
 #: Per phase: (served by the LP, served by the HP, sent to the HP, shed).
@@ -276,11 +276,13 @@ def test_daemon_and_simulator_route_offload_and_serve_alike(daemon_factory, tmp_
 
     Each phase starts with the HP idle, holding a ticket.
 
-    A. 5 requests within 8 ms wait at the controller. The first takes the HP's ticket. The
-       LP can prefill two of the others before their deadline (done at 2 and 4 steps <
-       4.5), so it is bound those two; the HP, 2 steps behind with the first, is predicted
-       to finish one more in time (at 4 steps), so the controller sends it that one (an
-       offload); the fifth would finish at 6 steps on either and is shed at once (503).
+    A. One request takes the HP's ticket; a third of a step later 4 more come within 6 ms
+       and wait at the controller. The LP can prefill two of them before their deadline
+       (done at 2 and 4 steps < 4.5), so it is bound those two; when the HP reports its
+       first step (a third of a step before the LP does: the two steps cannot swap), it
+       is predicted to finish one more in time (3.6 steps after it came), so the controller
+       sends it that one (an offload); the fifth would finish over 5.5 steps after it
+       came on either and is shed (503).
     B. One request: it takes the HP's ticket (an idle HP starts a new request before an
        LP does, as the ticket rule says).
     C. Two short requests 3 ms apart: the first takes the ticket, the second goes to the
