@@ -9,7 +9,10 @@ serve the tight class a value-ordered LP would set aside; with one class the HP 
 a slower LP. So:
 
 * **how many HPs may pay** (`hp_cap`): none unless a meaningful share of the window's
-  arrivals has a *tight* TTFT SLO (at most `tight_ratio` of the window's median one);
+  arrivals has a *tight* TTFT SLO (at most `tight_ratio` of the window's upper quartile:
+  a class stays tight when it is most of the traffic, up to three quarters of it, as in
+  a burst of interactive chat beside some standard and batch work -- measured against the
+  median such a majority would be its own reference and nothing would be tight);
   then up to twice that share of the instances, never all of them;
 * **add** an HP (under the cap) when a meaningful share of arrivals was *late but
   rescuable*: set aside by the waiting room's Moore-Hodgson pass with an HP predicted able
@@ -38,7 +41,7 @@ class RoleParams:
     window: float = 10.0        # seconds of evidence a decision reads
     dwell: float = 20.0         # least seconds an instance keeps a role
     min_arrivals: int = 20      # fewer in the window: no decision
-    tight_ratio: float = 0.5    # TTFT SLO <= this x the window's median: tight
+    tight_ratio: float = 0.5    # TTFT SLO <= this x the window's upper quartile: tight
     tight_share: float = 0.05   # least share of tight arrivals for any HP
     add_share: float = 0.02     # late-but-rescuable share of arrivals that adds an HP
     remove_share: float = 0.005  # fewer late-but-rescuable arrivals: an HP goes back to LP
@@ -71,12 +74,12 @@ class RoleChange:
 
 
 def tight_count(ttft_slos: Sequence[float], ratio: float) -> int:
-    """How many of `ttft_slos` are at most `ratio` x their median."""
+    """How many of `ttft_slos` are at most `ratio` x their upper quartile."""
     if not ttft_slos:
         return 0
     ordered = sorted(ttft_slos)
-    median = ordered[len(ordered) // 2]
-    return sum(1 for s in ordered if s <= ratio * median)
+    upper_quartile = ordered[3 * len(ordered) // 4]
+    return sum(1 for s in ordered if s <= ratio * upper_quartile)
 
 
 def hp_cap(num_instances: int, tight_share: float, params: RoleParams) -> int:
