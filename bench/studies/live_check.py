@@ -14,7 +14,10 @@ flags; it prints goodput, throughput and TTFT side by side and writes both resul
 and `summary.json` (the table). With `--tenant-mix` (bench/loadgen/tenant_mix.py) the
 load generator names each request's tenant in the x-gateway-inference-fairness-id header
 and the simulator hands the same tenant to its controller; goodput is then compared per
-tenant too.
+tenant too. With an `<n>A` layout (roles chosen online) it also counts the role changes
+each side made (the daemon's `ascendra_role_changes_total`, scraped before it stops) and
+prints the daemon's timeline of them (from its log); every run says how many requests got
+no answer (`lost`).
 """
 from __future__ import annotations
 
@@ -22,7 +25,10 @@ import argparse
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.daemon_launcher import ServeProcess
 from bench.results import read_result
@@ -48,10 +54,27 @@ def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int,
         subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url, *flags,
                         "--max-model-len", "8192", "--json", str(live_json), "--disable-tqdm",
                         "--max-error-rate", "1"], check=True, stdout=subprocess.DEVNULL)
+        changes = role_changes(daemon.url)
     subprocess.run([sys.executable, "-m", "bench.cli", "simulate", "--layout", layout,
                     "--profile", PROFILE, *flags, *scheduler, "--json", str(sim_json)], check=True,
                    stdout=subprocess.DEVNULL)
-    return read_result(live_json), read_result(sim_json)
+    return read_result(live_json), read_result(sim_json), changes
+
+
+def role_changes(url: str) -> int:
+    """The role changes a daemon has made (its `ascendra_role_changes_total`, every
+    from/to pair)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return round(sum(sample.value for family in text_string_to_metric_families(text)
+                     if family.name == "ascendra_role_changes"
+                     for sample in family.samples if sample.name.endswith("_total")))
+
+
+def _timeline(log: Path) -> list[str]:
+    """The daemon log's role-change lines."""
+    return [line.strip() for line in log.read_text(errors="replace").splitlines()
+            if "changed role" in line]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     worst, rows = 0.0, []
     for point in args.points.split(","):
         workload, qps = point.split(":")
-        live, sim = check(args.layout, workload, float(qps), args.num_requests, out, args.port,
+        live, sim, live_changes = check(args.layout, workload, float(qps), args.num_requests, out, args.port,
                           scheduler, args.tenant_mix)
         diff = live.goodput_pct - sim.goodput_pct
         worst = max(worst, abs(diff))
@@ -93,12 +116,22 @@ def main(argv: list[str] | None = None) -> int:
                      "dropped_live": live.dropped, "dropped_sim": sim.dropped,
                      "preemptions_live": [i["preemptions"] for i in live.per_instance],
                      "preemptions_sim": [i["preemptions"] for i in sim.per_instance],
+                     "lost_live": live.lost, "lost_sim": sim.lost,
+                     "role_changes_live": live_changes,
+                     "role_changes_sim": sum(len(i.get("role_changes", []))
+                                             for i in sim.per_instance),
                      "per_tenant": _per_tenant(live, sim)})
         print(f"{workload:>11} {float(qps):>5g} {live.goodput_pct:>12.1f}% {sim.goodput_pct:>9.1f}% "
               f"{diff:>+6.1f} {live.throughput_rps:>11.2f} {sim.throughput_rps:>6.2f} "
               f"{1000 * live.ttft_s.p50:>11.0f} ms {1000 * sim.ttft_s.p50:>4.0f} ms", flush=True)
         print(f"{'':>11} preemptions per instance: live {rows[-1]['preemptions_live']}, "
               f"simulated {rows[-1]['preemptions_sim']}", flush=True)
+        row = rows[-1]
+        print(f"{'':>11} lost: live {row['lost_live']}, simulated {row['lost_sim']}; role "
+              f"changes: live {row['role_changes_live']}, simulated {row['role_changes_sim']}",
+              flush=True)
+        for line in _timeline(out / f"daemon_{args.layout}_{workload}.log"):
+            print(f"{'':>11}   live: {line}", flush=True)
         for tenant in rows[-1]["per_tenant"]:
             worst = max(worst, abs(tenant["diff_points"]))
             print(f"{'':>11} tenant {tenant['tenant']}: goodput live {tenant['live_pct']:.1f}% "
