@@ -244,9 +244,10 @@ class InstanceCore:
         """Its load now; `queued`: `Scheduler.queued_prefill()` if already at hand."""
         tokens, seconds = queued or self.engine.scheduler.queued_prefill()
         kv = self.engine.kv
-        return InstanceLoad(self.num_accepted, tokens, seconds,
-                            len(self.engine.scheduler.running), self.prefill_rate,
-                            kv.num_blocks - kv.num_free_blocks)
+        scheduler = self.engine.scheduler
+        return InstanceLoad(self.num_accepted, tokens, seconds, len(scheduler.running),
+                            self.prefill_rate, kv.num_blocks - kv.num_free_blocks,
+                            scheduler.queued_sheddable_tokens())
 
     def ready(self, pid: int, executor_kind: str) -> Ready:
         scheduler = self.engine.scheduler

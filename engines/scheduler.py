@@ -23,6 +23,7 @@ request usually finds its own blocks again.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import msgspec
@@ -149,6 +150,12 @@ class Scheduler:
         seconds = sum(self.waiting.predicted_seconds().tolist() + [
             remaining_prefill_time(r, self.predictor, self.token_budget) for r in prefilling])
         return tokens, seconds
+
+    def queued_sheddable_tokens(self) -> int:
+        """Of `queued_prefill`'s tokens, those of sheddable requests (a negative serving
+        class: priority < 0), which every other request goes before."""
+        return sum(r.num_uncomputed_tokens for r in itertools.chain(self.waiting, self.running)
+                   if r.priority < 0 and r.num_computed_tokens < r.num_prompt_tokens)
 
     # ---- scheduling ---------------------------------------------------------------------
     def schedule(self, now: float) -> Batch:

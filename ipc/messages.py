@@ -167,6 +167,9 @@ class InstanceLoad(msgspec.Struct, array_like=True, frozen=True):
     #: average over such steps, decodes sharing them included); 0 until known.
     prefill_rate: Annotated[float, Meta(ge=0.0)] = 0.0
     num_kv_blocks_used: Count = 0   # KV blocks in use (of Ready.num_kv_blocks)
+    #: Of `queued_prefill_tokens`, those of sheddable requests (priority < 0): it serves
+    #: them after every other, so they are not ahead of a request that is not sheddable.
+    queued_sheddable_tokens: Count = 0
 
 
 class _Message(msgspec.Struct, tag_field="type", frozen=True, forbid_unknown_fields=True,

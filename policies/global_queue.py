@@ -106,6 +106,18 @@ class Lane:
     """One instance's predicted prefill backlog, seconds from now."""
     instance_id: int
     backlog: float
+    #: Of `backlog`, the sheddable requests' (priority < 0): the instance serves every
+    #: other request before them, so they are not ahead of one that is not sheddable.
+    sheddable: float = 0.0
+
+    def ahead_of(self, w: Waiting) -> float:
+        """Seconds of its backlog that `w` would wait behind there."""
+        return self.backlog if w.priority < 0 else self.backlog - self.sheddable
+
+    def add(self, w: Waiting, seconds: float) -> None:
+        self.backlog += seconds
+        if w.priority < 0:
+            self.sheddable += seconds
 
 
 @dataclass
@@ -115,7 +127,7 @@ class Plan:
     to_hp: list[tuple[Waiting, int]] = field(default_factory=list)   # rescued
     shed: list[Waiting] = field(default_factory=list)                # dropped now
     order: list[Waiting] = field(default_factory=list)               # what stays, in order
-    saturated: bool = False   # a request that is not sheddable was set aside
+    saturated: bool = False   # a request that is not sheddable was late (no HP could rescue it)
 
 
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
@@ -133,7 +145,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
         queue = [w for w in queue if w.priority >= 0]
     if not queue:
         return out
-    hp_lanes = [Lane(h.instance_id, h.backlog) for h in hps]  # rescues add to them
+    hp_lanes = [Lane(h.instance_id, h.backlog, h.sheddable) for h in hps]  # rescues add to them
     if shed is Shed.KEEP or not lps:
         ordered, late = sorted(queue, key=_deadline_order), []
     else:
@@ -141,9 +153,9 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
             ordered, late = _feasible(queue, lps, now, protected)
         else:
             ordered, late = _feasible_by_group(queue, lps, now, protected, shares)
-        out.saturated = any(w.priority >= 0 for _, w in late)
         late = _rescue(late, hp_lanes, now, out,
                        shares is not None and bool(shares.favoured()))
+        out.saturated = any(w.priority >= 0 for w in late)
         if shed is Shed.DROP:
             dropped, late = _costliest(late, shed_allowance, shares)
             out.shed += dropped
@@ -180,7 +192,7 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
     Moore-Hodgson on the pooled LPs; the request set aside is the costliest of an
     unprotected class while there is one."""
     speed = len(lps)
-    clock = now + sum(lane.backlog for lane in lps) / speed
+    clock = now + sum(lane.ahead_of(queue[0]) for lane in lps) / speed  # one band
     kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
     aside: list[tuple[int, Waiting]] = []
     push, pop = heapq.heappush, heapq.heappop
@@ -208,14 +220,17 @@ def _feasible_by_group(queue: Sequence[Waiting], lps: Sequence[Lane], now: float
     goes aside at once, taking no one with it.
 
     A favoured request jumps the LPs' queues: only the favoured work kept before it is
-    ahead of it (`ahead`), not the LPs' backlogs; the others wait for both."""
+    ahead of it (`ahead`), not the LPs' backlogs; the others wait for both (a request
+    that is not sheddable only for the LPs' backlogs of such requests)."""
     speed = len(lps)
-    backlog = sum(lane.backlog for lane in lps) / speed
+    backlog_all = sum(lane.backlog for lane in lps) / speed
+    backlog_firm = backlog_all - sum(lane.sheddable for lane in lps) / speed
     ahead = clock = 0.0     # seconds of kept work: favoured, and all
     groups: dict[tuple[int, bool, str], list] = {}   # (band, favoured, tenant) -> max-heap
     kept_tokens: dict[str, int] = {}
     aside: list[tuple[int, Waiting]] = []
     for i, w in enumerate(sorted(queue, key=_favoured_order)):
+        backlog = backlog_all if w.priority < 0 else backlog_firm
         if now + (0.0 if w.favoured else backlog) + w.cost > w.deadline:
             aside.append((i, w))   # late even first in line
             continue
@@ -310,13 +325,13 @@ def _rescue(aside: list[tuple[int, Waiting]], lanes: list[Lane], now: float, out
     late = []
     for _, w in sorted(aside, key=_rescue_order):
         if w.cost_on and lanes:  # the HP that would finish it first (a prefix cached there)
-            lane = min(lanes, key=lambda h: h.backlog + w.seconds_on(h.instance_id, w.hp_cost))
+            lane = min(lanes, key=lambda h: h.ahead_of(w) + w.seconds_on(h.instance_id, w.hp_cost))
         else:
-            lane = min(lanes, key=_backlog) if len(lanes) > 1 else (lanes[0] if lanes else None)
+            lane = min(lanes, key=lambda h: h.ahead_of(w)) if lanes else None
         cost = w.seconds_on(lane.instance_id, w.hp_cost) if lane is not None else 0.0
         room = HP_RESERVE * (w.deadline - w.arrival) if reserved and not w.favoured else 0.0
-        if lane is not None and now + lane.backlog + cost <= w.deadline - room:
-            lane.backlog += cost
+        if lane is not None and now + lane.ahead_of(w) + cost <= w.deadline - room:
+            lane.add(w, cost)
             out.to_hp.append((w, lane.instance_id))
         else:
             late.append(w)
@@ -329,25 +344,26 @@ _place = operator.itemgetter(0)
 def _rescue_order(entry: tuple[int, Waiting]) -> tuple[bool, int]:
     """Favoured requests first (their tenants are under their shares), then by place."""
     return (not entry[1].favoured, entry[0])
-_backlog = operator.attrgetter("backlog")
 
 
 def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan,
           hp_lanes: list[Lane]) -> None:
-    lanes = [Lane(lane.instance_id, lane.backlog) for lane in lanes]
+    """Bind `ordered` from its head while an LP has under `bound` seconds ahead of the
+    next one (a request that is not sheddable counts no sheddable work ahead of it)."""
+    lanes = [Lane(lane.instance_id, lane.backlog, lane.sheddable) for lane in lanes]
     position = 0
     while position < len(ordered) and lanes:
-        lane = min(lanes, key=lambda l: (l.backlog, l.instance_id))
-        if lane.backlog >= bound:
-            break
         w = ordered[position]
+        lane = min(lanes, key=lambda l: (l.ahead_of(w), l.instance_id))
+        if lane.ahead_of(w) >= bound:
+            break
         cost = w.cost
         if w.cost_on:  # the instance that would finish it first, holding its prefix or not
             homes = lanes + [h for h in hp_lanes if w.seconds_on(h.instance_id, w.hp_cost) < w.cost]
             lane = min(homes, key=lambda l: (
-                l.backlog + w.seconds_on(l.instance_id, w.cost), l.instance_id))
+                l.ahead_of(w) + w.seconds_on(l.instance_id, w.cost), l.instance_id))
             cost = w.seconds_on(lane.instance_id, w.cost)
         out.to_lp.append((w, lane.instance_id))
-        lane.backlog += cost
+        lane.add(w, cost)
         position += 1
     out.order = ordered[position:]

@@ -297,8 +297,9 @@ def test_the_tenants_study_runs_quick(tmp_path, capsys):
     assert {r["weights"] for r in doc["weights"]} == {"2:1", "1:1"}
     for row in doc["weights"]:
         assert len(row["windows"]) >= 2 and row["mean_ratio"] > 0
-    assert [r["variant"] for r in doc["sheddable"]] == ["batch sheddable", "no priorities",
-                                                        "chat alone"]
+    assert [r["variant"] for r in doc["sheddable"]] == [
+        "batch sheddable", "no priorities", "chat alone", "batch sheddable, 0.8 x C",
+        "no priorities, 0.8 x C"]
     assert all(r["ok"] is not None for r in doc["starvation"] if r["bounded"])
     out_text = capsys.readouterr().out
     assert "flood:" in out_text and "weights:" in out_text and "starvation:" in out_text

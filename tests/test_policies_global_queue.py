@@ -115,3 +115,22 @@ def test_the_miss_allowance_is_the_budget_share_of_recent_arrivals_less_the_drop
     assert miss_allowance(0.1, arrived=100, shed=4) == 6
     assert miss_allowance(0.1, arrived=100, shed=12) == 0
     assert miss_allowance(0.0, arrived=100, shed=0) == 0       # never drop
+
+
+def test_sheddable_work_at_an_lp_is_not_ahead_of_a_request_that_is_not_sheddable():
+    """The LP holds 3 s of sheddable prompts, which it serves after anything else: a
+    request due in 2 s is kept and bound there, a sheddable one is late behind them."""
+    lanes = [Lane(0, backlog=3.5, sheddable=3.0)]
+    out = plan([w("chat", 2.0, 1.0), w("batch", 2.0, 1.0, priority=-1)], lanes, [], now=0.0,
+               bound=1.0, shed=Shed.DROP)
+    assert keys(out.to_lp) == ["chat"] and keys(out.shed) == ["batch"]
+
+
+def test_a_late_request_an_hp_rescues_does_not_make_the_box_saturated():
+    """Saturated (sheddable requests shed on sight for a while) means a request that is
+    not sheddable is late with no HP to take it -- not that one was rescued."""
+    late = w("chat", 1.0, 2.0, hp_cost=0.5)
+    rescued = plan([late], [Lane(0, 0.0)], [Lane(1, 0.0)], now=0.0, bound=1.0, shed=Shed.DROP)
+    assert keys(rescued.to_hp) == ["chat"] and not rescued.saturated
+    lost = plan([late], [Lane(0, 0.0)], [Lane(1, 0.8)], now=0.0, bound=1.0, shed=Shed.DROP)
+    assert keys(lost.shed) == ["chat"] and lost.saturated

@@ -23,7 +23,9 @@ bench/ruler/steady_state.py). Phases (`--phases`, default all):
   per-window shares goes to `--figures` (weights.png).
 * `sheddable`: 2 x C, half of the arrivals from tenant `batch` at priority -1 (sheddable),
   half from `chat` at 0, on 2L1H: the non-sheddable tenant's goodput, beside the same
-  requests with no priorities and `chat` alone (what it gets with no batch traffic).
+  requests with no priorities and `chat` alone (what it gets with no batch traffic);
+  and at 0.8 x C, where the box is not saturated, both tenants beside no priorities
+  (sheddable traffic must not be shed for being sheddable).
 * `starvation`: over every run above (with none of them asked for: the flood's 2L1H
   runs), the longest any request waited for an answer (its first token, or its drop) in
   multiples of max_wait_slo_multiple x its TTFT target: must be <= 1 on Ascendra's
@@ -233,14 +235,21 @@ def weights_jobs(capacity: float, seeds: Sequence[int], seconds: float,
             for wa, wb in ((2.0, 1.0), (1.0, 1.0)) for seed in seeds]
 
 
+#: The sheddable phase's loads (x C, all that is sent) and what is sent at each: at 2 x C
+#: the box is saturated (sheddable traffic must go first); at 0.8 x C it is not (it must
+#: not be shed for being sheddable).
+SHEDDABLE_VARIANTS = ((2.0, (("batch sheddable", "tenants"), ("no priorities", "no priorities"),
+                             ("chat alone", "only:chat"))),
+                      (0.8, (("batch sheddable, 0.8 x C", "tenants"),
+                             ("no priorities, 0.8 x C", "no priorities"))))
+
+
 def sheddable_jobs(capacity: float, seeds: Sequence[int], n: int) -> list[Job]:
     mix = (TenantShare("chat", 0.5), TenantShare("batch", 0.5, 1.0, -1))
     return [Job(phase="sheddable", variant=variant, setup=ASCENDRA, mix=mix,
-                qps=2.0 * capacity, seed=seed, num_requests=n, send=send)
-            for seed in seeds
-            for variant, send in (("batch sheddable", "tenants"),
-                                  ("no priorities", "no priorities"),
-                                  ("chat alone", "only:chat"))]
+                qps=load * capacity, seed=seed, num_requests=n, send=send)
+            for load, variants in SHEDDABLE_VARIANTS for seed in seeds
+            for variant, send in variants]
 
 
 def starvation_jobs(capacity: float, seeds: Sequence[int], n: int) -> list[Job]:
@@ -423,11 +432,11 @@ def print_weights(rows: list[WeightsRow]) -> None:
 def print_sheddable(rows: list[SheddableRow]) -> None:
     if not rows:
         return
-    print("\nsheddable: chat (priority 0) and batch (priority -1) at 1 x C each on 2L1H; "
-          "goodput %, measured middle, mean over seeds")
-    print(f"  {'variant':<16} {'QPS':>6} {'chat':>6} {'batch':>6} {'all':>6}")
+    print("\nsheddable: chat (priority 0) and batch (priority -1), half the arrivals each, "
+          "on 2L1H; goodput %, measured middle, mean over seeds")
+    print(f"  {'variant':<26} {'QPS':>6} {'chat':>6} {'batch':>6} {'all':>6}")
     for r in rows:
-        print(f"  {r.variant:<16} {r.qps:6.2f} {_pct(r.chat_goodput_pct):>6} "
+        print(f"  {r.variant:<26} {r.qps:6.2f} {_pct(r.chat_goodput_pct):>6} "
               f"{_pct(r.batch_goodput_pct):>6} {_pct(r.goodput_pct):>6}")
 
 

@@ -117,7 +117,8 @@ class Ledger:
             tracked.instances.append(target)
             tracked.offloaded |= submit.origin in OFFLOADED_ORIGINS
         if self.room is not None:  # what it will compute: its prompt less a cached prefix
-            self.room.sent(target, len(submit.prompt_token_ids) - tracked.cached_on.get(target, 0))
+            self.room.sent(target, len(submit.prompt_token_ids) - tracked.cached_on.get(target, 0),
+                           submit.priority < 0)
         view.held[tracked.request_id] = None
         if tracked.waiting:
             view.waiting[tracked.request_id] = None

@@ -42,9 +42,11 @@ class _Backlog:
     model_rate: float                   # tokens/s of prefill alone, from its curve
     measured_rate: float = 0.0          # tokens/s while saturated, from its reports
     reported: int = 0                   # prompt tokens waiting at its last report
+    reported_sheddable: int = 0         # ... of sheddable requests (priority < 0)
     accepted: int = 0
     sent: int = 0
-    in_transit: deque = field(default_factory=deque)   # (sequence number, prompt tokens)
+    #: (sequence number, prompt tokens, sheddable) of the Submits it has not taken in yet
+    in_transit: deque = field(default_factory=deque)
 
     @property
     def rate(self) -> float:
@@ -56,14 +58,20 @@ class _Backlog:
 
     @property
     def tokens(self) -> int:
-        return self.reported + sum(n for _, n in self.in_transit)
+        return self.reported + sum(n for _, n, _ in self.in_transit)
 
-    def add(self, tokens: int) -> None:
-        self.in_transit.append((self.sent, tokens))
+    @property
+    def sheddable_tokens(self) -> int:
+        """Of `tokens`, those of sheddable requests (served after every other)."""
+        return self.reported_sheddable + sum(n for _, n, shed in self.in_transit if shed)
+
+    def add(self, tokens: int, sheddable: bool) -> None:
+        self.in_transit.append((self.sent, tokens, sheddable))
         self.sent += 1
 
     def report(self, load: InstanceLoad) -> None:
         self.reported, self.accepted = load.queued_prefill_tokens, load.accepted
+        self.reported_sheddable = load.queued_sheddable_tokens
         self.measured_rate = load.prefill_rate or self.measured_rate
         while self.in_transit and self.in_transit[0][0] < self.accepted:
             self.in_transit.popleft()
@@ -107,7 +115,7 @@ class WaitingRoom:
             self._arrivals.append(tracked.arrival_time)
             if self.classes.active:
                 self.classes.arrived(len(tracked.original.prompt_token_ids))
-            if self.tenants is not None:
+            if self._shares_count(tracked):
                 self.tenants.arrived(tracked.tenant)
         self._keys[tracked.request_id] = key
         bisect.insort(self._queue, (key, tracked), key=lambda item: item[0])
@@ -126,13 +134,21 @@ class WaitingRoom:
 
     def computed(self, tracked: Tracked, tokens: int) -> None:
         """`tokens` more were computed for it (what its tenant's fair share counts)."""
-        if self.tenants is not None:
+        if self._shares_count(tracked):
             self.tenants.computed(tracked.tenant, tokens)
 
     def ended(self, tracked: Tracked) -> None:
         """A request it took in (waiting here or since bound) has its terminal answer."""
-        if self.tenants is not None:
+        if self._shares_count(tracked):
             self.tenants.ended(tracked.tenant)
+
+    def _shares_count(self, tracked: Tracked) -> bool:
+        """Fair shares are kept among requests that are not sheddable: sheddable traffic
+        (priority < 0) takes only what the rest leaves, so it claims no share -- else a
+        tenant whose sheddable requests are shed would stand under its share and be
+        served first, its requests jumping the queues of a higher band and the HPs held
+        back for it."""
+        return self.tenants is not None and tracked.submit.priority >= 0
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._keys
@@ -149,9 +165,9 @@ class WaitingRoom:
     def ready(self, ready: Ready) -> None:
         self.backlogs[ready.instance_id] = _Backlog(model_rate(ready))
 
-    def sent(self, instance_id: int, tokens: int) -> None:
+    def sent(self, instance_id: int, tokens: int, sheddable: bool = False) -> None:
         if instance_id in self.backlogs:
-            self.backlogs[instance_id].add(tokens)
+            self.backlogs[instance_id].add(tokens, sheddable)
 
     def reported(self, instance_id: int, load: InstanceLoad) -> None:
         if instance_id in self.backlogs:
@@ -190,8 +206,8 @@ class WaitingRoom:
                                    tokens / lp_rate, tokens / hp_rate, t.submit.priority,
                                    klass=klass, tenant=t.tenant, tokens=tokens,
                                    favoured=t.tenant in favoured))
-        lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in lps]
-        hp_lanes = [Lane(i, self.seconds(i, self.backlog_tokens(i))) for i in hps]
+        lanes = [self._lane(i) for i in lps]
+        hp_lanes = [self._lane(i) for i in hps]
         decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
                        bound_tokens / lp_rate, self.shed, self._shed_allowance(now),
                        classes.protected(), shares,
@@ -200,6 +216,11 @@ class WaitingRoom:
             self.last_saturated = now
         self._drops.extend(now for _ in decided.shed)
         return decided, by_id
+
+    def _lane(self, instance_id: int) -> Lane:
+        backlog = self.backlogs[instance_id]
+        return Lane(instance_id, self.seconds(instance_id, backlog.tokens),
+                    self.seconds(instance_id, backlog.sheddable_tokens))
 
     def _shares(self) -> TenantShares | None:
         """The tenants' counters once there is more than one tenant to share among."""
