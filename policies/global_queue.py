@@ -127,7 +127,9 @@ class Plan:
     to_hp: list[tuple[Waiting, int]] = field(default_factory=list)   # rescued
     shed: list[Waiting] = field(default_factory=list)                # dropped now
     order: list[Waiting] = field(default_factory=list)               # what stays, in order
-    saturated: bool = False   # a request that is not sheddable was late (no HP could rescue it)
+    #: A request that is not sheddable was late (no HP could rescue it) though an idle
+    #: instance would have finished it in time: late for the load, not its own length.
+    saturated: bool = False
 
 
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
@@ -155,7 +157,8 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
             ordered, late = _feasible_by_group(queue, lps, now, protected, shares)
         late = _rescue(late, hp_lanes, now, out,
                        shares is not None and bool(shares.favoured()))
-        out.saturated = any(w.priority >= 0 for w in late)
+        out.saturated = any(w.priority >= 0 and now + min(w.cost, w.hp_cost) <= w.deadline
+                            for w in late)  # late for the load, not for its own length
         if shed is Shed.DROP:
             dropped, late = _costliest(late, shed_allowance, shares)
             out.shed += dropped

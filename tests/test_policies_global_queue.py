@@ -134,3 +134,10 @@ def test_a_late_request_an_hp_rescues_does_not_make_the_box_saturated():
     assert keys(rescued.to_hp) == ["chat"] and not rescued.saturated
     lost = plan([late], [Lane(0, 0.0)], [Lane(1, 0.8)], now=0.0, bound=1.0, shed=Shed.DROP)
     assert keys(lost.shed) == ["chat"] and lost.saturated
+
+
+def test_a_prompt_too_long_for_its_target_on_any_instance_does_not_make_the_box_saturated():
+    """Shed, but it says nothing of the load: an idle instance would miss it too."""
+    hopeless = w("chat", 1.0, 2.0, hp_cost=1.5)
+    out = plan([hopeless], [Lane(0, 0.0)], [Lane(1, 0.0)], now=0.0, bound=1.0, shed=Shed.DROP)
+    assert keys(out.shed) == ["chat"] and not out.saturated
