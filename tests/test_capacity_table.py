@@ -34,3 +34,17 @@ def test_the_table_tunes_the_baselines_and_compares_every_row_with_the_best():
     assert rows["2L1H"].ratio_to_best_baseline == pytest.approx(
         rows["2L1H"].mean_qps / best.mean_qps, abs=1e-3)
     assert 0 < table.ceiling_qps <= table.ceiling_90_qps
+
+
+def test_a_settings_table_names_its_baselines_or_is_refused_before_any_search(tmp_path, capsys):
+    """`fairness --settings` with only Ascendra layouts has no best baseline to divide by:
+    a clear error at once, not a traceback after an hour of searches."""
+    from bench.ruler.capacity_table import parse_settings
+    from bench.studies.fairness import main as fairness
+    assert [s.layout for s in parse_settings(["3A", "3xsglang@4096+drops"])] == ["3A", "3xsglang"]
+    with pytest.raises(ValueError, match="name no baseline"):
+        parse_settings(["3A", "1L2H"])
+    with pytest.raises(SystemExit) as exit_:
+        fairness(["--out", str(tmp_path / "out"), "--settings", "3A,1L2H"])
+    assert exit_.value.code == 2 and "--settings" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

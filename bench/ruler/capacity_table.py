@@ -228,7 +228,7 @@ def settings_table(configs: Sequence[RulerConfig], settings: Sequence[str],
     Ascendra layout -- each on every seed, searched from the ceiling: no sweep, so a
     baseline is only as tuned as the setting named (say which, and where it was tuned).
     The cheap way to a table when the full sweep (`capacity_table`) takes too long."""
-    subjects = [_parse_setting(s) for s in settings]
+    subjects = parse_settings(settings)
     starts = {c.workload.name: 0.8 * workload_ceilings(c).all_served_qps for c in configs}
     found = _Results(workers, progress)
     found.run([_Job(s, c, seed, starts[c.workload.name], START_GROWTH)
@@ -245,6 +245,16 @@ def settings_table(configs: Sequence[RulerConfig], settings: Sequence[str],
             best_baseline=top.label, best_fair_baseline=fair_top.label,
             prompt_class_bounds=ruler_classes(c).prompt_bounds, rows=rows))
     return tables
+
+
+def parse_settings(settings: Sequence[str]) -> list[Subject]:
+    """`settings_table`'s subjects; a ValueError naming the problem if one is malformed or
+    none is a baseline (every ratio divides by the best baseline)."""
+    subjects = [_parse_setting(s) for s in settings]
+    if not any(s.layout in SWEEPS for s in subjects):
+        raise ValueError(f"settings {','.join(settings)!r} name no baseline (layout@chunk or "
+                         "layout@chunk+drops): every ratio divides by the best baseline")
+    return subjects
 
 
 def _parse_setting(text: str) -> Subject:

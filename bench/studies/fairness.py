@@ -26,7 +26,7 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.workloads import workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.ruler.capacity_table import capacity_table, settings_table
+from bench.ruler.capacity_table import capacity_table, parse_settings, settings_table
 from bench.ruler.ruler import (
     NEAR_GROWTH, RulerConfig, SeedCapacity, Subject, ruler_classes, seed_capacity, sim_config,
     workload_requests,
@@ -211,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fair-floor", type=float, default=RulerConfig().fair_floor)
     add_workers_flag(parser)
     args = parser.parse_args(argv)
+    if args.settings:
+        try:
+            parse_settings(args.settings.split(","))
+        except ValueError as error:
+            parser.error(f"--settings: {error}")
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     config_of = {name: RulerConfig(workload=workload(name), measured=args.measured, seeds=seeds,
