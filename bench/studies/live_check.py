@@ -43,10 +43,10 @@ def _serve_args(layout: str, scheduler: list[str]) -> list[str]:
 
 
 def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int,
-          scheduler: list[str] = (), tenant_mix: str = "") -> tuple:
+          scheduler: list[str] = (), tenant_mix: str = "", seed: int = 0) -> tuple:
     """`scheduler`: flags both the daemon and the simulator take (--chunk-size N,
     --drop-expired)."""
-    flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", "0",
+    flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", str(seed),
              *(["--tenant-mix", tenant_mix] if tenant_mix else [])]
     live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
     with ServeProcess(_serve_args(layout, list(scheduler)), port=port, start_timeout=120,
@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenant-mix", default="",
                         help="NAME=SHARE[:WEIGHT[:PRIORITY]],...: tenants by header, "
                              "goodput compared per tenant")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the workload's seed, for both sides (default %(default)s)")
     parser.add_argument("--port", type=int, default=0,
                         help="the daemon's port (default 0: any free one)")
     args = parser.parse_args(argv)
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     for point in args.points.split(","):
         workload, qps = point.split(":")
         live, sim, live_changes = check(args.layout, workload, float(qps), args.num_requests, out, args.port,
-                          scheduler, args.tenant_mix)
+                          scheduler, args.tenant_mix, args.seed)
         diff = live.goodput_pct - sim.goodput_pct
         worst = max(worst, abs(diff))
         rows.append({"workload": workload, "qps": float(qps), "requests": args.num_requests,
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{tenant['requests']} requests)", flush=True)
     print(f"largest goodput difference: {worst:.1f} points")
     (out / "summary.json").write_text(json.dumps(
-        {"layout": args.layout, "scheduler": scheduler, "rows": rows,
+        {"layout": args.layout, "scheduler": scheduler, "seed": args.seed, "rows": rows,
          "largest_difference_points": worst}, indent=1) + "\n")
     return 0
 
