@@ -23,7 +23,6 @@ request usually finds its own blocks again.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import msgspec
@@ -152,10 +151,10 @@ class Scheduler:
         return tokens, seconds
 
     def queued_sheddable_tokens(self) -> int:
-        """Of `queued_prefill`'s tokens, those of sheddable requests (a negative serving
-        class: priority < 0), which every other request goes before."""
-        return sum(r.num_uncomputed_tokens for r in itertools.chain(self.waiting, self.running)
-                   if r.priority < 0 and r.num_computed_tokens < r.num_prompt_tokens)
+        """Of `queued_prefill`'s tokens, those of waiting sheddable requests (a negative
+        serving class: priority < 0), which every other request is admitted before. A
+        prompt already started is not among them: its chunks go first, whatever its class."""
+        return self.waiting.sheddable_uncomputed_tokens()
 
     # ---- scheduling ---------------------------------------------------------------------
     def schedule(self, now: float) -> Batch:

@@ -142,6 +142,11 @@ class WaitingQueue:
         """Prompt tokens of all waiting requests not yet computed."""
         return int(self._uncomputed[:len(self._rows)].sum())
 
+    def sheddable_uncomputed_tokens(self) -> int:
+        """... of those whose priority class is negative (sheddable)."""
+        n = len(self._rows)
+        return int(self._uncomputed[:n][self._priority[:n] < 0].sum())
+
     # ---- rows -----------------------------------------------------------------------------
     def _fill(self, request: Request, position: int) -> int:
         row = len(self._rows)

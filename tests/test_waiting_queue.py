@@ -52,7 +52,7 @@ def random_request(rng: random.Random, i: int, now: float = 0.0) -> Request:
     arrival = rng.choice([now, now - 0.5, rng.uniform(now - 3.0, now)])
     request = Request(f"r{i}", [1] * prompt, SAMPLING, arrival_time=arrival,
                       deadline=arrival + rng.choice([0.5, 2.0, 30.0, float("inf")]),
-                      priority=rng.choice([0, 0, 0, 1]), pinned=rng.random() < 0.05)
+                      priority=rng.choice([0, 0, 0, 1, -1]), pinned=rng.random() < 0.05)
     if rng.random() < 0.1:  # preempted once: it counts as started
         request.num_preemptions = 1
     return request
@@ -69,6 +69,9 @@ def assert_columns_match(queue: WaitingQueue, predictor) -> None:
         assert columns.arrival[row] == request.arrival_time
         assert columns.priority[row] == request.priority
         assert columns.started[row] == request.prefill_started
+    assert queue.uncomputed_tokens() == sum(r.num_uncomputed_tokens for r in queue)
+    assert queue.sheddable_uncomputed_tokens() == sum(  # sheddable: a negative priority class
+        r.num_uncomputed_tokens for r in queue if r.priority < 0)
 
 
 @pytest.mark.parametrize("seed", range(5))
