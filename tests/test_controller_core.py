@@ -97,6 +97,20 @@ def test_one_step_of_tokens_first_middle_last_and_stale_in_order():
     assert core.ledger.requests["b"].token_ids == []
 
 
+def test_a_first_token_after_a_stale_one_keeps_its_ttft_at_its_place_among_those_passed():
+    core = core_2l1h(routing="round_robin")
+    [(lp, _)] = sends(arrive(core, "a"))
+    [(other, _)] = sends(arrive(core, "b"))
+    [(again, _)] = sends(arrive(core, "c"))
+    assert other != lp == again
+    step = FromInstance(2.0, StepOutputs(instance_id=lp, step=1, time=2.0, step_seconds=0.01,
+                                         tokens=StepTokens.of([TokenOutput("b", 7),
+                                                               TokenOutput("c", 8)])))
+    [passed] = core.handle(step)
+    assert passed.tokens.outputs() == [TokenOutput("c", 8)]
+    assert list(passed.ttfts) == [0] and passed.tbts == []
+
+
 def test_an_open_hp_ticket_takes_the_next_new_request_only():
     core = core_2l1h()
     assert core.handle(FromInstance(1.0, Ticket(instance_id=HP))) == [TicketOpened(HP)]

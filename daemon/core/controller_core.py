@@ -271,9 +271,8 @@ class ControllerCore:
         if not tokens:
             return
         held, get = view.held, self.ledger.requests.get
-        room = self.ledger.room
-        shares = room.tenants if room is not None else None   # fair shares count tokens
-        counting = shares is not None and shares.counting
+        room = self.ledger.room   # its fair shares count tokens, with two tenants or more
+        counting = room is not None and room.tenants is not None and room.tenants.counting
         token_ids, finished = tokens.token_ids, tokens.finished
         ttfts: dict[int, float] = {}
         tbts: list[float] = []
@@ -285,7 +284,7 @@ class ControllerCore:
                 if times is None:
                     skipped.append(i)
                 elif times[0] is not None:
-                    ttfts[i] = times[0]
+                    ttfts[i - len(skipped)] = times[0]   # its place among the tokens kept
                 else:
                     add_tbt(times[1])
                 continue
@@ -293,9 +292,10 @@ class ControllerCore:
             tracked.last_token_time = now
             tracked.token_ids.append(token_ids[i])
             if counting:
-                shares.computed(tracked.tenant, 1)
+                room.computed(tracked, 1)
         if skipped:
-            tokens, ttfts = _passed(tokens, ttfts, skipped)
+            gone = set(skipped)
+            tokens = tokens.only(i for i in range(len(tokens)) if i not in gone)
         if tokens:
             out.insert(at, Tokens(tokens, ttfts, tbts))
 
@@ -398,12 +398,3 @@ class ControllerCore:
                                 f"within the drain timeout ({self.drain_timeout:g} s)", out)
         else:
             raise ValueError(f"unknown timer {timer!r}")
-
-
-def _passed(tokens: StepTokens, ttfts: dict[int, float], skipped: list[int],
-            ) -> tuple[StepTokens, dict[int, float]]:
-    """`tokens` and `ttfts` without the tokens at `skipped` (ascending), renumbered."""
-    gone = set(skipped)
-    kept = [i for i in range(len(tokens)) if i not in gone]
-    new = {old: i for i, old in enumerate(kept)}
-    return tokens.only(kept), {new[i]: ttft for i, ttft in ttfts.items()}
