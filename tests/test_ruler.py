@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from bench.loadgen.workloads import workload
+from bench.ruler.capacity import find_capacity
 from bench.ruler.ruler import (
     Point, RulerConfig, SeedCapacity, Subject, seed_capacity, sim_config, workload_requests,
 )
@@ -77,3 +78,30 @@ def test_fair_capacity_is_found_even_far_under_the_capacity(monkeypatch):
                            start_qps=8.0)
     assert result.capacity_qps == pytest.approx(10.0, rel=0.03) and result.bracketed
     assert result.fair_capacity_qps == pytest.approx(1.0, rel=0.03) and result.fair_bracketed
+
+
+def test_fair_capacity_never_exceeds_the_capacity(monkeypatch):
+    """Goodput is noisy near the edge: a rate above the capacity that the capacity search
+    never tried may hold by luck. The fair search starts at the capacity, in wider steps
+    than a capacity search begun near its answer, and must not climb to such a rate (a plan
+    showed a fair capacity over its capacity)."""
+    import bench.ruler.ruler as ruler
+    searches = []
+
+    def search(*args, **kwargs):
+        found = find_capacity(*args, **kwargs)
+        searches.append(found)
+        return found
+
+    def fake_point(subject, config, qps, seed, classes=None):
+        lucky = bool(searches)              # after the capacity search: every rate holds
+        holds = qps <= 10.0 or lucky
+        return msgspec.structs.replace(_point(qps, holds), fair_holds=holds)
+
+    monkeypatch.setattr(ruler, "find_capacity", search)
+    monkeypatch.setattr(ruler, "run_point", fake_point)
+    monkeypatch.setattr(ruler, "ruler_classes", lambda config: None)
+    result = seed_capacity(Subject(label="x", layout="2L1H"), RulerConfig(tolerance=0.03), 0,
+                           start_qps=8.0, growth=1.1)
+    assert result.capacity_qps == pytest.approx(10.0, rel=0.03)
+    assert result.fair_capacity_qps == result.capacity_qps

@@ -187,10 +187,12 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
                              tolerance=config.tolerance, growth=growth)
     # from the capacity down, in the wide steps of a search from the ceiling: the fair edge
     # may lie far under the capacity (bursty traffic), and a narrow step would spend the
-    # search's runs before reaching it
+    # search's runs before reaching it. Never above the capacity: a fair point holds the
+    # target too, and a rate above it that happens to hold (goodput is noisy near the edge)
+    # would report more fair capacity than capacity.
     fair = capacity if config.fair_floor == 0 or capacity == 0 else find_capacity(
-        lambda q: point(q).fair_holds, start_qps=capacity, tolerance=config.tolerance,
-        growth=START_GROWTH)
+        lambda q: q <= capacity and point(q).fair_holds, start_qps=capacity,
+        tolerance=config.tolerance, growth=START_GROWTH)
     tried = sorted(points.values(), key=lambda p: p.qps)
     return SeedCapacity(seed, round(capacity, 3), tried,
                         _bracketed([(p.qps, p.holds) for p in tried], capacity),
