@@ -332,10 +332,13 @@ def test_partial_failures_exit_1_only_past_the_max_error_rate():
                              outcome="completed" if i >= 2 else "errored",
                              error="HTTP 503: queue full" if i < 2 else None) for i in range(10)]
     records[9].outcome = "lost"
+    records[9].first_token_time = 0.5
     out = io.StringIO()
-    assert report_failures(records, 0.3, file=out) == 0  # 3 of 10 failed
+    assert report_failures(records, 0.3, file=out, timeout=60) == 0  # 3 of 10 failed
     assert "3 of 10 requests FAILED (30.0 %): 2 errored, 1 lost" in out.getvalue()
     assert "2 x HTTP 503: queue full" in out.getvalue()
+    assert ("1 x still streaming 60 s after the last arrival (--timeout): the server is "
+            "slower than the offered load; lower --qps or raise --timeout") in out.getvalue()
     assert report_failures(records, 0.2, file=io.StringIO()) == 1
     assert report_failures(records[2:9], 0.0, file=io.StringIO()) == 0  # none failed
 

@@ -116,11 +116,16 @@ def run(args: argparse.Namespace) -> int:
     if args.records:
         write_records(args.records, record_rows(records, args.ttft_slo, args.tbt_slo))
         print(f"records written to {args.records}")
-    return report_failures(records, args.max_error_rate)
+    return report_failures(records, args.max_error_rate, timeout=args.timeout)
 
 
-def report_failures(records: list[RequestRecord], max_error_rate: float, file=None) -> int:
-    """Print the failures (stderr) with their commonest messages; the run's exit code."""
+def report_failures(records: list[RequestRecord], max_error_rate: float, file=None,
+                    timeout: float = 300.0) -> int:
+    """Print the failures (stderr) with their commonest messages; the run's exit code.
+
+    A lost request says whether it had started streaming (the server was still generating
+    when the run's deadline came) and what to change: the server is slower than the
+    offered load, so a lower --qps or a longer --timeout."""
     file = file or sys.stderr
     failed = [r for r in records if r.outcome in ("errored", "lost")]
     if not failed:
@@ -131,7 +136,7 @@ def report_failures(records: list[RequestRecord], max_error_rate: float, file=No
           f"{errored} errored, {len(failed) - errored} lost ***", file=file)
     messages: dict[str, int] = {}
     for r in failed:
-        text = r.error or "no answer before the run's deadline"
+        text = r.error or _lost_message(r, timeout)
         messages[text] = messages.get(text, 0) + 1
     for text, count in sorted(messages.items(), key=lambda kv: -kv[1])[:ERRORS_SHOWN]:
         print(f"  {count:>6} x {text[:300]}", file=file)
@@ -140,6 +145,13 @@ def report_failures(records: list[RequestRecord], max_error_rate: float, file=No
               f"{max_error_rate:g}: exit 1", file=file)
         return 1
     return 0
+
+
+def _lost_message(record: RequestRecord, timeout: float) -> str:
+    started = ("still streaming" if record.first_token_time is not None
+               else "no first token")
+    return (f"{started} {timeout:g} s after the last arrival (--timeout): the server is "
+            f"slower than the offered load; lower --qps or raise --timeout")
 
 
 def _check(args: argparse.Namespace) -> None:
