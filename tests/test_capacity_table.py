@@ -48,3 +48,26 @@ def test_a_settings_table_names_its_baselines_or_is_refused_before_any_search(tm
         fairness(["--out", str(tmp_path / "out"), "--settings", "3A,1L2H"])
     assert exit_.value.code == 2 and "--settings" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_pareto_row_says_on_how_many_seeds_a_class_loses():
+    """A class is flagged worse on its mean over seeds; the row also says on how many of
+    the seeds (the same requests for every row) it was under the best baseline, so a loss
+    on one seed of three reads differently from a loss on all of them."""
+    from bench.studies.fairness import _table
+
+    def runs(long_class):            # (goodput, token goodput, classes) per seed
+        return [(90.0, 88.0, {"short": 99.0, "long": pct}) for pct in long_class]
+
+    table = {"workload": "poisson", "best_baseline": "base",
+             "rows": [{"label": "base", "mean_qps": 9.0}]}
+    by_key = {("poisson", "base"): runs([80.0, 80.0, 80.0]),
+              ("poisson", "often"): runs([70.0, 75.0, 79.0]),
+              ("poisson", "once"): runs([70.0, 81.0, 82.0]),
+              ("poisson", "never"): runs([80.0, 81.0, 80.0])}
+    rows = {r.label: r for r in _table(table, RulerConfig(), by_key).rows}
+    assert rows["often"].worse_than_best_baseline == ["long"]
+    assert rows["often"].worse_on_seeds == {"long": 3}
+    assert rows["once"].worse_on_seeds == {"long": 1}
+    assert rows["never"].worse_than_best_baseline == [] and rows["never"].worse_on_seeds == {}
+    assert rows["base"].worse_than_best_baseline == []

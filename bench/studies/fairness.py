@@ -48,6 +48,9 @@ class ParetoRow(msgspec.Struct, kw_only=True):
     classes: dict[str, float]           # class name -> goodput %, mean over seeds
     #: Classes at least WORSE_BY points under the best baseline's (none for itself).
     worse_than_best_baseline: list[str] = []
+    #: For each of those classes, on how many seeds it was WORSE_BY points under the best
+    #: baseline on the same requests: a loss on every seed, or noise around a tie.
+    worse_on_seeds: dict[str, int] = {}
 
 
 class ParetoTable(msgspec.Struct, kw_only=True):
@@ -99,14 +102,26 @@ def _table(table: dict, config: RulerConfig, by_key: dict) -> ParetoTable:
     for label in dict.fromkeys(label for (name, label) in by_key if name == table["workload"]):
         rows.append(_averaged(label, by_key[(table["workload"], label)]))
     best = next(r for r in rows if r.label == table["best_baseline"])
+    best_runs = by_key[(table["workload"], best.label)]
     for row in rows:
         row.worse_than_best_baseline = [n for n, pct in row.classes.items()
                                         if pct < best.classes.get(n, 0.0) - WORSE_BY
                                         and row is not best]
+        runs = by_key[(table["workload"], row.label)]
+        row.worse_on_seeds = {n: _seeds_worse(n, runs, best_runs)
+                              for n in row.worse_than_best_baseline}
     qps = next(r for r in table["rows"] if r["label"] == table["best_baseline"])["mean_qps"]
     return ParetoTable(workload=table["workload"], qps=qps, best_baseline=table["best_baseline"],
                        prompt_class_bounds=ruler_classes(config).prompt_bounds,
                        seeds=config.seeds, rows=rows)
+
+
+def _seeds_worse(name: str, runs: list[tuple[float, float, dict]],
+                 best_runs: list[tuple[float, float, dict]]) -> int:
+    """Seeds (paired: the same requests) on which class `name` is WORSE_BY points under
+    the best baseline's."""
+    return sum(mine[2].get(name, 0.0) < theirs[2].get(name, 0.0) - WORSE_BY
+               for mine, theirs in zip(runs, best_runs))
 
 
 def _averaged(label: str, runs: list[tuple[float, float, dict]]) -> ParetoRow:
@@ -131,7 +146,8 @@ def print_pareto(tables: list[ParetoTable]) -> None:
         for r in t.rows:
             print(f"  {r.label:>26} " + " ".join(f"{r.classes.get(n, 0.0):16.1f}" for n in names)
                   + f" {r.goodput_pct:8.1f} {r.token_goodput_pct:7.1f}  "
-                  + (", ".join(r.worse_than_best_baseline) or "-"))
+                  + (", ".join(f"{n} (on {r.worse_on_seeds[n]} of {len(t.seeds)} seeds)"
+                               for n in r.worse_than_best_baseline) or "-"))
 
 
 class SheddingRow(msgspec.Struct, kw_only=True):
