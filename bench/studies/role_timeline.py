@@ -157,7 +157,8 @@ def figure(doc: RoleTimeline, path: Path) -> None:
                   "on each layout")
     bottom.set_ylabel("HP instances")
     bottom.set_xlabel("arrival time (simulated s)")
-    bottom.set_yticks(range(0, 3))
+    instances = max((len(layout_modes(row.layout)) for row in dynamic), default=0)
+    bottom.set_yticks(range(0, instances))      # never all HPs: one LP at least
     bottom.legend(loc="upper right", fontsize=8)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
