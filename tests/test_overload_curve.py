@@ -20,6 +20,7 @@ def test_a_curve_rates_every_setting_against_the_best_baseline_at_each_load():
         assert row.good_per_s == pytest.approx(row.within_slo * row.qps / row.requests,
                                                abs=1e-3)
     assert [r.ratio_to_best_baseline for r in rows if "vllm" in r.layout] == [1.0, 1.0]
+    assert all(len(r.quartile_goodput_pct) == 4 for r in rows)   # who pays, by prompt length
 
 
 def test_settings_without_a_baseline_are_a_usage_error(capsys):

@@ -28,7 +28,8 @@ from bench.parallel import add_workers_flag, run_parallel
 from bench.records import RunResult
 from bench.results import is_good
 from bench.ruler.capacity_table import SWEEPS, parse_settings
-from bench.ruler.ruler import RulerConfig, Subject, sim_config
+from bench.ruler.classes import RequestClasses
+from bench.ruler.ruler import RulerConfig, Subject, ruler_classes, sim_config
 from bench.sim.simulate import simulate
 from daemon.core.controller_config import ControllerConfig
 
@@ -55,10 +56,12 @@ class OverloadRow(msgspec.Struct, kw_only=True):
     max_wait_slo_multiple: float        # longest wait for a first answer / its TTFT target
     offloaded: int
     offloaded_within_slo: int
+    #: Goodput of each prompt-length quartile of the workload (who pays for the rest).
+    quartile_goodput_pct: dict[str, float] = {}
 
 
 def overload_row(layout: str, qps: float, load: float | None, r: RunResult,
-                 best: int) -> OverloadRow:
+                 best: int, classes: RequestClasses) -> OverloadRow:
     records = r.records or []
     waits = [w / r.ttft_slo_s for w in (x.answer_wait() for x in records) if w is not None]
     moved = [x for x in records if x.offloaded]
@@ -70,7 +73,20 @@ def overload_row(layout: str, qps: float, load: float | None, r: RunResult,
         ratio_to_best_baseline=round(r.good / best, 3) if best else None,
         p99_ttft_s=r.ttft_s.p99, max_wait_slo_multiple=round(max(waits, default=0.0), 2),
         offloaded=len(moved),
-        offloaded_within_slo=sum(is_good(x, r.ttft_slo_s, r.tbt_slo_s) for x in moved))
+        offloaded_within_slo=sum(is_good(x, r.ttft_slo_s, r.tbt_slo_s) for x in moved),
+        quartile_goodput_pct=_quartiles(records, classes, r.ttft_slo_s, r.tbt_slo_s))
+
+
+def _quartiles(records, classes: RequestClasses, ttft_slo: float, tbt_slo: float,
+               ) -> dict[str, float]:
+    kinds = classes.prompt_classes([x.prompt_len for x in records])
+    out = {}
+    for k, label in enumerate(classes.prompt_labels()):
+        mine = [x for x, kind in zip(records, kinds) if kind == k]
+        if mine:
+            good = sum(is_good(x, ttft_slo, tbt_slo) for x in mine)
+            out[label] = round(100.0 * good / len(mine), 1)
+    return out
 
 
 def _run(job: tuple[Subject, float, int, int]) -> RunResult:
@@ -88,18 +104,20 @@ def overload(subjects: list[Subject], rates: list[tuple[float, float | None]], m
     jobs = [(subject, qps, round(qps * minutes * 60), seed)
             for qps, _ in rates for subject in subjects]
     results = run_parallel(_run, jobs, workers)
+    classes = ruler_classes(RulerConfig())
     rows = []
     for k, (qps, load) in enumerate(rates):
         mine = results[k * len(subjects):(k + 1) * len(subjects)]
         best = max((r.good for s, r in zip(subjects, mine) if s.layout in SWEEPS), default=0)
-        rows += [overload_row(s.label, qps, load, r, best) for s, r in zip(subjects, mine)]
+        rows += [overload_row(s.label, qps, load, r, best, classes)
+                 for s, r in zip(subjects, mine)]
     return rows
 
 
 def print_rows(rows: list[OverloadRow]) -> None:
     print(f"{'layout':>22} {'QPS':>6} {'load':>5} {'good/s':>7} {'within SLO':>11} "
           f"{'share':>7} {'completed':>10} {'dropped':>8} {'lost':>5} {'vs best':>8} "
-          f"{'p99 TTFT':>9} {'max wait':>9} {'offloads met':>13}")
+          f"{'p99 TTFT':>9} {'max wait':>9} {'offloads met':>13}  goodput by prompt quartile")
     for row in rows:
         ratio = f"{row.ratio_to_best_baseline:.2f}x" if row.ratio_to_best_baseline else "-"
         p99 = f"{row.p99_ttft_s:.2f} s" if row.p99_ttft_s is not None else "-"
@@ -108,7 +126,8 @@ def print_rows(rows: list[OverloadRow]) -> None:
         print(f"{row.layout:>22} {row.qps:>6.2f} {load:>5} {row.good_per_s:>7.2f} "
               f"{row.within_slo:>11} {row.goodput_pct:>6.1f}% {row.completed:>10} "
               f"{row.dropped:>8} {row.lost:>5} {ratio:>8} {p99:>9} "
-              f"{row.max_wait_slo_multiple:>8.1f}x {moved:>13}")
+              f"{row.max_wait_slo_multiple:>8.1f}x {moved:>13}  "
+              + " ".join(f"{v:.0f}" for v in row.quartile_goodput_pct.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
