@@ -28,7 +28,7 @@ from bench.parallel import add_workers_flag, run_parallel
 from bench.records import RunResult
 from bench.results import is_good
 from bench.ruler.capacity_table import SWEEPS, parse_settings
-from bench.ruler.classes import RequestClasses
+from bench.ruler.classes import RequestClasses, class_goodput
 from bench.ruler.ruler import RulerConfig, Subject, ruler_classes, sim_config
 from bench.sim.simulate import simulate
 from daemon.core.controller_config import ControllerConfig
@@ -74,19 +74,8 @@ def overload_row(layout: str, qps: float, load: float | None, r: RunResult,
         p99_ttft_s=r.ttft_s.p99, max_wait_slo_multiple=round(max(waits, default=0.0), 2),
         offloaded=len(moved),
         offloaded_within_slo=sum(is_good(x, r.ttft_slo_s, r.tbt_slo_s) for x in moved),
-        quartile_goodput_pct=_quartiles(records, classes, r.ttft_slo_s, r.tbt_slo_s))
-
-
-def _quartiles(records, classes: RequestClasses, ttft_slo: float, tbt_slo: float,
-               ) -> dict[str, float]:
-    kinds = classes.prompt_classes([x.prompt_len for x in records])
-    out = {}
-    for k, label in enumerate(classes.prompt_labels()):
-        mine = [x for x, kind in zip(records, kinds) if kind == k]
-        if mine:
-            good = sum(is_good(x, ttft_slo, tbt_slo) for x in mine)
-            out[label] = round(100.0 * good / len(mine), 1)
-    return out
+        quartile_goodput_pct={c.name: round(c.goodput_pct, 1) for c in class_goodput(
+            records, classes, r.ttft_slo_s, r.tbt_slo_s)})
 
 
 def _run(job: tuple[Subject, float, int, int]) -> RunResult:
