@@ -15,15 +15,23 @@ def test_the_hp_count_per_window_follows_the_changes_in_time_order():
     assert _hps_by_window("3A", changes, 4, 10.0) == [0, 0, 2, 1]
 
 
+@pytest.fixture(scope="module")
+def timeline():
+    return role_timeline(["3A", "3L0H"], qps=9.0, seed=0, n=400, window=10.0, workers=1)
+
+
 @pytest.mark.slow
-def test_a_timeline_runs_every_layout_on_the_same_requests(tmp_path):
-    doc = role_timeline(["3A", "3L0H"], qps=9.0, seed=0, n=400, window=10.0, workers=1)
-    dynamic, static = doc.layouts
+def test_a_timeline_runs_every_layout_on_the_same_requests(timeline):
+    dynamic, static = timeline.layouts
     assert len(dynamic.window_goodput_pct) == len(static.window_goodput_pct)
     assert len(dynamic.window_hps) == len(dynamic.window_goodput_pct)
     assert static.window_hps == [] and static.role_changes == []
     assert set(dynamic.phase_goodput_pct) == set(static.phase_goodput_pct)
-    pytest.importorskip("matplotlib")
+
+
+@pytest.mark.slow
+def test_the_timeline_figure_is_drawn(timeline, tmp_path):
+    pytest.importorskip("matplotlib")       # the `bench` extra
     from bench.studies.role_timeline import figure
-    figure(doc, tmp_path / "timeline.png")
+    figure(timeline, tmp_path / "timeline.png")
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
