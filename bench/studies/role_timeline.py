@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from bench.json_file import write_json
-from bench.loadgen.shifting import DEFAULT_PHASE_SECONDS, PHASES, phase_of
+from bench.loadgen.shifting import DEFAULT_PHASE_SECONDS, PHASES, per_phase
 from bench.loadgen.workloads import build_requests, workload
 from bench.parallel import add_workers_flag, run_parallel
 from bench.results import is_good
@@ -40,7 +40,8 @@ class LayoutTimeline(msgspec.Struct, kw_only=True):
     layout: str
     goodput_pct: float
     window_goodput_pct: list[float | None]     # by arrival window; None: no arrival in it
-    phase_goodput_pct: dict[str, float]        # every repetition of a phase together
+    #: "1: poisson" etc. -> goodput, every repetition of a phase together
+    phase_goodput_pct: dict[str, float]
     role_changes: list[RoleChange] = []
     #: HPs at the start of each window (`<n>A` only).
     window_hps: list[int] = []
@@ -68,18 +69,16 @@ def _run(job: tuple[str, RulerConfig, float, int, int, float]) -> LayoutTimeline
     span = max(r.arrival for r in records)
     windows = int(span // window) + 1
     per_window: list[list[bool]] = [[] for _ in range(windows)]
-    per_phase: dict[str, list[bool]] = {}
     for record, ok in zip(records, good):
         per_window[int(record.arrival // window)].append(ok)
-        name = PHASES[phase_of(DEFAULT_PHASE_SECONDS, record.arrival)]
-        per_phase.setdefault(name, []).append(ok)
     changes = [RoleChange(time=round(s.time, 2), instance=s.instance_id, old=s.old.value,
                           new=s.new.value, reason=s.reason)
                for s in simulation.keeper.role_switches]
     return LayoutTimeline(
         layout=layout, goodput_pct=_pct(good),
         window_goodput_pct=[_pct(w) if w else None for w in per_window],
-        phase_goodput_pct={name: _pct(oks) for name, oks in per_phase.items()},
+        phase_goodput_pct={p.phase: p.goodput_pct for p in per_phase(
+            records, DEFAULT_PHASE_SECONDS, ttft, tbt)},
         role_changes=changes,
         window_hps=(_hps_by_window(layout, changes, windows, window)
                     if dynamic_roles(layout) else []))
