@@ -25,7 +25,9 @@ import aiohttp
 import msgspec
 
 from bench.loadgen.chat_fit import fit_chat_prompts
-from bench.loadgen.loadgen import LoadRun, get_json, is_chat_endpoint, run_load
+from bench.loadgen.loadgen import (
+    ANSWER_TIMEOUT, LoadRun, get_json, is_chat_endpoint, run_load,
+)
 from bench.loadgen.tenant_mix import mix_text, tenant_rates
 from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import build_requests, num_requests_or
@@ -83,7 +85,7 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
                    help="clamp prompt + output to this (default: the server's; 0 = no clamp)")
     p.add_argument("--length-scale", type=float, default=1.0,
                    help="divide the trace's lengths by this (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=300.0,
+    p.add_argument("--timeout", type=float, default=ANSWER_TIMEOUT,
                    help="seconds to wait for answers after the last arrival; what is still "
                         "unanswered then is lost (default %(default)s)")
     p.add_argument("--json", "--save-result", dest="json", metavar="PATH",
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report_failures(records: list[RequestRecord], max_error_rate: float, file=None,
-                    timeout: float = 300.0) -> int:
+                    timeout: float = ANSWER_TIMEOUT) -> int:
     """Print the failures (stderr) with their commonest messages; the run's exit code.
 
     A lost request says whether it had started streaming (the server was still generating
