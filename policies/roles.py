@@ -13,7 +13,11 @@ a slower LP. So:
   a class stays tight when it is most of the traffic, up to three quarters of it, as in
   a burst of interactive chat beside some standard and batch work -- measured against the
   median such a majority would be its own reference and nothing would be tight);
-  then up to twice that share of the instances, never all of them;
+  then the tight share of the instances, rounded (halves down), plus one (so a rescue
+  finds an HP free), never all of them -- at three instances one HP under a sixth tight, else two
+  (1L2H led mixed-slo at 30 %); at eight and 31 % tight three, where 6L2H leads in
+  capacity and 4L4H in fair capacity (twice the share, the first rule, gave five or six
+  there and lost capacity);
 * **add** an HP (under the cap) when a meaningful share of arrivals was *late but
   rescuable*: set aside by the waiting room's Moore-Hodgson pass with an HP predicted able
   to finish it in time (rescued by one, or, where no HP could take it, one an idle HP
@@ -83,10 +87,11 @@ def tight_count(ttft_slos: Sequence[float], ratio: float) -> int:
 
 
 def hp_cap(num_instances: int, tight_share: float, params: RoleParams) -> int:
-    """The most HPs the window's tight share justifies (never every instance)."""
+    """The most HPs the window's tight share justifies (never every instance): the tight
+    class's proportional share of the instances, rounded (halves down), plus one."""
     if num_instances < 2 or tight_share < params.tight_share:
         return 0
-    return min(num_instances - 1, math.ceil(num_instances * min(1.0, 2 * tight_share)))
+    return min(num_instances - 1, math.ceil(num_instances * tight_share - 0.5) + 1)
 
 
 def decide(seats: Sequence[Seat], window: Window, now: float, last_change: float,

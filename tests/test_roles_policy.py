@@ -38,6 +38,17 @@ def test_no_hp_pays_without_a_tight_class_and_never_every_instance():
     assert hp_cap(8, 0.1, params) == 2
 
 
+def test_the_hp_cap_follows_the_tight_share_of_the_instances_plus_one():
+    """Three instances: one HP up to a sixth tight, then two (1L2H led mixed-slo at 30 %
+    tight); eight at mixed-slo's 31 %: three, not the five twice the share would give
+    (6L2H and 4L4H lead there, docs/design.md §5.10)."""
+    params = RoleParams()
+    assert [hp_cap(3, share, params) for share in (0.05, 1 / 6, 0.17, 0.5)] == [1, 1, 2, 2]
+    assert hp_cap(8, 0.31, params) == 3
+    assert hp_cap(8, 0.5, params) == 5
+    assert hp_cap(8, 1.0, params) == 7
+
+
 def test_a_tight_class_with_rescuable_late_requests_adds_an_hp_on_the_least_loaded_lp():
     change = decide(seats(LP, LP, LP), window(tight=60, rescuable=10), NOW, INF)
     assert change is not None and change.role == HP and change.instance_id == 0
