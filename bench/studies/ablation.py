@@ -8,7 +8,12 @@ Variants (ControllerConfig switches; everything else at its default):
                            paper's routing);
 * `no shedding`         -- `shed = keep`: requests predicted to miss stay in deadline order;
 * `no HP gate`          -- offloads go to the HP with the shortest queue whatever its
-                           backlog, and the controller rescues nothing itself.
+                           backlog, and the controller rescues nothing itself;
+* `3A`                  -- roles chosen online (docs/design.md §5.10).
+
+Beside them, on the same ruler and seed, the best faithful baselines of the capacity
+table (docs/results.md), at their tuned settings with their drop rule: so each part's
+worth reads against what a real system serves, not only against 2L1H.
 
 `VALUE_VARIANTS` compares the LP instances' value functions the same way (2L1H, all else
 at its default): the evidence behind the default `value_function`.
@@ -36,6 +41,9 @@ VARIANTS: Variants = {
     "no global queue": ("2L1H", {"global_queue": False}, {}),
     "no shedding": ("2L1H", {"shed": "keep"}, {}),
     "no HP gate": ("2L1H", {"hp_gate": False}, {}),
+    "3A": ("3A", {}, {}),
+    "3xvllm-v0@8192+drops": ("3xvllm-v0", {}, {"chunk_size": 8192, "drop_expired": True}),
+    "3xsglang@4096+drops": ("3xsglang", {}, {"chunk_size": 4096, "drop_expired": True}),
 }
 VALUE_VARIANTS: Variants = {f"2L1H {name}": ("2L1H", {}, {"value_function": name})
                             for name in VALUE_FUNCTIONS if name != "ljf"}
@@ -64,6 +72,7 @@ def ablation(workloads: Sequence[str], measured: int, workers: int | None = None
     for (name, label), result in zip(labels, imap(_job, jobs, workers)):
         rows.append({"workload": name, "variant": label,
                      "capacity_qps": result.capacity_qps,
+                     "fair_capacity_qps": result.fair_capacity_qps,
                      "points": msgspec.to_builtins(result.points)})
         if progress:
             progress(f"{name:>11} {label:>16}: {result.capacity_qps:.2f} QPS")
