@@ -14,10 +14,10 @@ a slower LP. So:
   a burst of interactive chat beside some standard and batch work -- measured against the
   median such a majority would be its own reference and nothing would be tight);
   then the tight share of the instances, rounded (halves down), plus one (so a rescue
-  finds an HP free), never all of them -- at three instances one HP under a sixth tight, else two
-  (1L2H led mixed-slo at 30 %); at eight and 31 % tight three, where 6L2H leads in
-  capacity and 4L4H in fair capacity (twice the share, the first rule, gave five or six
-  there and lost capacity);
+  finds an HP free), never all of them -- at three instances one HP up to a sixth tight,
+  else two (1L2H led mixed-slo at 30 %); at eight and 31 % tight three, where 6L2H leads
+  in capacity and 4L4H in fair capacity (twice the share, the first rule, gave five or
+  six there and lost capacity);
 * **add** an HP (under the cap) when a meaningful share of arrivals was *late but
   rescuable*: set aside by the waiting room's Moore-Hodgson pass with an HP predicted able
   to finish it in time (rescued by one, or, where no HP could take it, one an idle HP
