@@ -130,9 +130,9 @@ ANSWER_TIMEOUT = 300.0
 
 async def run_load(url: str, workload: list[WorkloadRequest], *, ttft_slo: float | None = None,
                    tbt_slo: float | None = None, model: str | None = None, seed: int = 0,
-                   api_key: str = "", endpoint: str = "/v1/completions", timeout: float = ANSWER_TIMEOUT,
-                   max_concurrency: int | None = None, priority: int = 0,
-                   progress: bool = True) -> LoadRun:
+                   api_key: str = "", endpoint: str = "/v1/completions",
+                   timeout: float = ANSWER_TIMEOUT, max_concurrency: int | None = None,
+                   priority: int = 0, progress: bool = True) -> LoadRun:
     """Send `workload` to the server at `url` open-loop; one record per request."""
     bar = Progress(len(workload), enabled=progress)
     connector = aiohttp.TCPConnector(limit=0)
