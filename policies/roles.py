@@ -9,13 +9,10 @@ serve the tight class a value-ordered LP would set aside; with one class the HP 
 a slower LP. So:
 
 * **how many HPs may pay** (`hp_cap`): none unless a meaningful share of the window's
-  arrivals has a *tight* TTFT SLO (`tight_count`: at most `tight_ratio` of the median of
-  the window's distinct targets -- of the targets, not of the requests, so that it does
-  not move with the classes' shares: the requests' upper quartile, the first reference,
-  jumped from 2 s to 30 s in a mixed-slo window where batch arrivals passed a quarter.
-  A class stays tight when it is most of the traffic, up to three quarters of it, as in
-  a burst of interactive chat beside some standard and batch work; beyond that it is
-  the traffic itself, with nothing to favour it over);
+  arrivals has a *tight* TTFT SLO (at most `tight_ratio` of the window's upper quartile:
+  a class stays tight when it is most of the traffic, up to three quarters of it, as in
+  a burst of interactive chat beside some standard and batch work -- measured against the
+  median such a majority would be its own reference and nothing would be tight);
   then the tight share of the instances, rounded (halves down), plus one (so a rescue
   finds an HP free), never all of them -- at three instances one HP up to a sixth tight,
   else two (1L2H led mixed-slo at 30 %); at eight and 31 % tight three, where 6L2H leads
@@ -37,13 +34,10 @@ none while one is under way), never zero LPs, and one instance is always an LP.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 LP, HP = "lp", "hp"
-#: A class over this share of the window's arrivals is the traffic itself: never tight.
-MAJORITY = 0.75
 
 
 @dataclass(frozen=True)
@@ -84,15 +78,12 @@ class RoleChange:
 
 
 def tight_count(ttft_slos: Sequence[float], ratio: float) -> int:
-    """How many of `ttft_slos` are at most `ratio` x the median of the distinct targets,
-    in classes (requests with one target) of at most `MAJORITY` of them."""
-    classes = Counter(ttft_slos)
-    if not classes:
+    """How many of `ttft_slos` are at most `ratio` x their upper quartile."""
+    if not ttft_slos:
         return 0
-    targets = sorted(classes)
-    reference = targets[len(targets) // 2]
-    largest = MAJORITY * len(ttft_slos)
-    return sum(n for slo, n in classes.items() if slo <= ratio * reference and n <= largest)
+    ordered = sorted(ttft_slos)
+    upper_quartile = ordered[3 * len(ordered) // 4]
+    return sum(1 for s in ordered if s <= ratio * upper_quartile)
 
 
 def hp_cap(num_instances: int, tight_share: float, params: RoleParams) -> int:
