@@ -45,7 +45,7 @@ class RoleParams:
     window: float = 10.0        # seconds of evidence a decision reads
     dwell: float = 20.0         # least seconds an instance keeps a role
     min_arrivals: int = 20      # fewer in the window: no decision
-    tight_ratio: float = 0.5    # TTFT SLO <= this x the median distinct target: tight
+    tight_ratio: float = 0.5    # TTFT SLO <= this x the window's upper quartile: tight
     tight_share: float = 0.05   # least share of tight arrivals for any HP
     add_share: float = 0.02     # late-but-rescuable share of arrivals that adds an HP
     remove_share: float = 0.005  # fewer late-but-rescuable arrivals: an HP goes back to LP
