@@ -17,7 +17,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
-from engines.models.paged_decode import paged_decode_attention, split_tokens  # noqa: E402
+from engines.models.paged_decode import (MAX_SPLITS, DecodeTuning, num_splits,  # noqa: E402
+                                         paged_decode_attention)
 from engines.models.paged_kv import SeqSpec, slot_mapping  # noqa: E402
 from engines.models.sdpa_attention import SdpaAttention  # noqa: E402
 from engines.models.triton_attention import TritonAttention, decode_arrays  # noqa: E402
@@ -66,7 +67,7 @@ def test_kernel_matches_float64_attention_over_scattered_blocks(dtype, heads, kv
     tables = torch.randperm(num_blocks)[:seqs * width].view(seqs, width).int().to(DEVICE)
     lens_t = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     q = torch.randn(seqs, heads, dim, dtype=dtype, device=DEVICE)
-    out = paged_decode_attention(q, k_cache, v_cache, tables, lens_t, max(lens))
+    out = paged_decode_attention(q, k_cache, v_cache, tables, lens_t)
     expected = reference_decode(q, k_cache, v_cache, tables, lens_t)
     assert not out.isnan().any()
     assert torch.equal(out[0].cpu(), torch.zeros_like(out[0].cpu()))
@@ -74,24 +75,27 @@ def test_kernel_matches_float64_attention_over_scattered_blocks(dtype, heads, kv
     assert relative_error(out, expected) < tolerance
 
 
-def test_splits_shrink_for_small_batches_and_grow_for_large_ones():
-    assert split_tokens(1, 8) == 64
-    assert split_tokens(16, 8) < split_tokens(64, 8) <= 512
-    assert split_tokens(1024, 8) == 512
+def test_splits_are_many_for_one_sequence_and_one_for_a_large_batch():
+    assert num_splits(1, 8) > num_splits(16, 8) > num_splits(64, 8) > num_splits(256, 8) == 1
+    assert num_splits(1, 1) == MAX_SPLITS
+    assert num_splits(1, 8, DecodeTuning(programs=8)) == 1
 
 
-def test_a_bound_above_the_longest_context_changes_nothing():
-    """A CUDA graph launches the kernel for the longest context it allows: the splits
-    past each sequence's end must add nothing."""
+@pytest.mark.parametrize("programs", [1, 24, 10_000])
+def test_the_number_of_splits_and_the_tile_change_nothing(programs):
+    """One split per sequence (a long pipelined loop of 16-token tiles) or many short
+    ones: the same attention. A CUDA graph's padding row (length 0) still gets zeros."""
     torch.manual_seed(3)
-    k_cache = torch.randn(64, 16, 2, 32, device=DEVICE)
+    k_cache = torch.randn(96, 16, 2, 32, device=DEVICE)
     v_cache = torch.randn_like(k_cache)
-    tables = torch.randperm(64)[:60].view(3, 20).int().to(DEVICE)
-    lens = torch.tensor([17, 100, 3], dtype=torch.int32, device=DEVICE)
-    q = torch.randn(3, 8, 32, device=DEVICE)
-    tight = paged_decode_attention(q, k_cache, v_cache, tables, lens, 100)
-    loose = paged_decode_attention(q, k_cache, v_cache, tables, lens, 20 * 16)
-    assert torch.allclose(tight, loose, atol=1e-6)
+    tables = torch.randperm(96)[:80].view(4, 20).int().to(DEVICE)
+    lens = torch.tensor([17, 320, 3, 0], dtype=torch.int32, device=DEVICE)
+    q = torch.randn(4, 8, 32, device=DEVICE)
+    out = paged_decode_attention(q, k_cache, v_cache, tables, lens,
+                                 tuning=DecodeTuning(tile=16, stages=2, programs=programs))
+    expected = reference_decode(q, k_cache, v_cache, tables, lens)
+    assert relative_error(out[:3], expected[:3]) < (1e-5 if DEVICE.type == "cpu" else 3e-3)
+    assert not out[3].any()
 
 
 def test_backend_matches_sdpa_on_a_mixed_batch():

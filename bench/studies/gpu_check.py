@@ -6,6 +6,10 @@ so a run cut short still leaves what it measured):
 * `measure` (bench/studies/gpu_measure.py): the card's ceilings, the paged decode kernel's error,
   a Llama-3-8B-shape checkpoint written and loaded, decode and prefill step times against
   their rooflines, beside the simulator's profiles. -> DIR/gpu_check.json
+* `kernels` (bench/studies/gpu_kernels.py; runs inside `measure`, on its loaded model):
+  the decode kernel's launch choices swept, each linear layer's read rate, a profiled
+  decode graph by kind of kernel, and the step with and without the fused element-wise
+  kernels. -> DIR/gpu_kernels.json
 * `tests`: the test suite on this machine (CUDA present: the executor tests run bf16 on
   the GPU). -> DIR/pytest.txt
 * `live`: `ascendra serve` on the 8B-shape checkpoint, every instance on this one GPU,
@@ -24,6 +28,7 @@ import traceback
 from pathlib import Path
 
 from bench.daemon_launcher import DaemonStartError, ServeProcess, launch_started
+from bench.json_file import write_json
 from bench.studies.gpu_measure import make_model, run_measure
 
 LIVE_WORKLOADS = ("poisson", "bursty-cv4", "mixed-slo")
@@ -69,12 +74,20 @@ def run_live(out: Path, model_dir: Path, layouts: list[str], qps: float, duratio
             daemon.stop()
 
 
+def run_measure_phases(out: Path, model_dir: Path, kernels: bool) -> None:
+    """`measure`, and `kernels` on the model it loaded."""
+    def study(executor, ceilings):
+        from bench.studies.gpu_kernels import run_kernel_study
+        write_json(out / "gpu_kernels.json", run_kernel_study(executor, ceilings))
+    run_measure(out, model_dir, then=study if kernels else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.studies.gpu_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/llama3-8b-random"))
-    parser.add_argument("--phases", default="measure,tests,live")
+    parser.add_argument("--phases", default="measure,kernels,tests,live")
     parser.add_argument("--test-timeout", type=int, default=180)
     parser.add_argument("--layouts", default="2L1H,3xsarathi")
     parser.add_argument("--qps", type=float, default=6.0)
@@ -83,15 +96,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="KV blocks per live instance (16 tokens, 2 MiB each at 8B shape)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    phases = args.phases.split(",")
     runs = {
-        "measure": lambda: run_measure(args.out, args.model_dir),
+        "measure": lambda: run_measure_phases(args.out, args.model_dir, "kernels" in phases),
+        "kernels": lambda: None if "measure" in phases else run_measure_phases(
+            args.out, args.model_dir, True),
         "tests": lambda: print(f"tests: exit {run_tests(args.out, args.test_timeout)}"),
         "live": lambda: (make_model(args.model_dir),
                          run_live(args.out, args.model_dir, args.layouts.split(","), args.qps,
                                   args.duration, args.kv_blocks)),
     }
     failed = []
-    for phase in args.phases.split(","):
+    for phase in phases:
         try:  # a phase that breaks leaves the others their time on the lent machine
             runs[phase]()
         except Exception:

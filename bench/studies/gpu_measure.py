@@ -94,6 +94,24 @@ def time_events(fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def time_graph(fn, calls: int = 32, reps: int = 20) -> float:
+    """Median milliseconds of one `fn()` replayed inside a CUDA graph of `calls`
+    back-to-back calls: the GPU's time, without Python's launch cost (as in a decode step,
+    where the layers' kernels run inside one graph)."""
+    torch = _torch()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks kernels
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return time_events(graph.replay, reps) / calls
+
+
 def time_host(fn, reps: int, warmup: int = 3) -> float:
     """Median wall milliseconds of `fn()` (which must wait for the GPU itself)."""
     for _ in range(warmup):
@@ -148,7 +166,7 @@ def check_kernel() -> list[KernelCheck]:
             tables = tables.int().cuda()
             lens_t = torch.tensor(lens, dtype=torch.int32, device="cuda")
             q = torch.randn(len(lens), 32, 128, dtype=dtype, device="cuda")
-            out = paged_decode_attention(q, k_cache, v_cache, tables, lens_t, max(lens))
+            out = paged_decode_attention(q, k_cache, v_cache, tables, lens_t)
             expected = _reference_decode(q, k_cache, v_cache, tables, lens)
             error = float((out.double() - expected).norm() / expected.norm())
             checks.append(KernelCheck(str(dtype).removeprefix("torch."), block, len(lens),
@@ -261,7 +279,9 @@ def make_model(model_dir: Path) -> dict[str, float | int | str]:
     return {"dir": str(model_dir), "write_s": time.perf_counter() - begin}
 
 
-def run_measure(out: Path, model_dir: Path) -> GpuCheck:
+def run_measure(out: Path, model_dir: Path, then=None) -> GpuCheck:
+    """The tables of docs/gpu.md -> out/gpu_check.json; then `then(executor, ceilings)`
+    on the same loaded model, if given."""
     torch = _torch()
     from engines.executors.torch_executor import TorchExecutor
     ceilings = measure_ceilings()
@@ -285,6 +305,8 @@ def run_measure(out: Path, model_dir: Path) -> GpuCheck:
     result = GpuCheck(ceilings, checks, model, decode, prefill)
     print_tables(result)
     write_json(out / "gpu_check.json", result)
+    if then is not None:
+        then(executor, ceilings)
     del executor
     torch.cuda.empty_cache()
     return result

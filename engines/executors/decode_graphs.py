@@ -1,7 +1,8 @@
 """CUDA graphs of the decode step, one per batch size of a ladder (as vLLM captures them).
 
-A decode step at small batch launches ~15 kernels per layer, each a few microseconds of
-GPU work behind tens of microseconds of Python and launch overhead. Captured once per
+A decode step at small batch launches ~14 kernels per layer (455 for the 8B shape, with
+the fused element-wise kernels), each a few microseconds of GPU work behind tens of
+microseconds of Python and launch overhead. Captured once per
 batch size, the step is one graph launch: the host copies the step's inputs into static
 buffers (one pinned staging copy each) and replays the graph of the smallest captured size
 that holds the batch. Rows past the batch are padding: context length 0 (the attention
@@ -40,7 +41,6 @@ class DecodeGraphs:
         self.model = model
         self.kv_caches = kv_caches
         self.block_size = block_size
-        self.max_model_len = max_model_len
         self.pad_slot = pad_block * block_size
         self.width = -(-max_model_len // block_size)
         self.sizes = capture_sizes(max_batch)
@@ -64,8 +64,7 @@ class DecodeGraphs:
                 "slots": self.slots, "tables": self.tables, "lens": self.lens}
 
     def _forward(self, size: int) -> torch.Tensor:
-        decodes = PagedDecodeMetadata(self.slots[:size], self.tables[:size], self.lens[:size],
-                                      self.max_model_len)
+        decodes = PagedDecodeMetadata(self.slots[:size], self.tables[:size], self.lens[:size])
         meta = TritonMetadata(num_decodes=size, decodes=decodes, prefills=None)
         return self.model(self.input_ids[:size], self.positions[:size], self.kv_caches, meta,
                           self.rows[:size])

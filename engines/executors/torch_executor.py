@@ -111,6 +111,14 @@ class TorchExecutor:
                  torch.zeros(shape, dtype=self.dtype, device=self.device))
                 for _ in range(c.num_hidden_layers)]
 
+    def recapture_graphs(self) -> None:
+        """Capture the decode graphs again, after the model's kernels changed (benchmarks
+        comparing kernel choices on one loaded model)."""
+        if self.graphs is not None:
+            max_batch, self.graphs = self.graphs.max_batch, None
+            torch.cuda.empty_cache()
+            self.graphs = self._capture_graphs(max_batch)
+
     def _capture_graphs(self, max_batch: int):
         from engines.executors.decode_graphs import DecodeGraphs  # Triton: CUDA only
         graphs = DecodeGraphs(self.model, self.kv_caches, max_batch=max_batch,

@@ -5,8 +5,11 @@ gate/up are one Linear (fused by the loader); the forward pass runs over a flatt
 mixed batch of prefill chunks and decodes with per-token positions, writing K/V into a
 paged cache; the LM head runs only on the rows that sample; and each head's q/k rows are
 stored pair-interleaved (the loader reorders them) so RoPE is one complex multiplication
-(engines/models/rotary.py). Parameter names mirror Hugging Face's
-(`model.layers.0.self_attn...`) apart from the two fused projections.
+(engines/models/rotary.py). The element-wise steps between the matrix products (residual
+add + RMSNorm, RoPE, SiLU * up) go through `ops` (engines/models/elementwise.py): torch
+ops, or one fused Triton kernel each on CUDA; so a layer passes its output and the
+residual stream on separately, and the next layer's norm adds them. Parameter names mirror
+Hugging Face's (`model.layers.0.self_attn...`) apart from the two fused projections.
 """
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engines.models.elementwise import TorchOps
 from engines.models.model_config import ModelConfig
-from engines.models.rotary import apply_rotary, rotation_table
+from engines.models.rotary import rotation_table
 
 
 def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
@@ -24,22 +28,18 @@ def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
+    """An RMSNorm's weight and epsilon; `ops.add_rms_norm` applies them."""
+
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:  # no casts to make: one call, the weight applied inside
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-        # normalise in float32 like transformers, then scale in the model dtype
-        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
-        return self.weight * normed.to(x.dtype)
-
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, backend) -> None:
+    def __init__(self, config: ModelConfig, backend, ops) -> None:
         super().__init__()
+        self.ops = ops
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -53,7 +53,7 @@ class Attention(nn.Module):
         tokens, qk_size = x.shape[0], self.q_size + self.kv_size
         qkv = _linear(x, self.qkv_proj)
         # rotate q and k in one go: they are adjacent columns of qkv
-        qk = apply_rotary(qkv[:, :qk_size].view(tokens, -1, self.head_dim), rotation)
+        qk = self.ops.rotate_qk(qkv[:, :qk_size].view(tokens, -1, self.head_dim), rotation)
         q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
         v = qkv[:, qk_size:].view(tokens, self.num_kv_heads, self.head_dim)
         out = self.backend(q, k, v, kv_cache[0], kv_cache[1], meta)
@@ -61,36 +61,43 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, ops) -> None:
         super().__init__()
+        self.ops = ops
         size = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = _linear(x, self.gate_up_proj).chunk(2, dim=-1)
-        # in place: gate_up is ours alone, and two fewer [tokens, intermediate] temporaries
-        return _linear(F.silu(gate, inplace=True).mul_(up), self.down_proj)
+        return _linear(self.ops.silu_and_mul(_linear(x, self.gate_up_proj)), self.down_proj)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, backend) -> None:
+    def __init__(self, config: ModelConfig, backend, ops) -> None:
         super().__init__()
+        self.ops = ops
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config, backend)
+        self.self_attn = Attention(config, backend, ops)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config)
+        self.mlp = MLP(config, ops)
 
-    def forward(self, x, rotation, kv_cache, meta) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rotation, kv_cache, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, residual, rotation, kv_cache, meta):
+        """x: the previous layer's output (the first layer: the embeddings) and residual
+        the stream it adds to (the first layer: None). Returns this layer's (output,
+        residual): `residual + output` is what transformers' layer returns."""
+        h, residual = self.ops.add_rms_norm(x, residual, self.input_layernorm.weight,
+                                            self.input_layernorm.eps)
+        h = self.self_attn(h, rotation, kv_cache, meta)
+        h, residual = self.ops.add_rms_norm(h, residual, self.post_attention_layernorm.weight,
+                                            self.post_attention_layernorm.eps)
+        return self.mlp(h), residual
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig, backend) -> None:
+    def __init__(self, config: ModelConfig, backend, ops) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, backend)
+        self.layers = nn.ModuleList(DecoderLayer(config, backend, ops)
                                     for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -100,25 +107,36 @@ class LlamaForCausalLM(nn.Module):
 
     input_ids, positions: [tokens] (the flattened batch, in the attention backend's layout);
     kv_caches: one (k, v) pair per layer; meta: the backend's per-step metadata;
-    logits_indices: the rows whose next-token logits are wanted."""
+    logits_indices: the rows whose next-token logits are wanted; ops: TorchOps or
+    TritonOps (engines/models/elementwise.py)."""
 
-    def __init__(self, config: ModelConfig, backend) -> None:
+    def __init__(self, config: ModelConfig, backend, ops=TorchOps) -> None:
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config, backend)
+        self.ops = ops
+        self.model = LlamaModel(config, backend, ops)
         self.lm_head = (None if config.tie_word_embeddings else
                         nn.Linear(config.hidden_size, config.vocab_size, bias=False))
         self.rope: torch.Tensor | None = None
+
+    def set_ops(self, ops) -> None:
+        """Run the element-wise steps with `ops` from now on (benchmarks compare them)."""
+        for module in self.modules():
+            if isinstance(module, (LlamaForCausalLM, DecoderLayer, Attention, MLP)):
+                module.ops = ops
 
     def init_rope(self, device: torch.device) -> None:
         """Tabulate the rotation of every usable position (after the weights are on `device`)."""
         self.rope = rotation_table(self.config, self.config.max_model_len, device)
 
     def forward(self, input_ids, positions, kv_caches, meta, logits_indices) -> torch.Tensor:
-        rotation = self.rope.index_select(0, positions).unsqueeze(1)
-        x = self.model.embed_tokens(input_ids)
+        rotation = self.ops.rotation(self.rope, positions)
+        x, residual = self.model.embed_tokens(input_ids), None
         for layer, kv_cache in zip(self.model.layers, kv_caches):
-            x = layer(x, rotation, kv_cache, meta)
-        x = self.model.norm(x.index_select(0, logits_indices))
+            x, residual = layer(x, residual, rotation, kv_cache, meta)
+        norm = self.model.norm
+        x, _ = self.ops.add_rms_norm(x.index_select(0, logits_indices),
+                                     residual.index_select(0, logits_indices), norm.weight,
+                                     norm.eps)
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, weight)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from engines.models.elementwise import select_ops
 from engines.models.model_config import ModelConfig
 from engines.models.llama import LlamaForCausalLM
 from engines.models.rotary import interleave_order
@@ -86,7 +87,7 @@ def load_model(model_dir: str | Path, backend, *, config: ModelConfig | None = N
     device = torch.device(device)
     dtype = dtype or default_dtype(config, device)
     with torch.device("meta"):
-        model = LlamaForCausalLM(config, backend)
+        model = LlamaForCausalLM(config, backend, select_ops(device, dtype))
     model = model.to(dtype=dtype).to_empty(device=device)
     _fill(model, config, shard_files(model_dir))
     if device.type == "cpu":

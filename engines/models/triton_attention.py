@@ -24,7 +24,6 @@ class PagedDecodeMetadata:
     slot_mapping: torch.Tensor      # int64 [decodes]: where each decode's new K/V goes
     block_tables: torch.Tensor      # int32 [decodes, width]
     context_lens: torch.Tensor      # int32 [decodes], 0 for a padding row
-    max_context: int                # an upper bound on context_lens (sizes the kernel grid)
 
 
 @dataclass
@@ -66,7 +65,7 @@ class TritonAttention:
             to = {"device": self.device, "non_blocking": True}
             decodes = PagedDecodeMetadata(
                 torch.from_numpy(slots).to(**to), torch.from_numpy(tables).to(**to),
-                torch.from_numpy(lens).to(**to), int(lens.max()))
+                torch.from_numpy(lens).to(**to))
         if num_decodes < len(seqs):
             prefills = self.prefill.build(seqs[num_decodes:])
         return TritonMetadata(num_decodes, decodes, prefills)
@@ -75,7 +74,7 @@ class TritonAttention:
         """One-token rows only: [rows, heads, dim] -> [rows, heads * dim]."""
         write_cache(k, v, k_cache, v_cache, meta.slot_mapping)
         out = paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
-                                     meta.context_lens, meta.max_context)
+                                     meta.context_lens)
         return out.reshape(q.shape[0], -1)
 
     def __call__(self, q, k, v, k_cache, v_cache, meta: TritonMetadata) -> torch.Tensor:
