@@ -50,6 +50,29 @@ def test_a_settings_table_names_its_baselines_or_is_refused_before_any_search(tm
     assert not (tmp_path / "out").exists()
 
 
+def test_a_baseline_setting_may_route_its_own_way_and_the_simulation_follows_it():
+    """`3xsglang@4096+drops/round_robin`: that baseline with round-robin routing while the
+    table's other rows keep the table's routing; a row read back from a table's JSON (the
+    Pareto phase) keeps it too."""
+    from bench.ruler.capacity_table import parse_settings
+    from bench.ruler.ruler import sim_config
+    from bench.studies.fairness import _subject
+    from policies.routing import Routing
+    config = RulerConfig(workload=workload("poisson"))
+    own, plain = parse_settings(["3xsglang@4096+drops/round_robin", "3xsglang@4096+drops"])
+    assert own.label == "3xsglang@4096 drops round_robin" and own.routing is Routing.ROUND_ROBIN
+    assert sim_config(own, config).controller.routing is Routing.ROUND_ROBIN
+    assert sim_config(plain, config).controller.routing is config.controller.routing
+    assert config.controller.routing is not Routing.ROUND_ROBIN
+    row = {"label": own.label, "layout": "3xsglang", "chunk_size": 4096, "drop_expired": True,
+           "routing": "round_robin"}
+    assert _subject(row) == own
+    with pytest.raises(ValueError, match="not one of"):
+        parse_settings(["3xsglang@4096/rr"])
+    with pytest.raises(ValueError, match="only a baseline"):
+        parse_settings(["3A/round_robin", "3xsglang@4096"])
+
+
 def test_a_pareto_row_says_on_how_many_seeds_a_class_loses():
     """A class is flagged worse on its mean over seeds; the row also says on how many of
     the seeds (the same requests for every row) it was under the best baseline, so a loss

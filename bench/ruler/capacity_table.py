@@ -33,6 +33,7 @@ from bench.ruler.ruler import (
     NEAR_GROWTH, START_GROWTH, RulerConfig, SeedCapacity, Subject, ruler_classes, seed_capacity,
 )
 from engines.scheduler_config import SchedulerConfig
+from policies.routing import Routing
 
 SARATHI_CHUNKS = (512, 1024, 2048)
 #: vLLM V0's prefill batches run whole prompts: its budget is at least the context limit.
@@ -71,6 +72,7 @@ class Row(msgspec.Struct, kw_only=True):
     fair_min_qps: float = 0.0
     fair_max_qps: float = 0.0
     fair_ratio_to_best_baseline: float | None = None
+    routing: Routing | None = None   # the row's own routing, if not the table's
 
 
 class WorkloadTable(msgspec.Struct, kw_only=True):
@@ -178,7 +180,7 @@ def _row(label: str, subject: Subject, tuned: str, seeds: list[SeedCapacity]) ->
                mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps), max_qps=max(caps),
                drop_expired=subject.scheduler.drop_expired,
                fair_mean_qps=round(sum(fair) / len(fair), 3), fair_min_qps=min(fair),
-               fair_max_qps=max(fair))
+               fair_max_qps=max(fair), routing=subject.routing)
 
 
 def _table(c: RulerConfig, found: _Results, best: dict, ascendra: list[Subject]) -> WorkloadTable:
@@ -258,11 +260,23 @@ def parse_settings(settings: Sequence[str]) -> list[Subject]:
 
 
 def _parse_setting(text: str) -> Subject:
-    """`3xsglang@4096+drops` -> that baseline setting; `2L1H` -> the layout at defaults."""
-    layout, _, rest = text.partition("@")
+    """`3xsglang@4096+drops` -> that baseline setting; `2L1H` -> the layout at defaults;
+    a `/round_robin` (any routing) after a baseline setting: its own routing."""
+    setting, _, routing = text.partition("/")
+    layout, _, rest = setting.partition("@")
     if not rest:
+        if routing:
+            raise ValueError(f"setting {text!r}: only a baseline setting takes its own routing")
         return Subject(label=layout, layout=layout)
     chunk, _, drops = rest.partition("+")
     if drops not in ("", "drops"):
         raise ValueError(f"setting {text!r}: write layout@chunk or layout@chunk+drops")
-    return _subject(layout, int(chunk), drops=bool(drops))
+    subject = _subject(layout, int(chunk), drops=bool(drops))
+    if not routing:
+        return subject
+    try:
+        own = Routing(routing)
+    except ValueError:
+        raise ValueError(f"setting {text!r}: routing {routing!r} is not one of "
+                         f"{', '.join(r.value for r in Routing)}") from None
+    return msgspec.structs.replace(subject, label=f"{subject.label} {own.value}", routing=own)

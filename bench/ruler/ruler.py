@@ -36,6 +36,7 @@ from bench.sim.simulator import Simulation
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.layout import dynamic_roles, layout_modes
 from engines.scheduler_config import SchedulerConfig
+from policies.routing import Routing
 
 
 #: The search steps up or down from its start by this factor until it brackets the edge:
@@ -49,6 +50,9 @@ class Subject(msgspec.Struct, frozen=True, kw_only=True):
     label: str
     layout: str
     scheduler: SchedulerConfig = SchedulerConfig()
+    #: A baseline's own routing, when it differs from the table's (`RulerConfig.controller`):
+    #: a baseline at its best tuning may route round-robin where the table does not.
+    routing: Routing | None = None
 
 
 class RulerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,8 +126,11 @@ def effective_tenants(config: RulerConfig) -> TenantsConfig:
 
 
 def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
+    controller = config.controller
+    if subject.routing is not None:
+        controller = msgspec.structs.replace(controller, routing=subject.routing)
     return SimConfig(layout_modes=tuple(layout_modes(subject.layout)), profile=config.profile,
-                     scheduler=subject.scheduler, slo=config.slo, controller=config.controller,
+                     scheduler=subject.scheduler, slo=config.slo, controller=controller,
                      tenants=effective_tenants(config),
                      max_model_len=config.max_model_len, latency=config.latency,
                      num_kv_blocks=config.num_kv_blocks, interconnect=config.interconnect,

@@ -36,6 +36,7 @@ from bench.sim.simulator import Simulation
 from bench.studies.reproduce import CAPACITY_WORKLOADS
 from daemon.core.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig
+from policies.routing import Routing
 
 #: A class counts as worse when its goodput is this many points under the reference's.
 WORSE_BY = 0.5
@@ -63,9 +64,11 @@ class ParetoTable(msgspec.Struct, kw_only=True):
 
 
 def _subject(row: dict) -> Subject:
+    routing = row.get("routing")
     return Subject(label=row["label"], layout=row["layout"],
                    scheduler=SchedulerConfig(chunk_size=row["chunk_size"],
-                                             drop_expired=row["drop_expired"]))
+                                             drop_expired=row["drop_expired"]),
+                   routing=None if routing is None else Routing(routing))
 
 
 def _point(job: tuple[Subject, RulerConfig, float, int]) -> tuple[float, float, dict]:
