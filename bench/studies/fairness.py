@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--phases", default="capacity,pareto,shedding")
     parser.add_argument("--settings", default="",
-                        help="comma-separated settings instead of the full sweep")
+                        help="comma-separated settings instead of the full sweep: layouts, "
+                             "and baselines as layout@chunk[+drops][/ROUTING]")
     parser.add_argument("--class-floors", default=f"0,{ControllerConfig().class_floor:g}",
                         help="the controller class floors the shedding phase compares")
     parser.add_argument("--workloads", default=",".join(CAPACITY_WORKLOADS))
