@@ -227,9 +227,10 @@ def settings_table(configs: Sequence[RulerConfig], settings: Sequence[str],
                    workers: int | None = None,
                    progress: Callable[[str], None] | None = None) -> list[WorkloadTable]:
     """A table of given settings only -- `layout@chunk`, `layout@chunk+drops` (either with
-    `/ROUTING` for a baseline's own routing), or an Ascendra layout -- each on every seed, searched from the ceiling: no sweep, so a
-    baseline is only as tuned as the setting named (say which, and where it was tuned).
-    The cheap way to a table when the full sweep (`capacity_table`) takes too long."""
+    `/ROUTING` for a baseline's own routing), or an Ascendra layout -- each on every seed,
+    searched from the ceiling: no sweep, so a baseline is only as tuned as the setting
+    named (say which, and where it was tuned). The cheap way to a table when the full sweep
+    (`capacity_table`) takes too long."""
     subjects = parse_settings(settings)
     starts = {c.workload.name: 0.8 * workload_ceilings(c).all_served_qps for c in configs}
     found = _Results(workers, progress)
