@@ -97,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     phases = args.phases.split(",")
+    kernels = "kernels" in phases  # not a phase of its own: it runs inside `measure`
+    phases = list(dict.fromkeys("measure" if p == "kernels" else p for p in phases))
     runs = {
-        "measure": lambda: run_measure_phases(args.out, args.model_dir, "kernels" in phases),
-        "kernels": lambda: None if "measure" in phases else run_measure_phases(
-            args.out, args.model_dir, True),
+        "measure": lambda: run_measure_phases(args.out, args.model_dir, kernels),
         "tests": lambda: print(f"tests: exit {run_tests(args.out, args.test_timeout)}"),
         "live": lambda: (make_model(args.model_dir),
                          run_live(args.out, args.model_dir, args.layouts.split(","), args.qps,

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import msgspec
+import torch
+import torch.nn.functional as F
 
 from bench.studies.gpu_measure import (Ceilings, DecodePoint, measure_decode, time_events,
                                        time_graph)
@@ -70,15 +72,9 @@ class KernelStudy(msgspec.Struct):
     variants: list[Variant]
 
 
-def _torch():
-    import torch
-    return torch
-
-
 def sweep_decode_kernel(ceilings: Ceilings) -> list[KernelTiming]:
     """One layer's decode attention (32 query / 8 KV heads, head_dim 128, blocks of 16),
     timed inside a CUDA graph as a decode step runs it."""
-    torch = _torch()
     from engines.models.paged_decode import TUNING, DecodeTuning, paged_decode_attention
     timings = []
     for batch in SWEEP_BATCHES:
@@ -117,8 +113,6 @@ def linear_shapes(config) -> dict[str, tuple[int, int, int]]:
 
 
 def time_linears(config, ceilings: Ceilings) -> tuple[list[LinearTiming], dict[int, float]]:
-    torch = _torch()
-    import torch.nn.functional as F
     timings, per_step = [], {}
     for rows in LINEAR_ROWS:
         per_step[rows] = 0.0
@@ -159,7 +153,6 @@ def _device_us(event) -> float:
 
 def profile_replay(executor, batch_size: int, replays: int = 10) -> StepBreakdown:
     """GPU time per kind of kernel in one replay of the decode graph of `batch_size`."""
-    torch = _torch()
     from torch.profiler import ProfilerActivity, profile
     graph = executor.graphs.graphs[batch_size]
     replay_us = 1e3 * time_events(graph.replay, reps=20)

@@ -31,8 +31,9 @@ class DecodeTuning:
     tile: int = 64      # tokens one program reads per loop iteration
     stages: int = 3     # the loop's pipeline depth: tiles of K/V in flight
     warps: int = 4      # warps per program
-    programs: int = 528  # programs wanted per launch (4 per SM of an H100): splits grow
-    #                      until the batch's (sequence, KV head) pairs reach this
+    #: programs wanted per launch (4 per SM of an H100): a sequence's splits grow until
+    #: the batch's (sequence, KV head, split) programs reach this
+    programs: int = 528
 
 
 #: What every call uses unless it passes its own (read at call time).
