@@ -252,9 +252,6 @@ def _warn_unbracketed(results: list[SeedCapacity], config: RulerConfig) -> None:
                 f"no rate tried held, down to {min(tried):.3g} QPS (lower --start-qps, or the "
                 "target cannot be met on this workload)")
         print(f"WARNING: seed {r.seed}: {what}", file=sys.stderr)
-    if config.workload.name == "replay" and len(results) > 1:
-        print("note: a replayed trace is the same for every seed; the spread over seeds "
-              "is 0 by construction", file=sys.stderr)
 
 
 def _seed_job(job) -> SeedCapacity:

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from bench.loadgen.traces import load_trace
+from bench.loadgen.trace_file import load_trace
 from engines.batch import Batch
 from engines.engine import Engine
 from engines.executors.profiles import profile_latency

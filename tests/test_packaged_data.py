@@ -18,7 +18,8 @@ from bench.data import derive_profile_refs, derive_traces
 from bench.data.profile_refs import REFS_FILE, from_readme, load_refs
 from bench.loadgen.traces import ENV_VAR as TRACES_VAR
 from bench.loadgen.traces import RAW_DEFAULT_DIR as RAW_TRACES
-from bench.loadgen.traces import TRACE_DATA_DIR, TRACE_FILES, load_trace, read_lengths, trace_file
+from bench.loadgen.trace_file import load_rows, load_trace
+from bench.loadgen.traces import TRACE_DATA_DIR, TRACE_FILES, trace_file
 from engines.executors.profiles import ENV_VAR as PROFILES_VAR
 from engines.executors.profiles import derive_tables
 from engines.executors.profiles.data import RAW_DEFAULT_DIR as RAW_PROFILES
@@ -51,18 +52,24 @@ def test_packaged_tables_load_and_stay_small():
         assert len(table.tokens) > 200 and table.tokens[0] == 1
         assert np.all(np.diff(table.tokens) > 0)
     assert len(load_trace("sharegpt")) == 30_731 and len(load_trace("arxiv")) == 28_257
+    assert len(load_trace("azure-conv")) == 19_366
     assert trace_file("arxiv").parent == TRACE_DATA_DIR
     assert load_refs().prefill_chunk_range[0] == 64
     folders = (TABLES_DIR, TRACE_DATA_DIR, REFS_FILE.parent)
-    assert sum(f.stat().st_size for d in folders for f in d.iterdir()) < 400_000
+    assert sum(f.stat().st_size for d in folders for f in d.iterdir()) < 450_000
     assert all((d / "README.md").is_file() for d in folders)  # source, licence, derivation
 
 
 def test_environment_variables_override_with_raw_folders(monkeypatch, tmp_path):
     (tmp_path / TRACE_FILES["sharegpt"]).write_text(
         "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n7,3,10,2.33\n")
+    (tmp_path / TRACE_FILES["azure-conv"]).write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n")
     monkeypatch.setenv(TRACES_VAR, str(tmp_path))
     assert load_trace("sharegpt") == [(7, 3)]
+    assert [r.arrival - 1700158546 for r in load_rows("azure-conv")] == pytest.approx(
+        [0.68059, 4.995169])                                    # the raw file's own dates
     with pytest.raises(FileNotFoundError, match=TRACES_VAR) as info:
         load_trace("arxiv")
     assert str(tmp_path) in str(info.value)
@@ -106,7 +113,14 @@ def test_reference_numbers_equal_the_shared_readme():
 @pytest.mark.parametrize("name", sorted(TRACE_FILES))
 def test_traces_equal_the_raw_files(name):
     raw = RAW_TRACES / TRACE_FILES[name]
-    assert read_lengths(raw) == load_trace(name)
+    if not raw.is_file():
+        pytest.skip(f"no raw trace at {raw}")
+    raw_rows = load_rows(str(raw))
+    assert [(r.prompt_len, r.output_len) for r in raw_rows] == load_trace(name)
+    first = raw_rows[0].arrival or 0.0
+    assert [r.arrival for r in load_rows(name)] == (
+        [None] * len(raw_rows) if raw_rows[0].arrival is None
+        else [pytest.approx(r.arrival - first, abs=1e-6) for r in raw_rows])
     assert _gunzip(TRACE_DATA_DIR / f"{name}.csv.gz") == derive_traces.derived_csv(raw)
 
 

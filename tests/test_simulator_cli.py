@@ -167,7 +167,7 @@ def test_a_bad_trace_file_is_a_clear_error(tmp_path, capsys, name, text, message
 
 def test_a_missing_trace_or_a_folder_is_a_clear_error(tmp_path, capsys):
     assert ascendra(["simulate", "--trace", str(tmp_path / "nope.csv"), "--qps", "1"]) == 2
-    assert "nope.csv': not a file, nor one of ['arxiv', 'sharegpt']" in capsys.readouterr().err
+    assert "nope.csv': not a file, nor one of ['arxiv', 'azure-conv', 'sharegpt']" in capsys.readouterr().err
     assert ascendra(["simulate", "--trace", str(tmp_path), "--qps", "1"]) == 2
     assert f"trace {tmp_path}: not a file" in capsys.readouterr().err
     path = tmp_path / "binary.csv"

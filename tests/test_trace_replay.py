@@ -94,6 +94,37 @@ def test_rate_scale_and_target_rate(tmp_path):
         replay(trace, rate_scale=0.0)
 
 
+def test_each_seed_replays_its_own_stretch_of_the_trace(tmp_path):
+    trace = write(tmp_path / "t.csv", "prompt_tokens,output_tokens,arrival_time",
+                  [f"{10 + i},2,{t}" for i, t in enumerate(TIMES)])
+
+    def prompts(seed: int, **kwargs) -> list[int]:
+        return [r.prompt_len for r in build_requests(workload("replay", trace=trace),
+                                                     seed=seed, **kwargs)]
+
+    assert prompts(0, num_requests=2) == [10, 11]
+    assert prompts(1, num_requests=2) == [12, 13]
+    assert prompts(2, num_requests=2) == [10, 11]         # wrapped: rows 4.. cannot hold two
+    assert prompts(3, num_requests=2) == [12, 13]
+    assert prompts(1, num_requests=5) == prompts(0, num_requests=5)     # the whole trace
+    assert prompts(1, num_requests=None, duration=10.0) == [10, 11, 12, 13, 14]
+    arrivals = [r.arrival for r in build_requests(workload("replay", trace=trace), seed=1,
+                                                  num_requests=2)]
+    assert arrivals == [0.0, 2.0]                          # the stretch's own gaps, from 0
+
+
+def test_the_packaged_azure_conversation_trace_replays_by_default(tmp_path):
+    rows = load_rows("azure-conv")
+    assert len(rows) == 19_366 and rows[0].arrival == 0.0
+    assert all(a.arrival <= b.arrival for a, b in zip(rows, rows[1:]))
+    assert rows[-1].arrival == pytest.approx(3501.72, abs=0.01)       # an hour of traffic
+    out = tmp_path / "r.json"
+    assert ascendra(["simulate", "--layout", "1xsarathi", "--trace", "azure-conv",
+                     "--num-requests", "30", "--qps", "3", "--json", str(out)]) == 0
+    result = msgspec.json.decode(out.read_bytes(), type=RunResult)
+    assert result.config["config"]["workload"]["name"] == "replay" and result.completed == 30
+
+
 def test_a_generated_workload_takes_only_the_lengths_of_a_timed_trace(tmp_path):
     trace = write(tmp_path / "t.csv", "prompt_tokens,output_tokens,arrival_time",
                   [f"{10 + i},2,{t}" for i, t in enumerate(TIMES)])

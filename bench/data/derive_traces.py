@@ -1,8 +1,9 @@
-"""Derives the packaged request-length traces (bench/data/trace_data/*.csv.gz) from the raw files.
+"""Derives the packaged traces (bench/data/trace_data/*.csv.gz) from the raw files.
 
-Each raw trace (TRACE_FILES) keeps its rows, in order, and only the two columns read
-(prompt and output tokens, under their raw names), as gzip-compressed CSV written
-byte-reproducibly (no name or time in the gzip header).
+Each raw trace (TRACE_FILES) keeps its rows, in order, and only what a run reads: prompt and
+output tokens (`num_prefill_tokens`, `num_decode_tokens`) and, for a trace with arrival
+times, `arrival_time`: seconds from its first row, to the microsecond. Written as
+gzip-compressed CSV, byte-reproducibly (no name or time in the gzip header).
 
     python -m bench.data.derive_traces [RAW_DIR] [--out DIR]
 
@@ -13,15 +14,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.loadgen.traces import (OUTPUT_COLUMN, PROMPT_COLUMN, RAW_DEFAULT_DIR, TRACE_DATA_DIR,
-                          TRACE_FILES, read_lengths)
+from bench.loadgen.trace_file import load_rows
+from bench.loadgen.traces import (ARRIVAL_COLUMN, OUTPUT_COLUMN, PROMPT_COLUMN, RAW_DEFAULT_DIR,
+                                  TRACE_DATA_DIR, TRACE_FILES)
 from engines.derived_files import derivation_main, derive_all
 
 
 def derived_csv(raw_file: Path) -> bytes:
     """The derived table of one raw trace, as CSV text bytes (before compression)."""
-    lines = [f"{PROMPT_COLUMN},{OUTPUT_COLUMN}"]
-    lines += [f"{prompt},{output}" for prompt, output in read_lengths(raw_file)]
+    rows = load_rows(str(raw_file))
+    if rows[0].arrival is None:
+        lines = [f"{PROMPT_COLUMN},{OUTPUT_COLUMN}"]
+        lines += [f"{r.prompt_len},{r.output_len}" for r in rows]
+    else:
+        first = rows[0].arrival
+        lines = [f"{PROMPT_COLUMN},{OUTPUT_COLUMN},{ARRIVAL_COLUMN}"]
+        lines += [f"{r.prompt_len},{r.output_len},{r.arrival - first:.6f}" for r in rows]
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -60,8 +60,9 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
                    help="/v1/completions (token-id prompts) or /v1/chat/completions (a user "
                         "message of common words) (default %(default)s)")
     p.add_argument("--trace", "--dataset-name", "--dataset-path", dest="trace", default="sharegpt",
-                   help="sharegpt | arxiv | a .csv/.jsonl file with prompt and output token "
-                        "counts (and optionally arrival_time) (default %(default)s)")
+                   help="sharegpt | arxiv | azure-conv (with arrival times) | a .csv/.jsonl file "
+                        "with prompt and output token counts (and optionally arrival_time) "
+                        "(default %(default)s)")
     p.add_argument("--qps", "--request-rate", dest="qps", type=float, default=None,
                    help="mean arrival rate, requests/s; inf sends all at once (default inf; a "
                         "replayed trace: its own times, or --qps rescales them to this rate)")

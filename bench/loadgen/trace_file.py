@@ -1,6 +1,7 @@
 """Reading a trace: its rows' prompt and output lengths and, when it has them, arrival times.
 
-A trace is `sharegpt` or `arxiv` (bench/loadgen/traces.py) or a CSV/JSONL file. Column names
+A trace is a name (`sharegpt`, `arxiv`, `azure-conv`: bench/loadgen/traces.py; read from its
+packaged table or its raw file) or a CSV/JSONL file, gzip-compressed or not. Column names
 are matched exactly (case matters), the first of each list that the file has:
 
 * prompt tokens: PROMPT_COLUMNS -- ours (`num_prefill_tokens`, `prompt_tokens`),
@@ -19,6 +20,7 @@ Arrival times must be on every row or on none. Only differences between them mat
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 from datetime import UTC, datetime
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import msgspec
 
-from bench.loadgen.traces import TRACE_FILES, load_trace
+from bench.loadgen.traces import TIMED_TRACES, TRACE_FILES, trace_file
 
 PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_tokens", "input_length", "ContextTokens",
                   "Request tokens")
@@ -53,20 +55,32 @@ def load_rows(trace: str, arrival_column: str | None = None,
     if arrival_unit is not None and arrival_unit not in UNITS:
         raise ValueError(f"arrival unit {arrival_unit!r}: choose one of {sorted(UNITS)}")
     if trace in TRACE_FILES:
-        if arrival_column is not None:
+        if arrival_column is not None and trace not in TIMED_TRACES:
             raise ValueError(f"trace {trace!r} has no arrival times (column "
                              f"{arrival_column!r}); give a trace file that has them")
-        return [TraceRow(p, o) for p, o in load_trace(trace)]
+        return _read(trace_file(trace), arrival_column, arrival_unit)
     path = Path(trace)
     if not path.exists():
         raise FileNotFoundError(f"trace {trace!r}: not a file, nor one of {sorted(TRACE_FILES)}")
     if not path.is_file():
         raise ValueError(f"trace {path}: not a file")
+    return _read(path, arrival_column, arrival_unit)
+
+
+def load_trace(name: str) -> list[tuple[int, int]]:
+    """(prompt, output) token pairs of a named trace, in file order."""
+    return [(r.prompt_len, r.output_len) for r in _read(trace_file(name), None, None)]
+
+
+def _read(path: Path, arrival_column: str | None, arrival_unit: str | None) -> list[TraceRow]:
+    kind = path.suffixes[-2] if path.suffix == ".gz" and len(path.suffixes) > 1 else path.suffix
     try:
-        columns, records = (_read_jsonl(path) if path.suffix in (".jsonl", ".ndjson")
+        columns, records = (_read_jsonl(path) if kind in (".jsonl", ".ndjson")
                             else _read_csv(path))
     except UnicodeDecodeError:
         raise ValueError(f"trace {path}: not a UTF-8 text file") from None
+    except gzip.BadGzipFile:
+        raise ValueError(f"trace {path}: not a gzip file") from None
     except csv.Error as exc:
         raise ValueError(f"trace {path}: not a readable CSV file ({exc})") from None
     if not records:
@@ -95,7 +109,7 @@ def _arrival_column(path: Path, columns: list[str], named: str | None) -> str | 
 def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     """The column names and (line number, row) for each data row; column names with
     stray blanks are trimmed."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
+    with _open(path) as f:
         reader = csv.DictReader(f)
         if reader.fieldnames:
             reader.fieldnames = [name.strip() for name in reader.fieldnames]
@@ -105,7 +119,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
 
 def _read_jsonl(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     records, columns = [], {}
-    with open(path, encoding="utf-8-sig") as f:
+    with _open(path) as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -120,6 +134,11 @@ def _read_jsonl(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
             columns.update(dict.fromkeys(record))
             records.append((line_no, record))
     return list(columns), records
+
+
+def _open(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    return opener(path, "rt", newline="", encoding="utf-8-sig")
 
 
 def _number(where: str, name: str, value, least: float = -math.inf) -> float:

@@ -1,14 +1,13 @@
-"""Request-length traces by name: the packaged tables in bench/data/trace_data, or raw files.
+"""Traces by name: the packaged tables in bench/data/trace_data, or the raw files.
 
-`load_trace("sharegpt")` gives (prompt tokens, output tokens) pairs in file order, read
-from `bench/data/trace_data/<name>.csv.gz` (the third-party file's two length columns; see
-bench/data/trace_data/README.md and bench/data/derive_traces.py). The ASCENDRA_TRACES
-environment variable overrides that with a folder of the raw files (TRACE_FILES names them).
+A name (TRACE_FILES) stands for `bench/data/trace_data/<name>.csv.gz`: the third-party file's
+length columns and, for a trace that has them (`azure-conv`), its arrival times as seconds
+from its first row (see bench/data/trace_data/README.md and bench/data/derive_traces.py).
+The ASCENDRA_TRACES environment variable overrides that with a folder of the raw files
+(TRACE_FILES names them). bench/loadgen/trace_file.py reads either.
 """
 from __future__ import annotations
 
-import csv
-import gzip
 import os
 from pathlib import Path
 
@@ -20,13 +19,17 @@ RAW_DEFAULT_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
 TRACE_FILES = {
     "sharegpt": "sarathi_sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
     "arxiv": "vidur_arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+    "azure-conv": "AzureLLMInferenceTrace_conv.csv",
 }
-#: the columns read, in the raw files and in the packaged tables alike
+#: the traces whose rows carry arrival times (a run replays them unless told otherwise)
+TIMED_TRACES = frozenset({"azure-conv"})
+#: the packaged tables' columns: prompt and output tokens, and arrival times where known
 PROMPT_COLUMN, OUTPUT_COLUMN = "num_prefill_tokens", "num_decode_tokens"
+ARRIVAL_COLUMN = "arrival_time"
 
 
 def trace_file(name: str) -> Path:
-    """The file `load_trace(name)` reads: $ASCENDRA_TRACES/<raw file> when the variable is
+    """The file a trace name stands for: $ASCENDRA_TRACES/<raw file> when the variable is
     set, else the packaged `trace_data/<name>.csv.gz`."""
     if name not in TRACE_FILES:
         raise ValueError(f"unknown trace {name!r}; choose one of {sorted(TRACE_FILES)}")
@@ -39,17 +42,6 @@ def trace_file(name: str) -> Path:
                       f"of the raw files")
         raise FileNotFoundError(f"trace file {path} not found ({where})")
     return path
-
-
-def read_lengths(path: Path) -> list[tuple[int, int]]:
-    """(prompt, output) token pairs of a raw trace file or a packaged `.csv.gz` table."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as f:
-        return [(int(row[PROMPT_COLUMN]), int(row[OUTPUT_COLUMN])) for row in csv.DictReader(f)]
-
-
-def load_trace(name: str) -> list[tuple[int, int]]:
-    return read_lengths(trace_file(name))
 
 
 def scaled_lengths(trace: list[tuple[int, int]], n: int, scale: float, seed: int,

@@ -2,7 +2,7 @@
 
 `simulate`, `capacity` and the live `bench` build their requests alike with
 `build_requests(spec, rate=..., num_requests=... | duration=..., seed=...)`. The names
-(WORKLOADS), each usable with any trace (`trace`: sharegpt, arxiv or a file):
+(WORKLOADS), each usable with any trace (`trace`: sharegpt, arxiv, azure-conv or a file):
 
 * `poisson`    -- exponential gaps (CV 1) at the rate;
 * `bursty-cv2` -- gamma gaps, CV 2 (shape 1/4, as `--burstiness 0.25`);
@@ -22,10 +22,13 @@
   mixed SLO classes with a large interactive share (`slo_mix`, default SHIFT_MIX), then
   bursty CV 4, each `phase_seconds` long (default 60 s), repeated
   (bench/loadgen/shifting.py);
-* `replay`     -- the arrival times of a trace file (bench/loadgen/trace_file.py finds them):
-  in time order from the first, divided by `rate_scale` (2 = twice as fast); a `rate`
-  instead sets the scale so that the mean rate of the replayed rows is that rate (with
-  a `duration`: of the whole file). Never both.
+* `replay`     -- the arrival times of a trace with them (`azure-conv`, or a file:
+  bench/loadgen/trace_file.py finds them): in time order, divided by `rate_scale` (2 = twice
+  as fast); a `rate` instead sets the scale so that the mean rate of the replayed rows is
+  that rate (with a `duration`: of the whole file). Never both. `num_requests` rows are
+  one consecutive stretch of the trace, each seed its own (`replay_start`): seed 0 from
+  the first row, seed k from row k x num_requests while that fits; a `duration` replays
+  from the first row whatever the seed.
 
 Any workload may name its senders: `tenant_mix` (`--tenant-mix`,
 bench/loadgen/tenant_mix.py) draws each request's tenant and priority by share, from a seed
@@ -222,7 +225,8 @@ def _requests(spec: WorkloadSpec, *, rate: float | None, num_requests: int | Non
             raise ValueError(f"workload replay: trace {spec.trace} has no arrival times (no "
                              f"column named one of the known names); name its column with "
                              f"--arrival-column, or pick a generated workload")
-        arrivals, rows = replayed(rows, spec.rate_scale, rate, num_requests, duration)
+        arrivals, rows = replayed(rows, spec.rate_scale, rate, num_requests, duration,
+                                  seed)
     elif rate is None:
         raise ValueError(f"workload {spec.name!r} needs an arrival rate (--qps)")
     elif spec.arrival == "shifting":
@@ -320,8 +324,9 @@ def _generated(spec: WorkloadSpec, rate: float, num_requests: int | None,
 
 
 def replayed(rows: list[TraceRow], rate_scale: float | None, rate: float | None,
-             num_requests: int | None, duration: float | None):
-    """(arrival offsets, rows) of a replay: sorted, from 0, scaled, cut (module docstring)."""
+             num_requests: int | None, duration: float | None, seed: int = 0):
+    """(arrival offsets, rows) of a replay: sorted, the seed's stretch, from 0, scaled, cut
+    (module docstring)."""
     if rate is not None and rate_scale is not None:
         raise ValueError("a replayed trace takes --qps (its target mean rate) or --rate-scale, "
                          "not both")
@@ -329,7 +334,8 @@ def replayed(rows: list[TraceRow], rate_scale: float | None, rate: float | None,
     if num_requests is not None:
         if num_requests > len(rows):
             raise ValueError(f"the trace has {len(rows)} timed rows; {num_requests} were asked for")
-        rows = rows[:num_requests]
+        start = replay_start(len(rows), num_requests, seed)
+        rows = rows[start:start + num_requests]
     times = np.array([r.arrival for r in rows]) - rows[0].arrival
     scale = rate_scale if rate_scale is not None else 1.0
     if rate is not None:
@@ -345,6 +351,12 @@ def replayed(rows: list[TraceRow], rate_scale: float | None, rate: float | None,
         keep = times < duration
         times, rows = times[keep], [r for r, k in zip(rows, keep) if k]
     return times, rows
+
+
+def replay_start(num_rows: int, num_requests: int, seed: int) -> int:
+    """The first row a seed's replay of `num_requests` rows starts at: seed k at
+    k x num_requests, wrapped to the starts that leave room for them all."""
+    return seed * num_requests % (num_rows - num_requests + 1)
 
 
 def _classes(spec: WorkloadSpec, n: int, seed: int) -> list[str | None]:

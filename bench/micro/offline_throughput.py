@@ -36,7 +36,8 @@ import time
 
 import torch
 
-from bench.loadgen.traces import load_trace, scaled_lengths
+from bench.loadgen.trace_file import load_trace
+from bench.loadgen.traces import scaled_lengths
 from bench.micro.decode_step import MATMUL_OPS
 from engines.engine import Engine
 from engines.executors.torch_executor import TorchExecutor

@@ -22,7 +22,8 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     if layout:
         p.add_argument("--layout", default="2L1H", help="e.g. 2L1H, 3xsarathi, 3xvllm-v1, 3xsglang")
     p.add_argument("--profile", default="a100-llama3-8b", choices=profile_names())
-    p.add_argument("--trace", default="sharegpt", help="sharegpt, arxiv, or a CSV/JSONL path")
+    p.add_argument("--trace", default="sharegpt",
+                   help="sharegpt, arxiv, azure-conv (with arrival times), or a CSV/JSONL path")
     p.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of the gaps: 1 = Poisson, < 1 burstier (default 1)")
     add_workload_flags(p)
