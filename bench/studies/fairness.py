@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 
 from bench.json_file import write_json
-from bench.loadgen.workloads import workload
+from bench.loadgen.workloads import WorkloadSpec, workload
 from bench.parallel import add_workers_flag, run_parallel
 from bench.ruler.capacity_table import capacity_table, parse_settings, settings_table
 from bench.ruler.ruler import (
@@ -226,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--class-floors", default=f"0,{ControllerConfig().class_floor:g}",
                         help="the controller class floors the shedding phase compares")
     parser.add_argument("--workloads", default=",".join(CAPACITY_WORKLOADS))
+    parser.add_argument("--trace", default=WorkloadSpec().trace,
+                        help="the trace of every workload: its lengths, and for `replay` its "
+                             "arrival times (azure-conv)")
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--fair-floor", type=float, default=RulerConfig().fair_floor)
@@ -238,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--settings: {error}")
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    config_of = {name: RulerConfig(workload=workload(name), measured=args.measured, seeds=seeds,
+    config_of = {name: RulerConfig(workload=workload(name, trace=args.trace),
+                                   measured=args.measured, seeds=seeds,
                                    fair_floor=args.fair_floor)
                  for name in args.workloads.split(",")}
     phases = args.phases.split(",")
