@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from engines.gc_freeze import freeze_startup_heap
+from engines.gc_freeze import few_collections, freeze_startup_heap
 
 
 class Node:
@@ -29,3 +29,21 @@ def test_freezing_collects_the_garbage_and_freezes_what_lives():
     finally:
         gc.unfreeze()
     assert any(obj is alive for obj in gc.get_objects())
+
+
+def test_a_simulated_run_collects_less_and_leaves_the_collector_as_it_found_it():
+    """Within `few_collections` what was built before is frozen and the youngest
+    generation waits for many more allocations; after, both are as before, and the
+    garbage made within is collectable again."""
+    before = gc.get_threshold()
+    built = Node()
+    with few_collections(threshold=12_345):
+        assert gc.get_threshold()[0] == 12_345
+        assert not any(obj is built for obj in gc.get_objects())  # frozen
+        left_behind = Node()
+        ref = weakref.ref(left_behind)
+        del left_behind
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None

@@ -4,14 +4,19 @@ each instance holds; what a request found cached reaches its Settle, the metrics
 API's usage."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.choices import usage_counts
 from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting
 from daemon.metrics import Metrics
+from daemon.core import prefix_index
 from daemon.core.prefix_index import PrefixIndex
 from daemon.core.request_state import Outcome
 from ipc.messages import (
@@ -106,6 +111,45 @@ def test_the_index_answers_what_each_instance_would_find():
     assert index.cached_tokens(index.names(list(range(12))), 12) == {0: 8}  # ... of the prompt
     index.ready(ready(0))                        # restarted: holds nothing
     assert index.cached_tokens(names, len(prompt)) == {}
+
+
+def _lru_reference(capacity: int, calls: list[list[bytes]]) -> list[bytes]:
+    """What a move-to-end LRU holds after `calls`, least recent first."""
+    held: OrderedDict[bytes, None] = OrderedDict()
+    for names in calls:
+        for name in names:
+            held[name] = None
+            held.move_to_end(name)
+        while len(held) > capacity:
+            held.popitem(last=False)
+    return list(held)
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.integers(1, 12),
+       calls=st.lists(st.lists(st.integers(0, 20), unique=True, max_size=8), max_size=60),
+       compact_slack=st.sampled_from([prefix_index.COMPACT_SLACK, 0]))
+def test_the_index_forgets_the_least_recently_recorded_names_first(capacity, calls,
+                                                                     compact_slack):
+    """However names recur across calls (a prompt sent twice, a finished request's
+    output), the index holds what a move-to-end LRU of its instance's KV blocks holds,
+    and its answers follow -- compacted often or not."""
+    default, prefix_index.COMPACT_SLACK = prefix_index.COMPACT_SLACK, compact_slack
+    try:
+        _record_and_compare(capacity, calls)
+    finally:
+        prefix_index.COMPACT_SLACK = default
+
+
+def _record_and_compare(capacity: int, calls: list[list[int]]) -> None:
+    index = PrefixIndex()
+    index.ready(ready(0, num_kv_blocks=capacity))
+    calls = [[bytes([n]) for n in names] for names in calls]
+    for done, names in enumerate(calls, 1):
+        index.record(0, names)
+        expected = _lru_reference(capacity, calls[:done])
+        assert [name for name in map(bytes, ([n] for n in range(21)))
+                if index.cached_tokens([name], 2 * BS)] == sorted(expected)
 
 
 # ---- through the controller core ----------------------------------------------------------------

@@ -8,6 +8,7 @@ from bench.loadgen.workload import WorkloadRequest, build_workload
 from bench.records import RequestRecord, RunResult
 from bench.results import percentiles, summarize
 from bench.sim.simulator import SimConfig, Simulation
+from engines.gc_freeze import few_collections
 from ipc.messages import Role
 
 
@@ -31,7 +32,8 @@ def simulate(sim: SimConfig, requests: list[WorkloadRequest] | None = None, *,
         workload = list(requests)
     started = time.perf_counter()
     simulation = Simulation(sim, workload)
-    records = simulation.run()
+    with few_collections():
+        records = simulation.run()
     classes = {w.index: w.slo_class for w in workload if w.slo_class is not None}
     for record in records:
         record.slo_class = classes.get(record.index, record.slo_class)

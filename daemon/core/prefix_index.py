@@ -10,18 +10,83 @@ request each instance would find cached. Sans-I/O; the core's prefixes component
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+import itertools
+from collections import deque
+from collections.abc import Sequence
 
 from ipc.messages import Ready
 from policies.prefix_hash import block_hashes, extend_block_hashes
 
 
+#: Stale places `_Held.calls` may list beyond twice the names held before it is compacted.
+COMPACT_SLACK = 1024
+
+
+class _Held:
+    """One instance's block names, least recently recorded forgotten first once there
+    are more than `capacity`: an LRU kept by stamps, not by moving each name.
+
+    `stamps` maps each name held to the `record` call that last named it; `calls` keeps
+    each call's names in order, oldest call first. A name is forgotten at its place in
+    the oldest call still listed, unless a later call named it again (its stamp then
+    says so, and that place is stale). So a record is one dict update in C, and the
+    order forgotten is exactly a move-to-end LRU's: by last call, then place in it."""
+
+    __slots__ = ("capacity", "stamps", "calls", "_seq", "_listed")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.stamps: dict[bytes, int] = {}
+        self.calls: deque[list] = deque()   # [stamp, names, next place to forget]
+        self._seq = 0
+        self._listed = 0                     # names in `calls` from their next places on
+
+    def __contains__(self, name: bytes) -> bool:
+        return name in self.stamps
+
+    def record(self, names: Sequence[bytes]) -> None:
+        self._seq += 1
+        names = tuple(names)
+        self.stamps.update(zip(names, itertools.repeat(self._seq)))
+        self.calls.append([self._seq, names, 0])
+        self._listed += len(names)
+        self._forget(len(self.stamps) - self.capacity)
+        if self._listed > 2 * len(self.stamps) + COMPACT_SLACK:
+            self._compact()
+
+    def _forget(self, n: int) -> None:
+        """Forget the `n` least recently recorded names."""
+        stamps, calls = self.stamps, self.calls
+        while n > 0:
+            call = calls[0]
+            seq, names, place = call
+            while place < len(names) and n > 0:
+                name = names[place]
+                place += 1
+                if stamps.get(name) == seq:
+                    del stamps[name]
+                    n -= 1
+            self._listed -= place - call[2]
+            call[2] = place
+            if place == len(names):
+                calls.popleft()
+
+    def _compact(self) -> None:
+        """Drop the stale places (names recorded again since), so `calls` stays within a
+        small multiple of what is held however long the process runs."""
+        stamps, kept = self.stamps, deque()
+        for seq, names, place in self.calls:
+            live = tuple(name for name in names[place:] if stamps.get(name) == seq)
+            if live:
+                kept.append([seq, live, 0])
+        self.calls = kept
+        self._listed = sum(len(names) for _, names, _ in kept)
+
+
 class PrefixIndex:
     def __init__(self) -> None:
         self.block_size: int | None = None
-        self._held: dict[int, OrderedDict[bytes, None]] = {}
-        self._capacity: dict[int, int] = {}
+        self._held: dict[int, _Held] = {}
 
     @property
     def active(self) -> bool:
@@ -36,8 +101,7 @@ class PrefixIndex:
         if self.block_size is None:
             self.block_size = ready.block_size
         if ready.block_size == self.block_size:  # one block size names blocks alike
-            self._held[ready.instance_id] = OrderedDict()
-            self._capacity[ready.instance_id] = ready.num_kv_blocks
+            self._held[ready.instance_id] = _Held(ready.num_kv_blocks)
 
     def names(self, token_ids: Sequence[int]) -> list[bytes]:
         """The names of the full blocks of `token_ids` ([] when no instance caches)."""
@@ -47,20 +111,12 @@ class PrefixIndex:
         """`names` (of a prefix of `token_ids`) and those of the rest of its full blocks."""
         return extend_block_hashes(list(names), token_ids, self.block_size) if self.active else []
 
-    def record(self, instance_id: int, names: Iterable[bytes]) -> None:
-        """The instance will hold these blocks (it was sent or has finished their request)."""
+    def record(self, instance_id: int, names: Sequence[bytes]) -> None:
+        """The instance will hold these blocks (it was sent or has finished their request):
+        each becomes the most recent, in order; past its KV blocks the least recent go."""
         held = self._held.get(instance_id)
-        if held is None:
-            return
-        move_to_end = held.move_to_end
-        for name in names:  # each to the end, in order (a new one is added there)
-            if name in held:
-                move_to_end(name)
-            else:
-                held[name] = None
-        evict = held.popitem
-        for _ in range(len(held) - self._capacity[instance_id]):  # the least recent go
-            evict(last=False)
+        if held is not None:
+            held.record(names)
 
     def cached_tokens(self, names: Sequence[bytes], num_tokens: int) -> dict[int, int]:
         """Prompt tokens of a request of `num_tokens` tokens whose block names are `names`
@@ -70,8 +126,8 @@ class PrefixIndex:
         most = min(len(names), (num_tokens - 1) // self.block_size)
         found = {}
         for instance_id, held in self._held.items():
-            n = 0
-            while n < most and names[n] in held:
+            stamps, n = held.stamps, 0
+            while n < most and names[n] in stamps:
                 n += 1
             if n:
                 found[instance_id] = n * self.block_size
