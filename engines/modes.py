@@ -37,6 +37,10 @@ class Mode:
     elastic_batch: bool = False
     #: Keep a step's predicted time within the running requests' TBT SLO.
     compute_budget: bool = False
+    #: With compute_budget: a prompt that meets its TTFT only if its whole prefill runs in
+    #: the next step gets that step, the decodes' TBT budget notwithstanding
+    #: (`tbt_budget.whole_prefill_pays`): an HP's job is the rescue.
+    whole_prefill_for_ttft: bool = False
     #: With by_value: waiting requests whose TTFT target is already lost go behind the
     #: others (`order_by_value(demote_unreachable=...)`): they still run, but make no one late.
     demote_unreachable: bool = False
@@ -81,7 +85,8 @@ SGLANG = Mode("sglang", prefill_first=True, chunked_prefill=True, reserve_output
 LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True, elastic_batch=True,
           compute_budget=True, demote_unreachable=True, default_max_num_seqs=LP_MAX_BATCH)
 HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_function="edf",
-          elastic_batch=True, compute_budget=True, demote_unreachable=True, default_max_num_seqs=HP_MAX_BATCH)
+          elastic_batch=True, compute_budget=True, whole_prefill_for_ttft=True, demote_unreachable=True,
+          default_max_num_seqs=HP_MAX_BATCH)
 
 #: DistServe's P/D layouts (`<n>P<m>D`): a prefill instance batches prompts as Sarathi-Serve
 #: does and hands each request off at its first token (engines/handoff.py); a decode

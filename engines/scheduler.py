@@ -39,7 +39,7 @@ from ipc.messages import StepTokens
 from policies import output_reserve
 from policies.admission import DecodeLengthHistory, decode_reserve, decode_reserve_columns
 from policies.perf.batch_shape import BatchShape
-from policies.tbt_budget import step_time_allowed
+from policies.tbt_budget import step_time_allowed, whole_prefill_pays
 from policies.perf.predictor import Predictor, ZeroPredictor, remaining_prefill_time
 from policies.selection import select_prefills, tokens_within
 
@@ -172,6 +172,9 @@ class Scheduler:
             budget = self._step_tokens() - batch.num_tokens
             if prefilling or self._admission_head(candidates, budget) is not None:
                 compute = self._compute_budget(batch, now)  # else no one would spend it
+                if self.mode.whole_prefill_for_ttft:
+                    budget, compute = self._whole_prefill(batch, prefilling, candidates,
+                                                          budget, compute, now)
                 budget, compute = self._continue_prefills(batch, prefilling, budget, compute)
                 self._admit(batch, candidates, budget, compute, decodes)
         if self.mode.reserve_output:
@@ -207,6 +210,21 @@ class Scheduler:
             return decodes, []
         is_decode = set(map(id, decodes))
         return decodes, [r for r in running if id(r) not in is_decode]
+
+    def _whole_prefill(self, batch: Batch, prefilling: list[Request], candidates,
+                       budget: int, compute: float, now: float) -> tuple[int, float]:
+        """The token and compute budgets, raised to the whole of the next prompt's prefill
+        (the first prompt under way, else the admission head) when it meets its TTFT only
+        that way (`tbt_budget.whole_prefill_pays`)."""
+        head = prefilling[0] if prefilling else self._admission_head(candidates, budget)
+        if head is None or head.first_token_time is not None:
+            return budget, compute
+        left = len(head.token_ids) - head.num_computed_tokens
+        whole = self.predictor.prefill_time(left, head.num_computed_tokens)
+        decodes = self.predictor.batch_time(batch.shape()) if batch else 0.0
+        if not whole_prefill_pays(now, head.deadline, decodes, whole, compute):
+            return budget, compute
+        return max(budget, left), max(compute, whole)
 
     def _step_tokens(self) -> int:
         """The step's token budget: `chunk_size`, stretched up to STEP_STRETCH times in modes

@@ -10,6 +10,10 @@ Its slack grows whenever steps run faster than the SLO (decode-only steps usuall
 and the LP may spend it on longer prefill steps when prompts wait. A step of one `slo`
 is always allowed: that is the per-step rule (Sarathi-Serve sizes its chunks to it) and
 never raises a mean that is already within the SLO above it.
+
+The one exception (`whole_prefill_pays`, an HP's rule): a prompt that meets its TTFT
+only if its whole prefill runs in the next step gets that step, and the decodes beside
+it wait one longer step.
 """
 from __future__ import annotations
 
@@ -48,3 +52,28 @@ def step_time_allowed(running: Iterable[RunningRequest], now: float) -> float:
         if slack < allowed:  # min(allowed, slack), as `min` picks
             allowed = slack
     return allowed
+
+
+#: Shortest prefill per step `whole_prefill_pays` reckons with (a budget of nothing would
+#: otherwise take for ever).
+MIN_STEP_PREFILL_SECONDS = 1e-3
+
+
+def whole_prefill_pays(now: float, deadline: float, decode_seconds: float,
+                       whole_seconds: float, chunk_seconds: float) -> bool:
+    """Whether a prompt meets its TTFT `deadline` only if its whole prefill
+    (`whole_seconds`) runs in the next step, beside decodes taking `decode_seconds`:
+    whole, it finishes in time; in steps of `chunk_seconds` of prefill each (what the
+    TBT budget allows) beside the same decodes, it would not. A prompt lost either way
+    spends no one's TBT.
+
+    Why an HP may do this: requests reach an HP because their TTFT is at risk, and a
+    long prompt with a tight target (mixed-slo's interactive class: 0.5 s) cannot make
+    it in TBT-sized chunks behind a busy step, while one step of a few hundred
+    milliseconds costs the decodes beside it little of their *mean* TBT, which is what
+    goodput counts (docs/fairness.md has the measurements)."""
+    if now + decode_seconds + whole_seconds > deadline:
+        return False
+    per_step = max(min(chunk_seconds, whole_seconds), MIN_STEP_PREFILL_SECONDS)
+    steps = math.ceil(whole_seconds / per_step)
+    return now + steps * (per_step + decode_seconds) > deadline

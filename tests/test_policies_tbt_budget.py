@@ -1,10 +1,11 @@
-"""The LP compute budget: a step may spend the TBT slack running requests have banked."""
+"""The compute budget: a step may spend the TBT slack running requests have banked; an
+HP may overspend it once for a prompt that meets its TTFT only when prefilled whole."""
 import math
 from dataclasses import dataclass
 
 import pytest
 
-from policies.tbt_budget import step_time_allowed, tbt_margin
+from policies.tbt_budget import step_time_allowed, tbt_margin, whole_prefill_pays
 
 
 @dataclass
@@ -34,3 +35,18 @@ def test_the_step_fits_the_tightest_request_and_no_slo_means_no_limit():
     assert step_time_allowed(requests, now=0.45) == pytest.approx(0.25)  # 0.15·2 − 0.05
     assert step_time_allowed([Running(math.inf, 0.0, 5)], now=1.0) == math.inf
     assert step_time_allowed([], now=1.0) == math.inf
+
+
+def test_a_prompt_gets_a_whole_step_only_when_that_alone_makes_its_deadline():
+    # 0.3 s of prefill whole, 0.05 s of decodes beside it, 0.5 s to its deadline
+    pays = dict(now=0.0, deadline=0.5, decode_seconds=0.05, whole_seconds=0.3)
+    # chunks of 0.1 s: three steps of 0.15 s = 0.45 s, in time: no stall needed
+    assert not whole_prefill_pays(**pays, chunk_seconds=0.1)
+    # chunks of 0.05 s: six steps of 0.1 s = 0.6 s, late; whole: 0.35 s, in time
+    assert whole_prefill_pays(**pays, chunk_seconds=0.05)
+    # a budget of nothing still counts as progress, never as "for ever"
+    assert whole_prefill_pays(**pays, chunk_seconds=0.0)
+    # lost even whole (0.5 s of prefill): no one's TBT is spent on it
+    assert not whole_prefill_pays(0.0, 0.5, 0.05, 0.5, 0.05)
+    # no deadline: chunks always make it
+    assert not whole_prefill_pays(0.0, math.inf, 0.05, 0.3, 0.01)

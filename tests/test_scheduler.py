@@ -1,6 +1,7 @@
 """Scheduler behaviour with a model-free executor: batching rules, preemption, KV hygiene."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -10,6 +11,7 @@ from engines.kv_cache import BlockManager
 from engines.request import Request, RequestStatus
 from engines.scheduler import Scheduler, SchedulerConfig
 from ipc.params import SamplingParams
+from policies.perf.predictor import LinearPredictor
 from tests.fakes import FakeExecutor, expected_output
 
 
@@ -158,3 +160,34 @@ def test_bad_requests_and_configs_are_refused_with_a_reason():
         SamplingParams.create(max_tokens=0)
     with pytest.raises(ValueError, match="prompt has no tokens"):
         Request("empty", [], SamplingParams())
+
+
+def _hp_with_a_young_decode(whole_prefill: bool) -> Scheduler:
+    """An HP whose one running request has just had its first token, with a 30 ms TBT
+    target: the compute budget leaves a step about 27 ms of prefill (1 ms a token)."""
+    scheduler = Scheduler(SchedulerConfig(mode="hp", chunk_size=64), BlockManager(200, 16),
+                          max_model_len=4096,
+                          predictor=LinearPredictor(seconds_per_token=0.001, fixed=0.002))
+    scheduler.mode = dataclasses.replace(scheduler.mode, whole_prefill_for_ttft=whole_prefill)
+    scheduler.add_request(Request("decoding", [5] * 8, SamplingParams(max_tokens=50),
+                                  tbt_slo=0.03))
+    batch = scheduler.schedule(now=0.0)
+    scheduler.update(batch, [7], now=0.0)
+    return scheduler
+
+
+@pytest.mark.parametrize("deadline, whole", [(0.22, True), (0.30, False), (0.19, False)])
+def test_an_hp_runs_a_prompt_whole_only_when_that_alone_meets_its_ttft(deadline, whole):
+    """200 prompt tokens: 0.202 s whole beside the decode's 3 ms; in chunks of 27 ms, eight
+    steps of 30 ms: 0.24 s. Due at 0.22 s it gets the whole step (token budget and TBT budget both
+    overspent, once); due at 0.30 s chunks make it; due at 0.19 s it is lost either way,
+    and nobody's TBT is spent on it. An HP without the rule always chunks."""
+    for rule in (True, False):
+        scheduler = _hp_with_a_young_decode(rule)
+        scheduler.add_request(Request("long", list(range(1, 201)), SamplingParams(max_tokens=4),
+                                      deadline=deadline))
+        batch = scheduler.schedule(now=0.0)
+        prefill = {c.request.request_id: c.num_tokens for c in batch.chunks if not c.is_decode}
+        assert "decoding" in [c.request.request_id for c in batch.chunks if c.is_decode]
+        assert (prefill.get("long") == 200) == (rule and whole)
+        assert 0 < prefill["long"] <= (200 if rule and whole else 27)
