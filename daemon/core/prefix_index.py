@@ -30,7 +30,8 @@ class _Held:
     each call's names in order, oldest call first. A name is forgotten at its place in
     the oldest call still listed, unless a later call named it again (its stamp then
     says so, and that place is stale). So a record is one dict update in C, and the
-    order forgotten is exactly a move-to-end LRU's: by last call, then place in it."""
+    order forgotten is exactly a move-to-end LRU's: by last call, then place in it. (The
+    names of one call are distinct, as a chain of block names is.)"""
 
     __slots__ = ("capacity", "stamps", "calls", "_seq", "_listed")
 
