@@ -171,10 +171,11 @@ class Scheduler:
             self._schedule_decodes(batch, decodes)
             budget = self._step_tokens() - batch.num_tokens
             if prefilling or self._admission_head(candidates, budget) is not None:
-                compute = self._compute_budget(batch, now)  # else no one would spend it
+                # else no one would spend it
+                compute, decode_seconds = self._compute_budget(batch, now)
                 if self.mode.whole_prefill_for_ttft:
-                    budget, compute = self._whole_prefill(batch, prefilling, candidates,
-                                                          budget, compute, now)
+                    budget, compute = self._whole_prefill(prefilling, candidates, budget,
+                                                          compute, decode_seconds, now)
                 budget, compute = self._continue_prefills(batch, prefilling, budget, compute)
                 self._admit(batch, candidates, budget, compute, decodes)
         if self.mode.reserve_output:
@@ -211,18 +212,17 @@ class Scheduler:
         is_decode = set(map(id, decodes))
         return decodes, [r for r in running if id(r) not in is_decode]
 
-    def _whole_prefill(self, batch: Batch, prefilling: list[Request], candidates,
-                       budget: int, compute: float, now: float) -> tuple[int, float]:
+    def _whole_prefill(self, prefilling: list[Request], candidates, budget: int,
+                       compute: float, decode_seconds: float, now: float) -> tuple[int, float]:
         """The token and compute budgets, raised to the whole of the next prompt's prefill
         (the first prompt under way, else the admission head) when it meets its TTFT only
-        that way (`tbt_budget.whole_prefill_pays`)."""
+        that way beside the step's decodes (`decode_seconds`; `tbt_budget.whole_prefill_pays`)."""
         head = prefilling[0] if prefilling else self._admission_head(candidates, budget)
         if head is None or head.first_token_time is not None:
             return budget, compute
         left = len(head.token_ids) - head.num_computed_tokens
         whole = self.predictor.prefill_time(left, head.num_computed_tokens)
-        decodes = self.predictor.batch_time(batch.shape()) if batch else 0.0
-        if not whole_prefill_pays(now, head.deadline, decodes, whole, compute):
+        if not whole_prefill_pays(now, head.deadline, decode_seconds, whole, compute):
             return budget, compute
         return max(budget, left), max(compute, whole)
 
@@ -260,15 +260,18 @@ class Scheduler:
             return self.token_budget
         return max(self.token_budget, self.max_model_len)
 
-    def _compute_budget(self, batch: Batch, now: float) -> float:
-        """Seconds left for new prefills before the step costs a running request its TBT
-        target (`policies.tbt_budget`: mean TBT, as goodput counts it)."""
+    def _compute_budget(self, batch: Batch, now: float) -> tuple[float, float]:
+        """(seconds left for new prefills before the step costs a running request its TBT
+        target -- `policies.tbt_budget`: mean TBT, as goodput counts it --, predicted
+        seconds of the step so far). The second is 0 where the first is unbounded (no
+        budget, nothing scheduled, no TBT target): nothing then depends on it."""
         if not self.mode.compute_budget or not batch:
-            return math.inf
+            return math.inf, 0.0
         allowed = step_time_allowed(batch.requests(), now)
         if not math.isfinite(allowed):
-            return math.inf
-        return max(0.0, allowed - self.predictor.batch_time(batch.shape()))
+            return math.inf, 0.0
+        seconds = self.predictor.batch_time(batch.shape())
+        return max(0.0, allowed - seconds), seconds
 
     def _schedule_decodes(self, batch: Batch, decodes: list[Request]) -> None:
         """Take every running decode (`decodes`, oldest first); preempt from the newest end

@@ -42,9 +42,6 @@ class _Held:
         self._seq = 0
         self._listed = 0                     # names in `calls` from their next places on
 
-    def __contains__(self, name: bytes) -> bool:
-        return name in self.stamps
-
     def record(self, names: Sequence[bytes]) -> None:
         self._seq += 1
         names = tuple(names)
