@@ -4,6 +4,7 @@ the requests it gave back wait again -- none lost."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.core.controller_core import ControllerCore
@@ -17,10 +18,10 @@ from ipc.params import SamplingParams
 from tests.test_controller_core import CURVE, ready
 
 
-def core_3a() -> ControllerCore:
+def core_3a(hps_in_bursts: bool = False) -> ControllerCore:
     core = ControllerCore({0: Role.LP, 1: Role.LP, 2: Role.LP},
-                          ControllerConfig(global_queue=True), SloConfig(ttft_slo=1.0, tbt_slo=0.1),
-                          dynamic_roles=True)
+                          ControllerConfig(global_queue=True, hps_in_bursts=hps_in_bursts),
+                          SloConfig(ttft_slo=1.0, tbt_slo=0.1), dynamic_roles=True)
     for i in range(3):
         core.handle(FromInstance(0.0, msgspec.structs.replace(
             ready(i, Role.LP, max_model_len=4096), prefill_curve=CURVE, token_budget=100)))
@@ -140,6 +141,24 @@ def test_uniform_slos_keep_every_instance_an_lp():
         core.roles.evidence.set_aside(0.2 * k, [], 1)
     assert not any(isinstance(a, Send) and isinstance(a.message, SetRole) for a in out)
     assert all(r is Role.LP for r in core.ledger.roles.values())
+
+
+@pytest.mark.parametrize("hps_in_bursts", [False, True])
+def test_uniform_slos_arriving_in_bursts_add_an_hp_where_the_operator_asks(hps_in_bursts):
+    """The same requests and late ones as above, but in bursts of 25 within 50 ms, one
+    burst every 5 s: the core's evidence reads bursts, and with `hps_in_bursts` the
+    policy adds an HP (for the longest prompts' floor); without it it does not."""
+    core = core_3a(hps_in_bursts)
+    out = []
+    for k in range(100):
+        now = 5.0 * (k // 25) + 0.002 * (k % 25)
+        out += arrive(core, f"r{k}", now)
+        core.roles.evidence.set_aside(now, [], 1)
+    out += core.handle(Arrived(20.5, "late", [5] * 100, SamplingParams(max_tokens=4)))
+    set_roles = [a for a in out if isinstance(a, Send) and isinstance(a.message, SetRole)]
+    assert [a.message.role for a in set_roles] == ([Role.HP] if hps_in_bursts else [])
+    if hps_in_bursts:
+        assert "bursts" in core.roles.pending[set_roles[0].instance_id][1]
 
 
 def test_steps_report_load_while_switching_without_binding_there():

@@ -1,7 +1,10 @@
 """The role policy of `<n>A` layouts (policies/roles.py): pure decisions from a window."""
 from __future__ import annotations
 
-from policies.roles import HP, LP, RoleParams, Seat, Window, decide, hp_cap, tight_count
+import numpy as np
+
+from policies.roles import (HP, LP, RoleParams, Seat, Window, burstiness, decide, hp_cap,
+                            tight_count)
 
 NOW = 100.0
 INF = -float("inf")
@@ -12,8 +15,8 @@ def seats(*roles: str, since: float = INF, rescued: int = 0) -> list[Seat]:
             for i, r in enumerate(roles)]
 
 
-def window(arrivals=200, tight=0, rescuable=0, seconds=10.0) -> Window:
-    return Window(seconds, arrivals, tight, rescuable)
+def window(arrivals=200, tight=0, rescuable=0, seconds=10.0, burstiness=1.4) -> Window:
+    return Window(seconds, arrivals, tight, rescuable, burstiness)
 
 
 def test_tight_slos_are_those_at_most_half_the_upper_quartile():
@@ -72,6 +75,44 @@ def test_hps_go_back_to_lp_when_little_needs_a_rescue_the_least_useful_first():
     assert busy is None  # the pool rescues: a second HP that itself rescued none stays
     assert idle is not None and (idle.instance_id, idle.role) == (2, LP)
     assert "only 0 of 200 arrivals" in idle.reason
+
+
+def test_burstiness_is_the_mean_gap_over_the_median_gap():
+    assert burstiness([0.0, 1.0, 2.0, 3.0]) == 1.0                  # evenly spaced
+    # bursts of five arrivals 10 ms apart, a burst every 10 s: mean gap 2 s, median 10 ms
+    bursts = [10.0 * b + 0.01 * i for b in range(6) for i in range(5)]
+    assert 150 < burstiness(bursts) < 250
+    assert burstiness([5.0, 5.0, 5.0, 9.0]) == float("inf")      # most at the same instant
+    assert burstiness([1.0, 2.0]) == 0.0                           # too few gaps to tell
+
+
+def test_poisson_arrivals_read_far_below_the_burst_ratio_and_gamma_cv4_far_above():
+    rng = np.random.default_rng(0)
+    steady = np.cumsum(rng.exponential(0.1, 300))                # 10 QPS, 30 s
+    bursty = np.cumsum(rng.gamma(1 / 16, 0.4 * 16, 75))          # CV 4, 2.5 QPS
+    ratio = RoleParams().burst_ratio
+    assert burstiness(list(steady)) < ratio / 5 and burstiness(list(bursty)) > ratio * 2
+
+
+IN_BURSTS = RoleParams(hps_in_bursts=True)  # the operator asked for HPs in bursts
+
+
+def test_where_the_operator_asks_bursts_add_hps_up_to_half_the_instances_rounded_up():
+    assert [hp_cap(n, 0.0, IN_BURSTS, bursty=True) for n in (2, 3, 8)] == [1, 2, 4]
+    assert hp_cap(3, 0.3, IN_BURSTS, bursty=True) == 2 and hp_cap(8, 0.5, IN_BURSTS, True) == 5
+    late_in_bursts = window(rescuable=10, burstiness=60.0)
+    change = decide(seats(LP, LP, LP), late_in_bursts, NOW, INF, IN_BURSTS)
+    assert change is not None and change.role == HP and "bursts" in change.reason
+    assert decide(seats(LP, LP, LP), window(rescuable=0, burstiness=60.0), NOW, INF,
+                  IN_BURSTS) is None
+    assert decide(seats(LP, LP, LP), late_in_bursts, NOW, INF) is None  # off: capacity
+
+
+def test_a_quiet_spell_between_bursts_keeps_the_hps():
+    calm = window(rescuable=0, burstiness=60.0)
+    assert decide(seats(LP, HP, HP), calm, NOW, INF, IN_BURSTS) is None
+    steady = decide(seats(LP, HP, HP), window(rescuable=0), NOW, INF, IN_BURSTS)
+    assert steady is not None and steady.role == LP and "do not come in bursts" in steady.reason
 
 
 def test_dwell_time_holds_a_role_and_a_window_must_follow_the_last_change():

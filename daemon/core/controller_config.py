@@ -70,6 +70,13 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "their TTFT target less often than this share (plus 5 points) is protected: the "
         "triage sets aside and drops requests of other classes instead. 0 = the paper's "
         "rule (the costliest late request goes first, whoever it is)."))] = 0.0
+    hps_in_bursts: Annotated[bool, Meta(description=(
+        "With an <n>A layout: while arrivals come in bursts (over 30 s, a mean gap at "
+        "least 20 times the median one), keep up to half the instances as HPs even with "
+        "one SLO class. Their deadline order serves the longest prompts a burst would "
+        "otherwise refuse: every prompt-length quartile keeps 80 % up to a higher load "
+        "(fair capacity), at some capacity under the plain 90 % rule (docs/design.md "
+        "§5.10 gives both). Off: HPs only for mixed SLO classes."))] = False
     max_wait_slo_multiple: Annotated[float, Meta(gt=0, description=(
         "A request without a first token after this many times its TTFT SLO ends with 503 "
         "ttft_slo_missed -- waiting at the controller, or (with the global queue) held by "

@@ -81,6 +81,7 @@ from ipc.messages import (
     Submit,
     Ticket,
 )
+from policies.roles import RoleParams
 from policies.router import Router
 from policies.routing import Routing
 from policies.tenants import TenantShares
@@ -119,7 +120,8 @@ class ControllerCore:
         self.late_binding = (LateBinding(room, self.ledger, self.router.tickets, config)
                              if room is not None else None)
         #: `<n>A` layouts: instances change between LP and HP online (daemon/core/role_switch.py).
-        self.roles = (Roles(self.ledger, self.router, self.late_binding)
+        self.roles = (Roles(self.ledger, self.router, self.late_binding,
+                            RoleParams(hps_in_bursts=config.hps_in_bursts))
                       if dynamic_roles and self.late_binding is not None else None)
         self.recovery = Recovery(self.ledger, config)
         self.handoffs = Handoffs(self.ledger, self.recovery)

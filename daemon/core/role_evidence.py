@@ -1,5 +1,6 @@
 """What an `<n>A` layout's role policy reads (policies/roles.py, docs/design.md §5.10):
-the controller's evidence over a sliding window -- arrivals and their TTFT SLOs, the
+the controller's evidence over a sliding window -- arrivals and their TTFT SLOs (and,
+over a longer horizon, their times: do they come in bursts?), the
 requests the waiting room set aside late that an HP could finish in time, and which HP
 took what (rescues, LP offloads). Sans-I/O: every call carries `now`.
 """
@@ -8,14 +9,15 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable
 
-from policies.roles import Window, tight_count
+from policies.roles import Window, burstiness, tight_count
 
 
 class RoleEvidence:
-    def __init__(self, window: float) -> None:
-        self.window = window
+    def __init__(self, window: float, burst_horizon: float) -> None:
+        self.window, self.burst_horizon = window, burst_horizon
         self.start: float | None = None                      # the first arrival
         self._arrivals: deque[tuple[float, float]] = deque()  # (time, TTFT SLO)
+        self._times: deque[float] = deque()                   # over the burst horizon
         self._rescuable: deque[float] = deque()              # times
         self._rescued: deque[tuple[float, int]] = deque()    # (time, HP)
 
@@ -23,6 +25,7 @@ class RoleEvidence:
         if self.start is None:
             self.start = now
         self._arrivals.append((now, ttft_slo))
+        self._times.append(now)
 
     def set_aside(self, now: float, rescued_by: Iterable[int], rescuable_late: int) -> None:
         """A plan set requests aside: those HPs rescued one each, and `rescuable_late`
@@ -44,7 +47,10 @@ class RoleEvidence:
                 timed.popleft()
         while self._rescuable and self._rescuable[0] < horizon:
             self._rescuable.popleft()
+        while self._times and self._times[0] < now - self.burst_horizon:
+            self._times.popleft()
         seconds = 0.0 if self.start is None else min(now - self.start, self.window)
         slos = [slo for _, slo in self._arrivals]
-        window = Window(seconds, len(slos), tight_count(slos, tight_ratio), len(self._rescuable))
+        window = Window(seconds, len(slos), tight_count(slos, tight_ratio), len(self._rescuable),
+                        burstiness(list(self._times)))
         return window, Counter(hp for _, hp in self._rescued)
