@@ -232,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--fair-floor", type=float, default=RulerConfig().fair_floor)
+    parser.add_argument("--hps-in-bursts", action="store_true",
+                        help="every phase with the controller's hps_in_bursts on (an <n>A "
+                             "layout keeps HPs while arrivals come in bursts)")
     add_workers_flag(parser)
     args = parser.parse_args(argv)
     if args.settings:
@@ -241,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--settings: {error}")
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = tuple(int(s) for s in args.seeds.split(","))
+    controller = ControllerConfig(hps_in_bursts=args.hps_in_bursts)
     config_of = {name: RulerConfig(workload=workload(name, trace=args.trace),
                                    measured=args.measured, seeds=seeds,
-                                   fair_floor=args.fair_floor)
+                                   fair_floor=args.fair_floor, controller=controller)
                  for name in args.workloads.split(",")}
     phases = args.phases.split(",")
     if "capacity" in phases:
