@@ -79,7 +79,7 @@ def test_hps_go_back_to_lp_when_little_needs_a_rescue_the_least_useful_first():
 
 def test_burstiness_is_the_mean_gap_over_the_median_gap():
     assert burstiness([0.0, 1.0, 2.0, 3.0]) == 1.0                  # evenly spaced
-    # bursts of five arrivals 10 ms apart, a burst every 10 s: mean gap 2 s, median 10 ms
+    # bursts of five arrivals 10 ms apart, a burst every 10 s: mean gap 1.7 s, median 10 ms
     bursts = [10.0 * b + 0.01 * i for b in range(6) for i in range(5)]
     assert 150 < burstiness(bursts) < 250
     assert burstiness([5.0, 5.0, 5.0, 9.0]) == float("inf")      # most at the same instant
