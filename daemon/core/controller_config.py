@@ -11,7 +11,11 @@ import msgspec
 from msgspec import Meta
 
 from policies.global_queue import Shed
+from policies.roles import RoleParams
 from policies.routing import Routing
+
+#: The burst test's defaults, named in `hps_in_bursts`'s description.
+_ROLES = RoleParams()
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 
@@ -71,9 +75,10 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "triage sets aside and drops requests of other classes instead. 0 = the paper's "
         "rule (the costliest late request goes first, whoever it is)."))] = 0.0
     hps_in_bursts: Annotated[bool, Meta(description=(
-        "With an <n>A layout: while arrivals come in bursts (over 30 s, a mean gap at "
-        "least 20 times the median one), keep up to half the instances as HPs even with "
-        "one SLO class. Their deadline order serves the longest prompts a burst would "
+        f"With an <n>A layout: while arrivals come in bursts (over "
+        f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
+        f"median one), keep up to {_ROLES.burst_hp_share * 100:g} % of the instances "
+        "(rounded up) as HPs even with one SLO class. Their deadline order serves the longest prompts a burst would "
         "otherwise refuse: every prompt-length quartile keeps 80 % up to a higher load "
         "(fair capacity), at some capacity under the plain 90 % rule (docs/design.md "
         "§5.10 gives both). Off: HPs only for mixed SLO classes."))] = False

@@ -13,11 +13,13 @@ from policies.roles import Window, burstiness, tight_count
 
 
 class RoleEvidence:
-    def __init__(self, window: float, burst_horizon: float) -> None:
+    def __init__(self, window: float, burst_horizon: float | None = None) -> None:
+        """`burst_horizon`: seconds of arrival times the burst test reads (None: no burst
+        test; the window's `burstiness` stays 0)."""
         self.window, self.burst_horizon = window, burst_horizon
         self.start: float | None = None                      # the first arrival
-        self._arrivals: deque[tuple[float, float]] = deque()  # (time, TTFT SLO)
-        self._times: deque[float] = deque()                   # over the burst horizon
+        #: (time, TTFT SLO), over the window or the burst horizon, whichever is longer.
+        self._arrivals: deque[tuple[float, float]] = deque()
         self._rescuable: deque[float] = deque()              # times
         self._rescued: deque[tuple[float, int]] = deque()    # (time, HP)
 
@@ -25,7 +27,6 @@ class RoleEvidence:
         if self.start is None:
             self.start = now
         self._arrivals.append((now, ttft_slo))
-        self._times.append(now)
 
     def set_aside(self, now: float, rescued_by: Iterable[int], rescuable_late: int) -> None:
         """A plan set requests aside: those HPs rescued one each, and `rescuable_late`
@@ -42,15 +43,17 @@ class RoleEvidence:
     def read(self, now: float, tight_ratio: float) -> tuple[Window, Counter]:
         """(the window up to `now`, requests each HP took in it)."""
         horizon = now - self.window
-        for timed in (self._arrivals, self._rescued):
-            while timed and timed[0][0] < horizon:
-                timed.popleft()
+        kept = now - max(self.window, self.burst_horizon or 0.0)
+        while self._arrivals and self._arrivals[0][0] < kept:
+            self._arrivals.popleft()
+        while self._rescued and self._rescued[0][0] < horizon:
+            self._rescued.popleft()
         while self._rescuable and self._rescuable[0] < horizon:
             self._rescuable.popleft()
-        while self._times and self._times[0] < now - self.burst_horizon:
-            self._times.popleft()
         seconds = 0.0 if self.start is None else min(now - self.start, self.window)
-        slos = [slo for _, slo in self._arrivals]
+        slos = [slo for t, slo in self._arrivals if t >= horizon]
+        bursts = (0.0 if self.burst_horizon is None else burstiness(
+            [t for t, _ in self._arrivals if t >= now - self.burst_horizon]))
         window = Window(seconds, len(slos), tight_count(slos, tight_ratio), len(self._rescuable),
-                        burstiness(list(self._times)))
+                        bursts)
         return window, Counter(hp for _, hp in self._rescued)

@@ -35,7 +35,8 @@ class Roles:
                  params: RoleParams = RoleParams()) -> None:
         self.ledger, self.router, self.late_binding = ledger, router, late_binding
         self.params = params
-        self.evidence = RoleEvidence(params.window, params.burst_horizon)
+        self.evidence = RoleEvidence(
+            params.window, params.burst_horizon if params.hps_in_bursts else None)
         late_binding.evidence = self.evidence
         #: When each instance took its role (-inf: it started in it).
         self.since: dict[int, float] = {i: -float("inf") for i in ledger.roles}
