@@ -39,7 +39,8 @@ class Mode:
     compute_budget: bool = False
     #: With compute_budget: a prompt that meets its TTFT only if its whole prefill runs in
     #: the next step gets that step, the decodes' TBT budget notwithstanding
-    #: (`tbt_budget.whole_prefill_pays`): an HP's job is the rescue.
+    #: (`tbt_budget.whole_prefill_pays`): an HP's job is the rescue, and an LP that chunks a
+    #: long prompt beside its decodes would see it late.
     whole_prefill_for_ttft: bool = False
     #: With by_value: waiting requests whose TTFT target is already lost go behind the
     #: others (`order_by_value(demote_unreachable=...)`): they still run, but make no one late.
@@ -82,8 +83,9 @@ VLLM_V1 = Mode("vllm-v1", prefill_first=False, chunked_prefill=True, admit_after
 #: to the tail of the queue.
 SGLANG = Mode("sglang", prefill_first=True, chunked_prefill=True, reserve_output=True,
               victim="fewest_generated", requeue="tail", default_max_num_seqs=2048)
-LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True, elastic_batch=True,
-          compute_budget=True, demote_unreachable=True, default_max_num_seqs=LP_MAX_BATCH)
+LP = Mode("lp", prefill_first=False, chunked_prefill=True, by_value=True, offloads=True,
+          elastic_batch=True, compute_budget=True, whole_prefill_for_ttft=True,
+          demote_unreachable=True, default_max_num_seqs=LP_MAX_BATCH)
 HP = Mode("hp", prefill_first=False, chunked_prefill=True, by_value=True, value_function="edf",
           elastic_batch=True, compute_budget=True, whole_prefill_for_ttft=True, demote_unreachable=True,
           default_max_num_seqs=HP_MAX_BATCH)

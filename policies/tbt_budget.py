@@ -11,7 +11,7 @@ and the LP may spend it on longer prefill steps when prompts wait. A step of one
 is always allowed: that is the per-step rule (Sarathi-Serve sizes its chunks to it) and
 never raises a mean that is already within the SLO above it.
 
-The one exception (`whole_prefill_pays`, an HP's rule): a prompt that meets its TTFT
+The one exception (`whole_prefill_pays`, on LPs and HPs): a prompt that meets its TTFT
 only if its whole prefill runs in the next step gets that step, and the decodes beside
 it wait one longer step.
 """
@@ -67,11 +67,12 @@ def whole_prefill_pays(now: float, deadline: float, decode_seconds: float,
     TBT budget allows) beside the same decodes, it would not. A prompt lost either way
     spends no one's TBT.
 
-    Why an HP may do this: requests reach an HP because their TTFT is at risk, and a
-    long prompt with a tight target (mixed-slo's interactive class: 0.5 s) cannot make
-    it in TBT-sized chunks behind a busy step, while one step of a few hundred
-    milliseconds costs the decodes beside it little of their *mean* TBT, which is what
-    goodput counts (docs/fairness.md has the measurements)."""
+    Why an instance may do this: a long prompt with a tight target (on an HP, where
+    requests go because their TTFT is at risk: mixed-slo's interactive class, 0.5 s; on
+    an LP, a 6,000-token prompt against 1 s) cannot make it in TBT-sized chunks behind a
+    busy step, while one step of a few hundred milliseconds costs the decodes beside it
+    little of their *mean* TBT, which is what goodput counts (docs/fairness.md has the
+    measurements)."""
     if now + decode_seconds + whole_seconds > deadline:
         return False
     per_step = max(min(chunk_seconds, whole_seconds), MIN_STEP_PREFILL_SECONDS)

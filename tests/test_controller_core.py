@@ -368,6 +368,26 @@ def test_with_drop_a_request_no_instance_can_serve_in_time_ends_at_once():
     assert settle.retry_after == 1  # a 503 with Retry-After: about one TTFT target
 
 
+@pytest.mark.parametrize("tokens, bound", [(800, True), (900, False)])
+def test_a_long_prompt_an_lp_runs_whole_in_time_is_bound_not_shed(tokens, bound):
+    """Every instance measured at half its model's rate (decodes share its steps): in
+    chunks 800 tokens take 1.6 s, past the 1 s TTFT target; whole, at the model's rate
+    1.2 times slower, 0.96 s, which an LP does when only that meets the target
+    (`waiting_room.lp_seconds`). 900 tokens take 1.08 s even whole: shed."""
+    core = core_late(shed="drop")
+    for i in (LP0, LP1, HP):
+        core.handle(FromInstance(0.5, StepOutputs(
+            instance_id=i, step=1, time=0.5, step_seconds=0.01, tokens=StepTokens(),
+            load=InstanceLoad(0, 0, 0.0, 0, prefill_rate=500.0))))
+    actions = arrive(core, "long", now=1.0, prompt=[5] * tokens)
+    settles = [a for a in actions if isinstance(a, Settle)]
+    if bound:
+        [(target, submit)] = sends(actions)
+        assert target in (LP0, LP1) and submit.origin is not Origin.OFFLOAD and not settles
+    else:
+        assert sends(actions) == [] and settles[0].outcome is Outcome.DROPPED
+
+
 def test_a_miss_budget_of_zero_demotes_what_drop_would_end():
     core = core_late(shed="drop", miss_budget=0.0)
     for i in (LP0, LP1, HP):

@@ -8,6 +8,7 @@ import pytest
 
 from engines.engine import Engine
 from engines.kv_cache import BlockManager
+from engines.modes import get_mode
 from engines.request import Request, RequestStatus
 from engines.scheduler import Scheduler, SchedulerConfig
 from ipc.params import SamplingParams
@@ -162,10 +163,10 @@ def test_bad_requests_and_configs_are_refused_with_a_reason():
         Request("empty", [], SamplingParams())
 
 
-def _hp_with_a_young_decode(whole_prefill: bool) -> Scheduler:
-    """An HP whose one running request has just had its first token, with a 30 ms TBT
-    target: the compute budget leaves a step about 27 ms of prefill (1 ms a token)."""
-    scheduler = Scheduler(SchedulerConfig(mode="hp", chunk_size=64), BlockManager(200, 16),
+def _with_a_young_decode(mode: str, whole_prefill: bool) -> Scheduler:
+    """An LP or HP whose one running request has just had its first token, with a 30 ms
+    TBT target: the compute budget leaves a step about 27 ms of prefill (1 ms a token)."""
+    scheduler = Scheduler(SchedulerConfig(mode=mode, chunk_size=64), BlockManager(200, 16),
                           max_model_len=4096,
                           predictor=LinearPredictor(seconds_per_token=0.001, fixed=0.002))
     scheduler.mode = dataclasses.replace(scheduler.mode, whole_prefill_for_ttft=whole_prefill)
@@ -176,14 +177,16 @@ def _hp_with_a_young_decode(whole_prefill: bool) -> Scheduler:
     return scheduler
 
 
+@pytest.mark.parametrize("mode", ["lp", "hp"])
 @pytest.mark.parametrize("deadline, whole", [(0.22, True), (0.30, False), (0.19, False)])
-def test_an_hp_runs_a_prompt_whole_only_when_that_alone_meets_its_ttft(deadline, whole):
+def test_a_prompt_runs_whole_only_when_that_alone_meets_its_ttft(mode, deadline, whole):
     """200 prompt tokens: 0.202 s whole beside the decode's 3 ms; in chunks of 27 ms, eight
     steps of 30 ms: 0.24 s. Due at 0.22 s it gets the whole step (token budget and TBT budget both
     overspent, once); due at 0.30 s chunks make it; due at 0.19 s it is lost either way,
-    and nobody's TBT is spent on it. An HP without the rule always chunks."""
+    and nobody's TBT is spent on it. An instance without the rule always chunks."""
+    assert get_mode(mode).whole_prefill_for_ttft
     for rule in (True, False):
-        scheduler = _hp_with_a_young_decode(rule)
+        scheduler = _with_a_young_decode(mode, rule)
         scheduler.add_request(Request("long", list(range(1, 201)), SamplingParams(max_tokens=4),
                                       deadline=deadline))
         batch = scheduler.schedule(now=0.0)

@@ -9,7 +9,8 @@ Backlog of an instance, in prompt tokens = those it reported waiting after its l
 load report counts the Submits it accepted). In seconds: tokens / its prefill rate --
 the prompt tokens per second it measured while saturated, decodes sharing its steps
 included -- or, before it has measured one, its performance model's rate for prefill
-alone (the prefill curve it sent in Ready).
+alone (the prefill curve it sent in Ready). A waiting request's own prefill on an LP is
+priced at the sooner of that rate and one whole step (`lp_seconds`).
 """
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ from policies.tenants import TenantShares
 HORIZON = 512
 #: The least share of its model's prefill-alone rate an instance is taken to run at.
 MIN_RATE_SHARE = 0.25
+#: How much slower than its model's prefill-alone rate (measured at the token budget) an
+#: LP is taken to run a long prompt whole, beside its step's decodes and with attention
+#: over the whole prompt: the plan's price of a prompt an LP would run whole
+#: (`tbt_budget.whole_prefill_pays`). Chosen on the fair ruler (docs/fairness.md: 1.1
+#: bought fair capacity with more than 5 % of capacity, 1.35 bought nothing).
+WHOLE_PREFILL_SLOWDOWN = 1.2
 #: Seconds over which the miss budget counts arrivals and drops.
 MISS_WINDOW = 60.0
 #: Seconds the box counts as saturated after a plan set aside a request that was not
@@ -192,6 +199,8 @@ class WaitingRoom:
         by_id = {t.request_id: t for _, t in head}
         lp_rate = sum(self.backlogs[i].rate for i in lps) / len(lps) if lps else 1.0
         hp_rate = sum(self.backlogs[i].rate for i in hps) / len(hps) if hps else lp_rate
+        whole_rate = (sum(self.backlogs[i].model_rate for i in lps) / len(lps)
+                      / WHOLE_PREFILL_SLOWDOWN if lps else lp_rate)
         waiting = []
         classes, shares = self.classes, self._shares()
         favoured = shares.favoured() if shares is not None else frozenset()
@@ -199,11 +208,12 @@ class WaitingRoom:
             tokens = len(t.submit.prompt_token_ids)
             klass = classes.of(len(t.original.prompt_token_ids)) if classes.active else 0
             if self.prefix_aware and t.cached_on:
-                waiting.append(_priced_per_instance(t, tokens, lps, hps, lp_rate, hp_rate,
-                                                    klass, t.tenant in favoured))
+                waiting.append(_priced_per_instance(t, tokens, lps, hps, (lp_rate, whole_rate),
+                                                    hp_rate, klass, t.tenant in favoured))
                 continue
             waiting.append(Waiting(t.request_id, t.arrival_time, t.submit.deadline,
-                                   tokens / lp_rate, tokens / hp_rate, t.submit.priority,
+                                   lp_seconds(tokens, lp_rate, whole_rate), tokens / hp_rate,
+                                   t.submit.priority,
                                    klass=klass, tenant=t.tenant, tokens=tokens,
                                    favoured=t.tenant in favoured))
         lanes = [self._lane(i) for i in lps]
@@ -233,14 +243,24 @@ class WaitingRoom:
         return miss_allowance(self.miss_budget, len(self._arrivals), len(self._drops))
 
 
+def lp_seconds(tokens: int, rate: float, whole_rate: float) -> float:
+    """Predicted seconds for an LP to prefill a prompt of `tokens`: at its measured rate
+    (chunks beside its decodes), or whole in one step where that is sooner -- an LP runs a
+    prompt whole when only that meets its TTFT (`tbt_budget.whole_prefill_pays`), so a
+    long prompt that chunks would make late is not late on that account."""
+    return min(tokens / rate, tokens / whole_rate)
+
+
 def _priced_per_instance(t: Tracked, tokens: int, lps: list[int], hps: list[int],
-                         lp_rate: float, hp_rate: float, klass: int, favoured: bool,
-                         ) -> Waiting:
+                         lp_rates: tuple[float, float], hp_rate: float, klass: int,
+                         favoured: bool) -> Waiting:
     """A request with a prefix cached somewhere: its seconds on each instance (what it
-    would still compute there), the cheapest LP's and HP's as its plain costs."""
-    cost_on = tuple((i, (tokens - t.cached_on.get(i, 0)) / rate)
-                    for ids, rate in ((lps, lp_rate), (hps, hp_rate)) for i in ids)
-    lp_costs = [c for i, c in cost_on if i in lps] or [tokens / lp_rate]
+    would still compute there), the cheapest LP's and HP's as its plain costs.
+    `lp_rates`: the LPs' measured and whole-prefill rates (`lp_seconds`)."""
+    left = {i: tokens - t.cached_on.get(i, 0) for i in (*lps, *hps)}
+    cost_on = (tuple((i, lp_seconds(left[i], *lp_rates)) for i in lps)
+               + tuple((i, left[i] / hp_rate) for i in hps))
+    lp_costs = [c for i, c in cost_on if i in lps] or [lp_seconds(tokens, *lp_rates)]
     hp_costs = [c for i, c in cost_on if i in hps] or [tokens / hp_rate]
     return Waiting(t.request_id, t.arrival_time, t.submit.deadline, min(lp_costs),
                    min(hp_costs), t.submit.priority, cost_on, klass, t.tenant, tokens,
