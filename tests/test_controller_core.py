@@ -373,7 +373,7 @@ def test_a_long_prompt_an_lp_runs_whole_in_time_is_bound_not_shed(tokens, bound)
     """Every instance measured at half its model's rate (decodes share its steps): in
     chunks 800 tokens take 1.6 s, past the 1 s TTFT target; whole, at the model's rate
     1.2 times slower, 0.96 s, which an LP does when only that meets the target
-    (`waiting_room.lp_seconds`). 900 tokens take 1.08 s even whole: shed."""
+    (`WaitingRoom.lp_prompt_rate`). 900 tokens take 1.08 s even whole: shed."""
     core = core_late(shed="drop")
     for i in (LP0, LP1, HP):
         core.handle(FromInstance(0.5, StepOutputs(

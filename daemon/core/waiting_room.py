@@ -10,7 +10,7 @@ load report counts the Submits it accepted). In seconds: tokens / its prefill ra
 the prompt tokens per second it measured while saturated, decodes sharing its steps
 included -- or, before it has measured one, its performance model's rate for prefill
 alone (the prefill curve it sent in Ready). A waiting request's own prefill on an LP is
-priced at the sooner of that rate and one whole step (`lp_seconds`).
+priced at the faster of that rate and one whole step's (`WaitingRoom.lp_prompt_rate`).
 """
 from __future__ import annotations
 
@@ -199,8 +199,7 @@ class WaitingRoom:
         by_id = {t.request_id: t for _, t in head}
         lp_rate = sum(self.backlogs[i].rate for i in lps) / len(lps) if lps else 1.0
         hp_rate = sum(self.backlogs[i].rate for i in hps) / len(hps) if hps else lp_rate
-        whole_rate = (sum(self.backlogs[i].model_rate for i in lps) / len(lps)
-                      / WHOLE_PREFILL_SLOWDOWN if lps else lp_rate)
+        prompt_rate = self.lp_prompt_rate(lps, lp_rate)
         waiting = []
         classes, shares = self.classes, self._shares()
         favoured = shares.favoured() if shares is not None else frozenset()
@@ -208,12 +207,11 @@ class WaitingRoom:
             tokens = len(t.submit.prompt_token_ids)
             klass = classes.of(len(t.original.prompt_token_ids)) if classes.active else 0
             if self.prefix_aware and t.cached_on:
-                waiting.append(_priced_per_instance(t, tokens, lps, hps, (lp_rate, whole_rate),
-                                                    hp_rate, klass, t.tenant in favoured))
+                waiting.append(_priced_per_instance(t, tokens, lps, hps, prompt_rate, hp_rate,
+                                                    klass, t.tenant in favoured))
                 continue
             waiting.append(Waiting(t.request_id, t.arrival_time, t.submit.deadline,
-                                   lp_seconds(tokens, lp_rate, whole_rate), tokens / hp_rate,
-                                   t.submit.priority,
+                                   tokens / prompt_rate, tokens / hp_rate, t.submit.priority,
                                    klass=klass, tenant=t.tenant, tokens=tokens,
                                    favoured=t.tenant in favoured))
         lanes = [self._lane(i) for i in lps]
@@ -226,6 +224,18 @@ class WaitingRoom:
             self.last_saturated = now
         self._drops.extend(now for _ in decided.shed)
         return decided, by_id
+
+    def lp_prompt_rate(self, lps: list[int], measured: float) -> float:
+        """Prompt tokens per second an LP is taken to prefill a waiting request's own prompt
+        at: the LPs' `measured` rate (chunks beside their decodes), or one whole step at
+        their model's prefill-alone rate `WHOLE_PREFILL_SLOWDOWN` times slower, whichever
+        is faster -- an LP runs a prompt whole when only that meets its TTFT
+        (`tbt_budget.whole_prefill_pays`), so a long prompt that chunks would make late is
+        not late on that account. The work ahead of it stays at the measured rate."""
+        if not lps:
+            return measured
+        whole = sum(self.backlogs[i].model_rate for i in lps) / len(lps) / WHOLE_PREFILL_SLOWDOWN
+        return max(measured, whole)
 
     def _lane(self, instance_id: int) -> Lane:
         backlog = self.backlogs[instance_id]
@@ -243,24 +253,14 @@ class WaitingRoom:
         return miss_allowance(self.miss_budget, len(self._arrivals), len(self._drops))
 
 
-def lp_seconds(tokens: int, rate: float, whole_rate: float) -> float:
-    """Predicted seconds for an LP to prefill a prompt of `tokens`: at its measured rate
-    (chunks beside its decodes), or whole in one step where that is sooner -- an LP runs a
-    prompt whole when only that meets its TTFT (`tbt_budget.whole_prefill_pays`), so a
-    long prompt that chunks would make late is not late on that account."""
-    return min(tokens / rate, tokens / whole_rate)
-
-
 def _priced_per_instance(t: Tracked, tokens: int, lps: list[int], hps: list[int],
-                         lp_rates: tuple[float, float], hp_rate: float, klass: int,
-                         favoured: bool) -> Waiting:
+                         lp_rate: float, hp_rate: float, klass: int, favoured: bool,
+                         ) -> Waiting:
     """A request with a prefix cached somewhere: its seconds on each instance (what it
-    would still compute there), the cheapest LP's and HP's as its plain costs.
-    `lp_rates`: the LPs' measured and whole-prefill rates (`lp_seconds`)."""
-    left = {i: tokens - t.cached_on.get(i, 0) for i in (*lps, *hps)}
-    cost_on = (tuple((i, lp_seconds(left[i], *lp_rates)) for i in lps)
-               + tuple((i, left[i] / hp_rate) for i in hps))
-    lp_costs = [c for i, c in cost_on if i in lps] or [lp_seconds(tokens, *lp_rates)]
+    would still compute there), the cheapest LP's and HP's as its plain costs."""
+    cost_on = tuple((i, (tokens - t.cached_on.get(i, 0)) / rate)
+                    for ids, rate in ((lps, lp_rate), (hps, hp_rate)) for i in ids)
+    lp_costs = [c for i, c in cost_on if i in lps] or [tokens / lp_rate]
     hp_costs = [c for i, c in cost_on if i in hps] or [tokens / hp_rate]
     return Waiting(t.request_id, t.arrival_time, t.submit.deadline, min(lp_costs),
                    min(hp_costs), t.submit.priority, cost_on, klass, t.tenant, tokens,
