@@ -19,17 +19,17 @@ longest prompts, which keeps every prompt-length class above its floor. So:
   else two (1L2H led mixed-slo at 30 %); at eight and 31 % tight three, where 6L2H leads
   in capacity and 4L4H in fair capacity (twice the share, the first rule, gave five or
   six there and lost capacity);
-* **or, in bursts, half the instances** (rounded up, never all) -- where the operator
-  asks for it (`hps_in_bursts`): when the window's mean
-  gap between arrivals is at least `burst_ratio` times its median gap -- most requests
-  come close behind another, then a long pause. Under uniform SLOs an HP is a slower LP
-  in capacity, but in a burst the LPs' value order sets the longest prompts aside all at
-  once and an HP's EDF order serves them: on bursty-cv4 1L2H holds every prompt-length
-  quartile at 80 % up to 1.5x the load three LPs do (docs/results.md). Over 30 s,
-  Poisson arrivals and a replayed conversation trace read under 2x, onoff under 5x,
-  bursty-cv2 under 11x, bursty-cv4 over 50x (1st and 99th percentiles). It costs
-  capacity under the plain 90 % rule (bursty-cv4 and shifting about a tenth), hence
-  the operator's choice, off by default;
+* **or, in bursts, a third of the instances** (rounded up, never all) -- unless the
+  operator turns it off (`hps_in_bursts`): when the window's mean gap between arrivals
+  is at least `burst_ratio` times its median gap -- most requests come close behind
+  another, then a long pause. Under uniform SLOs an HP is a slower LP in capacity, but
+  in a burst the LPs' value order sets the longest prompts aside all at once and an
+  HP's EDF order serves them. Over 30 s, Poisson arrivals and a replayed conversation
+  trace read under 2x, onoff under 5x, bursty-cv2 under 11x, bursty-cv4 over 50x (1st
+  and 99th percentiles). At three instances one HP in bursts raised `3A`'s fair capacity
+  on bursty-cv4 by 38 % at 2 % of its capacity, and on shifting by 3 % at none; half
+  the instances (two) raised it more (57 %) but cost 8-14 % of capacity
+  (docs/fairness.md, "One HP in bursts");
 * **add** an HP (under the cap) when a meaningful share of arrivals was *late but
   rescuable*: set aside by the waiting room's Moore-Hodgson pass with an HP predicted able
   to finish it in time (rescued by one, or, where no HP could take it, one an idle HP
@@ -66,8 +66,8 @@ class RoleParams:
     remove_share: float = 0.005  # fewer late-but-rescuable arrivals: an HP goes back to LP
     burst_horizon: float = 30.0  # seconds of arrivals the burst test reads
     burst_ratio: float = 20.0   # mean gap >= this x the median gap: bursty traffic
-    burst_hp_share: float = 0.5  # of the instances, rounded up, that may serve as HPs in bursts
-    hps_in_bursts: bool = False  # whether bursts justify HPs (the controller's setting)
+    burst_hp_share: float = 1 / 3  # of the instances, rounded up, that may serve as HPs in bursts
+    hps_in_bursts: bool = True  # whether bursts justify HPs (the controller's setting)
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,16 @@ def hp_cap(num_instances: int, tight_share: float, params: RoleParams,
     return min(num_instances - 1, max(burst, tight))
 
 
+def _why_fewer(tight: float, cap: int, bursty: bool, params: RoleParams) -> str:
+    """Why the window justifies fewer HPs than serve."""
+    if bursty:
+        return f"arrivals come in bursts, {tight:.0%} have a tight TTFT SLO: {cap} HP(s) pay"
+    if cap:
+        return f"{tight:.0%} of arrivals have a tight TTFT SLO: {cap} HP(s) pay"
+    steady = " and they do not come in bursts" if params.hps_in_bursts else ""
+    return f"only {tight:.0%} of arrivals have a tight TTFT SLO{steady}: no HP pays"
+
+
 def decide(seats: Sequence[Seat], window: Window, now: float, last_change: float,
            params: RoleParams = RoleParams()) -> RoleChange | None:
     """At most one role change, or None. `seats`: the ready instances no change is under
@@ -151,11 +161,7 @@ def decide(seats: Sequence[Seat], window: Window, now: float, last_change: float
                       key=lambda s: (s.rescued, s.backlog, s.instance_id))
     free_lps = sorted((s for s in free if s.role == LP), key=lambda s: (s.backlog, s.instance_id))
     if len(hps) > cap and free_hps:
-        steady = " and they do not come in bursts" if params.hps_in_bursts else ""
-        why = (f"{tight:.0%} of arrivals have a tight TTFT SLO: {cap} HP(s) pay"
-               if cap else f"only {tight:.0%} of arrivals have a tight TTFT SLO{steady}: "
-               f"no HP pays")
-        return RoleChange(free_hps[0].instance_id, LP, why)
+        return RoleChange(free_hps[0].instance_id, LP, _why_fewer(tight, cap, bursty, params))
     if len(hps) < cap and len(lps) > 1 and free_lps and rescuable >= params.add_share:
         why = (f"arrivals come in bursts, mean gap {window.burstiness:.0f}x the median"
                if bursty else f"{tight:.0%} have a tight TTFT SLO")

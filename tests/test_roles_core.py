@@ -18,7 +18,7 @@ from ipc.params import SamplingParams
 from tests.test_controller_core import CURVE, ready
 
 
-def core_3a(hps_in_bursts: bool = False) -> ControllerCore:
+def core_3a(hps_in_bursts: bool = ControllerConfig().hps_in_bursts) -> ControllerCore:
     core = ControllerCore({0: Role.LP, 1: Role.LP, 2: Role.LP},
                           ControllerConfig(global_queue=True, hps_in_bursts=hps_in_bursts),
                           SloConfig(ttft_slo=1.0, tbt_slo=0.1), dynamic_roles=True)
@@ -144,7 +144,7 @@ def test_uniform_slos_keep_every_instance_an_lp():
 
 
 @pytest.mark.parametrize("hps_in_bursts", [False, True])
-def test_uniform_slos_arriving_in_bursts_add_an_hp_where_the_operator_asks(hps_in_bursts):
+def test_uniform_slos_arriving_in_bursts_add_an_hp_unless_turned_off(hps_in_bursts):
     """The same requests and late ones as above, but in bursts of 25 within 50 ms, one
     burst every 5 s: the core's evidence reads bursts, and with `hps_in_bursts` the
     policy adds an HP (for the longest prompts' floor); without it it does not."""

@@ -94,25 +94,34 @@ def test_poisson_arrivals_read_far_below_the_burst_ratio_and_gamma_cv4_far_above
     assert burstiness(list(steady)) < ratio / 5 and burstiness(list(bursty)) > ratio * 2
 
 
-IN_BURSTS = RoleParams(hps_in_bursts=True)  # the operator asked for HPs in bursts
+IN_BURSTS = RoleParams(hps_in_bursts=True)  # the default: HPs in bursts
 
 
-def test_where_the_operator_asks_bursts_add_hps_up_to_half_the_instances_rounded_up():
-    assert [hp_cap(n, 0.0, IN_BURSTS, bursty=True) for n in (2, 3, 8)] == [1, 2, 4]
+def test_bursts_add_hps_up_to_a_third_of_the_instances_rounded_up_unless_turned_off():
+    assert RoleParams().hps_in_bursts
+    assert [hp_cap(n, 0.0, IN_BURSTS, bursty=True) for n in (2, 3, 6, 8)] == [1, 1, 2, 3]
     assert hp_cap(3, 0.3, IN_BURSTS, bursty=True) == 2 and hp_cap(8, 0.5, IN_BURSTS, True) == 5
     late_in_bursts = window(rescuable=10, burstiness=60.0)
     change = decide(seats(LP, LP, LP), late_in_bursts, NOW, INF, IN_BURSTS)
     assert change is not None and change.role == HP and "bursts" in change.reason
     assert decide(seats(LP, LP, LP), window(rescuable=0, burstiness=60.0), NOW, INF,
                   IN_BURSTS) is None
-    assert decide(seats(LP, LP, LP), late_in_bursts, NOW, INF) is None  # off: capacity
+    off = RoleParams(hps_in_bursts=False)  # the paper's rule: HPs for mixed SLOs only
+    assert decide(seats(LP, LP, LP), late_in_bursts, NOW, INF, off) is None
 
 
-def test_a_quiet_spell_between_bursts_keeps_the_hps():
+def test_a_quiet_spell_between_bursts_keeps_the_hp():
     calm = window(rescuable=0, burstiness=60.0)
-    assert decide(seats(LP, HP, HP), calm, NOW, INF, IN_BURSTS) is None
-    steady = decide(seats(LP, HP, HP), window(rescuable=0), NOW, INF, IN_BURSTS)
+    assert decide(seats(LP, LP, HP), calm, NOW, INF, IN_BURSTS) is None
+    steady = decide(seats(LP, LP, HP), window(rescuable=0), NOW, INF, IN_BURSTS)
     assert steady is not None and steady.role == LP and "do not come in bursts" in steady.reason
+
+
+def test_bursts_that_justify_fewer_hps_than_serve_send_one_back_and_say_why():
+    change = decide(seats(LP, HP, HP), window(rescuable=0, burstiness=60.0), NOW, INF,
+                    IN_BURSTS)
+    assert change is not None and change.role == LP
+    assert change.reason == "arrivals come in bursts, 0% have a tight TTFT SLO: 1 HP(s) pay"
 
 
 def test_dwell_time_holds_a_role_and_a_window_must_follow_the_last_change():

@@ -232,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--fair-floor", type=float, default=RulerConfig().fair_floor)
-    parser.add_argument("--hps-in-bursts", action="store_true",
-                        help="every phase with the controller's hps_in_bursts on (an <n>A "
-                             "layout keeps HPs while arrivals come in bursts)")
+    parser.add_argument("--hps-in-bursts", action=argparse.BooleanOptionalAction,
+                        default=ControllerConfig().hps_in_bursts,
+                        help="every phase with the controller's hps_in_bursts on or off (an "
+                             "<n>A layout keeps HPs while arrivals come in bursts)")
     add_workers_flag(parser)
     args = parser.parse_args(argv)
     if args.settings:

@@ -77,11 +77,13 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     hps_in_bursts: Annotated[bool, Meta(description=(
         f"With an <n>A layout: while arrivals come in bursts (over "
         f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
-        f"median one), keep up to {_ROLES.burst_hp_share * 100:g} % of the instances "
+        f"median one), keep up to {_ROLES.burst_hp_share * 100:.0f} % of the instances "
         "(rounded up) as HPs even with one SLO class. Their deadline order serves the "
         "longest prompts a burst would otherwise refuse: every prompt-length quartile "
-        "keeps 80 % up to a higher load (fair capacity), at some capacity under the plain "
-        "90 % rule (docs/design.md §5.10 gives both). Off: HPs only for mixed SLO classes."))] = False
+        "keeps 80 % up to a higher load (fair capacity), at a little capacity under the "
+        "plain 90 % rule (docs/design.md §5.10 gives both). Off: HPs only for mixed SLO "
+        "classes, the paper's rule."
+        ))] = _ROLES.hps_in_bursts
     max_wait_slo_multiple: Annotated[float, Meta(gt=0, description=(
         "A request without a first token after this many times its TTFT SLO ends with 503 "
         "ttft_slo_missed -- waiting at the controller, or (with the global queue) held by "
