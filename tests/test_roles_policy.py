@@ -97,9 +97,9 @@ def test_poisson_arrivals_read_far_below_the_burst_ratio_and_gamma_cv4_far_above
 IN_BURSTS = RoleParams(hps_in_bursts=True)  # the default: HPs in bursts
 
 
-def test_bursts_add_hps_up_to_a_third_of_the_instances_rounded_up_unless_turned_off():
+def test_bursts_add_hps_up_to_a_sixth_of_the_instances_rounded_up_unless_turned_off():
     assert RoleParams().hps_in_bursts
-    assert [hp_cap(n, 0.0, IN_BURSTS, bursty=True) for n in (2, 3, 6, 8)] == [1, 1, 2, 3]
+    assert [hp_cap(n, 0.0, IN_BURSTS, bursty=True) for n in (2, 3, 6, 8)] == [1, 1, 1, 2]
     assert hp_cap(3, 0.3, IN_BURSTS, bursty=True) == 2 and hp_cap(8, 0.5, IN_BURSTS, True) == 5
     late_in_bursts = window(rescuable=10, burstiness=60.0)
     change = decide(seats(LP, LP, LP), late_in_bursts, NOW, INF, IN_BURSTS)

@@ -5,6 +5,7 @@ msgspec structs with their defaults and descriptions written once, here; `ascend
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Annotated
 
 import msgspec
@@ -77,8 +78,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     hps_in_bursts: Annotated[bool, Meta(description=(
         f"With an <n>A layout: while arrivals come in bursts (over "
         f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
-        f"median one), keep up to {_ROLES.burst_hp_share * 100:.0f} % of the instances "
-        "(rounded up) as HPs even with one SLO class. Their deadline order serves the "
+        f"median one), keep up to {Fraction(_ROLES.burst_hp_share).limit_denominator(12)} of "
+        "the instances (rounded up) as HPs even with one SLO class. Their deadline order serves the "
         "longest prompts a burst would otherwise refuse: every prompt-length quartile "
         "keeps 80 % up to a higher load (fair capacity), at a little capacity under the "
         "plain 90 % rule (docs/design.md §5.10 gives both). Off: HPs only for mixed SLO "
