@@ -27,7 +27,7 @@ longest prompts, which keeps every prompt-length class above its floor. So:
   at once and an HP's EDF order serves them. Over 30 s, Poisson arrivals and a replayed
   conversation trace read under 2x, onoff under 5x, bursty-cv2 under 11x, bursty-cv4
   over 50x (1st and 99th percentiles). On bursty-cv4 one HP at three instances raised
-  `3A`'s fair capacity by 38 % at 2 % of its capacity (5 % at the ruler's full run
+  `3A`'s fair capacity by 38 % at 2 % of its capacity (4.5 % at the ruler's full run
   length), and on shifting by 3 % at none; two at three raised it more but cost 8-14 %
   of capacity; at eight, two HPs gave 15 % more fair capacity for 5 % of capacity, three
   18 % for 8 % (docs/fairness.md, "One HP in bursts");
