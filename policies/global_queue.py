@@ -135,12 +135,14 @@ class Plan:
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
          bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None,
          protected: frozenset[int] = frozenset(), shares: TenantShares | None = None,
-         saturated: bool = False) -> Plan:
+         saturated: bool = False, hp_whole_share: float = 1.0) -> Plan:
     """`shed_allowance`: the most requests this pass may drop (None: no limit);
     `protected`: the classes at risk of falling under their floor; `shares`: the
     tenants' counters, when service is shared by weight; `saturated`: requests that are
     not sheddable were set aside lately (`Plan.saturated` of the recent plans), and
-    sheddable ones (priority < 0) are shed on sight (with shed = "drop")."""
+    sheddable ones (priority < 0) are shed on sight (with shed = "drop");
+    `hp_whole_share`: the share of a rescue's `hp_cost` an HP takes when it runs the
+    prompt whole (under 1 when that is faster than its measured rate)."""
     out = Plan()
     if saturated and shed is Shed.DROP and any(w.priority < 0 for w in queue):
         out.shed = [w for w in queue if w.priority < 0]
@@ -156,7 +158,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
         else:
             ordered, late = _feasible_by_group(queue, lps, now, protected, shares)
         late = _rescue(late, hp_lanes, now, out,
-                       shares is not None and bool(shares.favoured()))
+                       shares is not None and bool(shares.favoured()), hp_whole_share)
         out.saturated = any(w.priority >= 0 and now + min(w.cost, w.hp_cost) <= w.deadline
                             for w in late)  # late for the load, not for its own length
         if shed is Shed.DROP:
@@ -320,18 +322,21 @@ def miss_allowance(budget: float, arrived: int, shed: int) -> int | None:
 
 
 def _rescue(aside: list[tuple[int, Waiting]], lanes: list[Lane], now: float, out: Plan,
-            reserved: bool = False) -> list[Waiting]:
+            reserved: bool = False, whole_share: float = 1.0) -> list[Waiting]:
     """Send to an HP (`lanes`, whose backlogs it adds to) each set-aside request it can
     still finish in time (favoured ones first, then in deadline order: `aside` holds
     each one's place in it); the rest are late. `reserved`: some tenant is under its
-    share, and the HPs keep room for it (HP_RESERVE)."""
+    share, and the HPs keep room for it (HP_RESERVE). `whole_share`: an HP runs a
+    rescued prompt whole when only that meets its TTFT, so its price there is at most
+    this share of the measured one (`plan`'s `hp_whole_share`)."""
+    whole_share = min(1.0, whole_share)
     late = []
     for _, w in sorted(aside, key=_rescue_order):
         if w.cost_on and lanes:  # the HP that would finish it first (a prefix cached there)
             lane = min(lanes, key=lambda h: h.ahead_of(w) + w.seconds_on(h.instance_id, w.hp_cost))
         else:
             lane = min(lanes, key=lambda h: h.ahead_of(w)) if lanes else None
-        cost = w.seconds_on(lane.instance_id, w.hp_cost) if lane is not None else 0.0
+        cost = w.seconds_on(lane.instance_id, w.hp_cost) * whole_share if lane is not None else 0.0
         room = HP_RESERVE * (w.deadline - w.arrival) if reserved and not w.favoured else 0.0
         if lane is not None and now + lane.ahead_of(w) + cost <= w.deadline - room:
             lane.add(w, cost)

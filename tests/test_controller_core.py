@@ -368,12 +368,13 @@ def test_with_drop_a_request_no_instance_can_serve_in_time_ends_at_once():
     assert settle.retry_after == 1  # a 503 with Retry-After: about one TTFT target
 
 
-@pytest.mark.parametrize("tokens, bound", [(800, True), (900, False)])
+@pytest.mark.parametrize("tokens, bound", [(800, True), (1000, False)])
 def test_a_long_prompt_an_lp_runs_whole_in_time_is_bound_not_shed(tokens, bound):
     """Every instance measured at half its model's rate (decodes share its steps): in
     chunks 800 tokens take 1.6 s, past the 1 s TTFT target; whole, at the model's rate
     1.2 times slower, 0.96 s, which an LP does when only that meets the target
-    (`WaitingRoom.lp_prompt_rate`). 900 tokens take 1.08 s even whole: shed."""
+    (`WaitingRoom.lp_prompt_rate`). 1,000 tokens take 1.2 s even whole (1.1 s on the
+    HP, rescuing it whole): shed."""
     core = core_late(shed="drop")
     for i in (LP0, LP1, HP):
         core.handle(FromInstance(0.5, StepOutputs(
@@ -384,6 +385,27 @@ def test_a_long_prompt_an_lp_runs_whole_in_time_is_bound_not_shed(tokens, bound)
     if bound:
         [(target, submit)] = sends(actions)
         assert target in (LP0, LP1) and submit.origin is not Origin.OFFLOAD and not settles
+    else:
+        assert sends(actions) == [] and settles[0].outcome is Outcome.DROPPED
+
+
+@pytest.mark.parametrize("tokens, rescued", [(850, True), (950, False)])
+def test_a_long_prompt_an_hp_runs_whole_in_time_is_rescued_not_shed(tokens, rescued):
+    """Both LPs 5 s behind; the HP idle but measured at half its model's rate: in chunks
+    850 tokens take 1.7 s there, past the 1 s TTFT target; whole, at the model's rate 1.1
+    times slower, 0.94 s, which an HP does when only that meets the target
+    (`HP_WHOLE_PREFILL_SLOWDOWN`). 950 tokens take 1.05 s even whole: shed."""
+    core = core_late(shed="drop")
+    for i in (LP0, LP1):
+        report(core, i, 0.5, accepted=0, queued_seconds=5.0)
+    core.handle(FromInstance(0.5, StepOutputs(
+        instance_id=HP, step=1, time=0.5, step_seconds=0.01, tokens=StepTokens(),
+        load=InstanceLoad(0, 0, 0.0, 0, prefill_rate=500.0))))
+    actions = arrive(core, "long", now=1.0, prompt=[5] * tokens)
+    settles = [a for a in actions if isinstance(a, Settle)]
+    if rescued:
+        [(target, submit)] = sends(actions)
+        assert target == HP and submit.origin is Origin.OFFLOAD and not settles
     else:
         assert sends(actions) == [] and settles[0].outcome is Outcome.DROPPED
 

@@ -79,6 +79,20 @@ def test_a_busy_hp_rescues_only_what_it_can_still_finish():
     assert sorted(keys(out.shed)) == ["b", "c"]
 
 
+def test_an_hp_rescue_is_priced_at_its_whole_step_share_never_above_its_measured_cost():
+    """At its measured rate the HP would take 1.6 s, past the deadline; running the prompt
+    whole takes 0.6 of that, 0.96 s, in time. A whole step is never taken to be slower
+    than the measured rate."""
+    late = w("long", 1.0, 3.0, hp_cost=1.6)
+    lps, hps = [Lane(0, 0.0)], [Lane(9, 0.0)]
+    assert keys(plan([late], lps, hps, now=0.0, bound=1e9, shed=Shed.DROP).shed) == ["long"]
+    whole = plan([late], lps, hps, now=0.0, bound=1e9, shed=Shed.DROP, hp_whole_share=0.6)
+    assert [(x.key, hp) for x, hp in whole.to_hp] == [("long", 9)] and not whole.shed
+    dearer = plan([w("fits", 1.0, 3.0, hp_cost=0.9)], lps, hps, now=0.0, bound=1e9,
+                  shed=Shed.DROP, hp_whole_share=1.5)
+    assert keys(dearer.to_hp) == ["fits"]
+
+
 def test_demoted_requests_wait_behind_the_feasible_ones_oldest_first():
     queue = [w("late-new", 0.5, 1.0, arrival=2.0), w("late-old", 0.5, 1.0, arrival=1.0),
              w("fine", 10.0, 1.0, arrival=3.0)]

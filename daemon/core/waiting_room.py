@@ -37,6 +37,12 @@ MIN_RATE_SHARE = 0.25
 #: (`tbt_budget.whole_prefill_pays`). Chosen on the fair ruler (docs/fairness.md: 1.1
 #: bought fair capacity with more than 5 % of capacity, 1.35 bought nothing).
 WHOLE_PREFILL_SLOWDOWN = 1.2
+#: The same for an HP rescuing a late prompt (design.md §5.7: an HP runs a prompt whole
+#: when only that meets its TTFT): its rescue is priced at the faster of its measured rate
+#: and its model's prefill-alone rate this many times slower. Chosen on the fair ruler
+#: (docs/fairness.md, "An HP's rescue priced at its whole-step rate"): 1.0 cost one
+#: shifting seed a fifth of its capacity, 1.2 left mixed-slo's longest prompts where they were.
+HP_WHOLE_PREFILL_SLOWDOWN = 1.1
 #: Seconds over which the miss budget counts arrivals and drops.
 MISS_WINDOW = 60.0
 #: Seconds the box counts as saturated after a plan set aside a request that was not
@@ -219,7 +225,8 @@ class WaitingRoom:
         decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
                        bound_tokens / lp_rate, self.shed, self._shed_allowance(now),
                        classes.protected(), shares,
-                       now - self.last_saturated < SATURATION_MEMORY)
+                       now - self.last_saturated < SATURATION_MEMORY,
+                       self._hp_whole_share(hps, hp_rate))
         if decided.saturated:
             self.last_saturated = now
         self._drops.extend(now for _ in decided.shed)
@@ -236,6 +243,14 @@ class WaitingRoom:
             return measured
         whole = sum(self.backlogs[i].model_rate for i in lps) / len(lps) / WHOLE_PREFILL_SLOWDOWN
         return max(measured, whole)
+
+    def _hp_whole_share(self, hps: list[int], measured: float) -> float:
+        """The share of its measured-rate price an HP's rescue takes when the HP runs the
+        prompt whole (`HP_WHOLE_PREFILL_SLOWDOWN`); 1 when the measured rate is faster."""
+        if not hps:
+            return 1.0
+        whole = sum(self.backlogs[i].model_rate for i in hps) / len(hps) / HP_WHOLE_PREFILL_SLOWDOWN
+        return min(1.0, measured / whole)
 
     def _lane(self, instance_id: int) -> Lane:
         backlog = self.backlogs[instance_id]
