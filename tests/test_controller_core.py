@@ -368,6 +368,21 @@ def test_with_drop_a_request_no_instance_can_serve_in_time_ends_at_once():
     assert settle.retry_after == 1  # a 503 with Retry-After: about one TTFT target
 
 
+def measured_at(core, instance_id: int, now: float, prefill_rate: float):
+    """An idle instance reports the prefill rate it measured (decodes sharing its steps)."""
+    return core.handle(FromInstance(now, StepOutputs(
+        instance_id=instance_id, step=1, time=now, step_seconds=0.01, tokens=StepTokens(),
+        load=InstanceLoad(0, 0, 0.0, 0, prefill_rate=prefill_rate))))
+
+
+def where_it_went(actions) -> tuple[int | None, Origin | None, Outcome | None]:
+    """The one request's target and origin if it was sent, its outcome if it ended."""
+    settles = [a.outcome for a in actions if isinstance(a, Settle)]
+    sent = sends(actions)
+    assert len(sent) + len(settles) == 1
+    return (sent[0][0], sent[0][1].origin, None) if sent else (None, None, settles[0])
+
+
 @pytest.mark.parametrize("tokens, bound", [(800, True), (1000, False)])
 def test_a_long_prompt_an_lp_runs_whole_in_time_is_bound_not_shed(tokens, bound):
     """Every instance measured at half its model's rate (decodes share its steps): in
@@ -377,16 +392,12 @@ def test_a_long_prompt_an_lp_runs_whole_in_time_is_bound_not_shed(tokens, bound)
     HP, rescuing it whole): shed."""
     core = core_late(shed="drop")
     for i in (LP0, LP1, HP):
-        core.handle(FromInstance(0.5, StepOutputs(
-            instance_id=i, step=1, time=0.5, step_seconds=0.01, tokens=StepTokens(),
-            load=InstanceLoad(0, 0, 0.0, 0, prefill_rate=500.0))))
-    actions = arrive(core, "long", now=1.0, prompt=[5] * tokens)
-    settles = [a for a in actions if isinstance(a, Settle)]
+        measured_at(core, i, 0.5, prefill_rate=500.0)
+    target, origin, outcome = where_it_went(arrive(core, "long", now=1.0, prompt=[5] * tokens))
     if bound:
-        [(target, submit)] = sends(actions)
-        assert target in (LP0, LP1) and submit.origin is not Origin.OFFLOAD and not settles
+        assert target in (LP0, LP1) and origin is not Origin.OFFLOAD
     else:
-        assert sends(actions) == [] and settles[0].outcome is Outcome.DROPPED
+        assert outcome is Outcome.DROPPED
 
 
 @pytest.mark.parametrize("tokens, rescued", [(850, True), (950, False)])
@@ -398,16 +409,12 @@ def test_a_long_prompt_an_hp_runs_whole_in_time_is_rescued_not_shed(tokens, resc
     core = core_late(shed="drop")
     for i in (LP0, LP1):
         report(core, i, 0.5, accepted=0, queued_seconds=5.0)
-    core.handle(FromInstance(0.5, StepOutputs(
-        instance_id=HP, step=1, time=0.5, step_seconds=0.01, tokens=StepTokens(),
-        load=InstanceLoad(0, 0, 0.0, 0, prefill_rate=500.0))))
-    actions = arrive(core, "long", now=1.0, prompt=[5] * tokens)
-    settles = [a for a in actions if isinstance(a, Settle)]
+    measured_at(core, HP, 0.5, prefill_rate=500.0)
+    target, origin, outcome = where_it_went(arrive(core, "long", now=1.0, prompt=[5] * tokens))
     if rescued:
-        [(target, submit)] = sends(actions)
-        assert target == HP and submit.origin is Origin.OFFLOAD and not settles
+        assert target == HP and origin is Origin.OFFLOAD
     else:
-        assert sends(actions) == [] and settles[0].outcome is Outcome.DROPPED
+        assert outcome is Outcome.DROPPED
 
 
 def test_a_miss_budget_of_zero_demotes_what_drop_would_end():
