@@ -73,10 +73,11 @@ def test_a_baseline_setting_may_route_its_own_way_and_the_simulation_follows_it(
         parse_settings(["3A/round_robin", "3xsglang@4096"])
 
 
-def test_a_pareto_row_says_on_how_many_seeds_a_class_loses():
+def test_a_pareto_row_says_on_how_many_seeds_a_class_loses_and_by_how_much():
     """A class is flagged worse on its mean over seeds; the row also says on how many of
     the seeds (the same requests for every row) it was under the best baseline, so a loss
-    on one seed of three reads differently from a loss on all of them."""
+    on one seed of three reads differently from a loss on all of them, and the paired
+    margin with its standard error, so a tie reads as one."""
     from bench.studies.fairness import _table
 
     def runs(long_class):            # (goodput, token goodput, classes) per seed
@@ -93,4 +94,7 @@ def test_a_pareto_row_says_on_how_many_seeds_a_class_loses():
     assert rows["often"].worse_on_seeds == {"long": 3}
     assert rows["once"].worse_on_seeds == {"long": 1}
     assert rows["never"].worse_than_best_baseline == [] and rows["never"].worse_on_seeds == {}
-    assert rows["base"].worse_than_best_baseline == []
+    assert rows["base"].worse_than_best_baseline == [] and rows["base"].margin == {}
+    # paired differences from the best baseline: -10, +1, +2 -> mean -2.33, SE 6.69 / sqrt 3
+    assert rows["once"].margin == {"short": 0.0, "long": -2.33}
+    assert rows["once"].margin_se == {"short": 0.0, "long": 3.84}

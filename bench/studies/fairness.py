@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 from pathlib import Path
 
 import msgspec
@@ -52,6 +54,11 @@ class ParetoRow(msgspec.Struct, kw_only=True):
     #: For each of those classes, on how many seeds it was WORSE_BY points under the best
     #: baseline on the same requests: a loss on every seed, or noise around a tie.
     worse_on_seeds: dict[str, int] = {}
+    #: For each class, this row's goodput minus the best baseline's on the same requests,
+    #: mean over seeds (points), and that mean's standard error: a margin within about two
+    #: standard errors of zero is a tie, whichever its sign.
+    margin: dict[str, float] = {}
+    margin_se: dict[str, float] = {}
 
 
 class ParetoTable(msgspec.Struct, kw_only=True):
@@ -113,6 +120,8 @@ def _table(table: dict, config: RulerConfig, by_key: dict) -> ParetoTable:
         runs = by_key[(table["workload"], row.label)]
         row.worse_on_seeds = {n: _seeds_worse(n, runs, best_runs)
                               for n in row.worse_than_best_baseline}
+        if row is not best:
+            row.margin, row.margin_se = _margins(runs, best_runs)
     qps = next(r for r in table["rows"] if r["label"] == table["best_baseline"])["mean_qps"]
     return ParetoTable(workload=table["workload"], qps=qps, best_baseline=table["best_baseline"],
                        prompt_class_bounds=ruler_classes(config).prompt_bounds,
@@ -125,6 +134,21 @@ def _seeds_worse(name: str, runs: list[tuple[float, float, dict]],
     the best baseline's."""
     return sum(mine[2].get(name, 0.0) < theirs[2].get(name, 0.0) - WORSE_BY
                for mine, theirs in zip(runs, best_runs))
+
+
+def _margins(runs: list[tuple[float, float, dict]], best_runs: list[tuple[float, float, dict]],
+             ) -> tuple[dict[str, float], dict[str, float]]:
+    """Per class, the paired per-seed differences from the best baseline: their mean and
+    its standard error (0 with one seed)."""
+    margin, se = {}, {}
+    for name in dict.fromkeys(n for _, _, classes in runs for n in classes):
+        diffs = [mine[2][name] - theirs[2][name] for mine, theirs in zip(runs, best_runs)
+                 if name in mine[2] and name in theirs[2]]
+        if not diffs:
+            continue
+        margin[name] = round(statistics.fmean(diffs), 2)
+        se[name] = round(statistics.stdev(diffs) / math.sqrt(len(diffs)), 2) if len(diffs) > 1 else 0.0
+    return margin, se
 
 
 def _averaged(label: str, runs: list[tuple[float, float, dict]]) -> ParetoRow:
@@ -151,6 +175,10 @@ def print_pareto(tables: list[ParetoTable]) -> None:
                   + f" {r.goodput_pct:8.1f} {r.token_goodput_pct:7.1f}  "
                   + (", ".join(f"{n} (on {r.worse_on_seeds[n]} of {len(t.seeds)} seeds)"
                                for n in r.worse_than_best_baseline) or "-"))
+        for r in t.rows:
+            if r.margin:
+                print(f"  {r.label:>26} minus the best baseline, points (± standard error): "
+                      + ", ".join(f"{n} {r.margin[n]:+.1f} ± {r.margin_se[n]:.1f}" for n in r.margin))
 
 
 class SheddingRow(msgspec.Struct, kw_only=True):
