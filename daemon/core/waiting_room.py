@@ -241,16 +241,20 @@ class WaitingRoom:
         not late on that account. The work ahead of it stays at the measured rate."""
         if not lps:
             return measured
-        whole = sum(self.backlogs[i].model_rate for i in lps) / len(lps) / WHOLE_PREFILL_SLOWDOWN
-        return max(measured, whole)
+        return max(measured, self._whole_step_rate(lps, WHOLE_PREFILL_SLOWDOWN))
 
     def _hp_whole_share(self, hps: list[int], measured: float) -> float:
-        """The share of its measured-rate price an HP's rescue takes when the HP runs the
-        prompt whole (`HP_WHOLE_PREFILL_SLOWDOWN`); 1 when the measured rate is faster."""
+        """The HPs' measured rate over their whole-step rate (`HP_WHOLE_PREFILL_SLOWDOWN`):
+        the share of its measured-rate price a rescue takes when the HP runs the prompt
+        whole. `plan` takes no share above 1 (a whole step is never the slower way)."""
         if not hps:
             return 1.0
-        whole = sum(self.backlogs[i].model_rate for i in hps) / len(hps) / HP_WHOLE_PREFILL_SLOWDOWN
-        return min(1.0, measured / whole)
+        return measured / self._whole_step_rate(hps, HP_WHOLE_PREFILL_SLOWDOWN)
+
+    def _whole_step_rate(self, instance_ids: list[int], slowdown: float) -> float:
+        """Prompt tokens per second of one whole step: the instances' mean prefill-alone
+        rate, `slowdown` times slower."""
+        return sum(self.backlogs[i].model_rate for i in instance_ids) / len(instance_ids) / slowdown
 
     def _lane(self, instance_id: int) -> Lane:
         backlog = self.backlogs[instance_id]
