@@ -55,10 +55,14 @@ def test_a_flooding_tenant_cannot_starve_another(daemon_factory, fair):
     heavy, light = flood_with_a_light_tenant(daemon)
     assert set(heavy) <= {200, 503}
     assert heavy.count(503) >= len(heavy) // 4, "the flood saturates the box"
+    # The flood's 40 clients starve this host's CPUs: the instances' measured rates dip
+    # now and then, and a light request may be predicted late once (seen about one run
+    # in six on a busy 2-core host). Blind, the light tenant loses about as much as the
+    # heavy one (half to seven-eighths of its requests in six runs).
     if fair:
-        assert light == [200] * LIGHT, "the light tenant is served in full"
+        assert light.count(200) >= LIGHT - 1, "the light tenant is served (nearly) in full"
     else:
-        assert light.count(503) >= 1, "tenant-blind shedding: the light tenant pays too"
+        assert light.count(503) >= 2, "tenant-blind shedding: the light tenant pays too"
     _, _, body = daemon.request("GET", "/metrics")
     text = body.decode()
     for tenant in ("heavy", "light"):
