@@ -125,6 +125,7 @@ async def test_a_model_without_a_chat_template_is_a_400(controller, tokenizer):
 
 # ---- the OpenAPI description ----------------------------------------------------------------
 
+@pytest.mark.slow
 async def test_openapi_description_is_served_and_valid(client):
     resp = await client.get("/openapi.json")
     assert resp.status == 200

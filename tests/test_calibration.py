@@ -105,6 +105,7 @@ def test_calibration_recovers_a_stated_latency(tiny_models):
     assert float(np.mean(errors)) < 0.15
 
 
+@pytest.mark.slow
 def test_shapes_that_do_not_fit_are_skipped(executor, hardware):
     too_long = BatchShape.prefill_only(10, already=executor.max_model_len)
     too_many = BatchShape.of(decodes=[executor.max_model_len] * 40)  # > 1024 blocks of 16

@@ -38,6 +38,7 @@ def _loaded(tmp_path: Path, *argv: str) -> set[str]:
     return set(json.loads(out.read_text()))
 
 
+@pytest.mark.slow
 def test_serve_loads_no_bench_module_but_the_command_line(tmp_path):
     loaded = _loaded(tmp_path, "serve")
     assert {m for m in loaded if m.startswith("bench.")} == {"bench.cli"}

@@ -12,6 +12,7 @@ from bench.processes import alive
 from tests.daemon_fixture import sim_args, start_daemon, wait_for
 
 
+@pytest.mark.slow
 def test_a_daemon_that_cannot_start_says_why(tmp_path):
     daemon = ServeProcess(["--executor", "sim", "--layout", "3xnothing"],
                           env={"ASCENDRA_CACHE": str(tmp_path / "cache")})

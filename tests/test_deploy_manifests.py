@@ -123,6 +123,7 @@ def test_the_picker_config_uses_registered_plugins_and_our_metric_names():
 
 # ---- wiring ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deployment", _daemon_deployments(),
                          ids=[d["metadata"]["name"] for d in _daemon_deployments()])
 def test_the_daemon_pods_args_parse_and_their_probes_and_ports_match(deployment):
@@ -192,6 +193,7 @@ def test_what_the_dockerfile_copies_exists_and_is_in_the_build_context():
         assert f"{package}/" in sources, f"setup.cfg packages {package}, the image lacks it"
 
 
+@pytest.mark.slow
 def test_the_images_command_is_one_the_cli_accepts_on_the_model_it_builds():
     instructions = _instructions()
     [entrypoint] = [json.loads(rest) for kind, rest in instructions if kind == "ENTRYPOINT"]

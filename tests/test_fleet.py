@@ -83,6 +83,7 @@ def test_ties_are_broken_by_the_callers_draw_and_round_robin_takes_turns():
 
 
 # ---- the gateway's view --------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_view_is_scraped_only_each_interval():
     work = requests(80, qps=20.0)
     fleet = Fleet([sim_config("2L1H")] * 2, work, GatewayConfig(refresh_interval=0.25))
@@ -96,6 +97,7 @@ def test_the_view_is_scraped_only_each_interval():
         assert scraped / 0.25 == pytest.approx(round(scraped / 0.25), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_view_never_refreshed_is_the_idle_one_and_a_zero_interval_is_always_fresh():
     work = requests(40, qps=20.0)
     stale = Fleet([sim_config("2L1H")] * 2, work, GatewayConfig(refresh_interval=1e6))
@@ -142,6 +144,7 @@ def test_a_two_box_fleet_ends_every_request_exactly_once(monkeypatch):
         assert set(box.records) == {f"r{p.index}" for p in fleet.picks if p.box == b}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["2L1H", "3xsarathi"])
 def test_one_box_behind_the_gateway_is_the_single_box_simulator(layout):
     work = requests(150, qps=11.0, seed=3)
@@ -150,6 +153,7 @@ def test_one_box_behind_the_gateway_is_the_single_box_simulator(layout):
     assert fleet == alone
 
 
+@pytest.mark.slow
 def test_a_fleet_run_is_deterministic():
     work = requests(60, qps=25.0)
     runs = [Fleet([sim_config("2L1H")] * 3, work, seed=1) for _ in range(2)]
@@ -159,6 +163,7 @@ def test_a_fleet_run_is_deterministic():
 
 
 # ---- the command line ----------------------------------------------------------------------
+@pytest.mark.slow
 def test_simulate_boxes_prints_and_writes_the_fleet(tmp_path, capsys):
     out = tmp_path / "fleet.json"
     code = ascendra(["simulate", "--boxes", "3", "--box-layouts", "2L1H,3xsarathi",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from engines.gc_freeze import few_collections, freeze_startup_heap
 
 
@@ -31,6 +33,7 @@ def test_freezing_collects_the_garbage_and_freezes_what_lives():
     assert any(obj is alive for obj in gc.get_objects())
 
 
+@pytest.mark.slow
 def test_a_simulated_run_collects_less_and_leaves_the_collector_as_it_found_it():
     """Within `few_collections` what was built before is frozen and the youngest
     generation waits for many more allocations; after, both are as before, and the

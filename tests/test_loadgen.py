@@ -175,6 +175,7 @@ MIXED = [3, 4, 1, HTTP_DROP, 5, SSE_ERROR, SSE_DROP, 2, HTTP_500, HANG, 6, CHUNK
          3, 4, 5, 6, 2, 3, 4]
 
 
+@pytest.mark.slow
 async def test_outcomes_token_times_and_open_loop(fake):
     work = workload(MIXED)
     started = time.monotonic()

@@ -50,6 +50,7 @@ def test_rope_parameters_format_of_transformers_5():
     assert config.rope_theta == 1e6 and config.rope_scaling.factor == 2.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_rope_frequencies_match_transformers(arch):
     transformers = pytest.importorskip("transformers")

@@ -109,6 +109,7 @@ def test_reference_numbers_equal_the_shared_readme():
     assert REFS_FILE.read_text() == derive_profile_refs.derived_json(RAW_PROFILES)
 
 
+@pytest.mark.slow
 @needs_raw_traces
 @pytest.mark.parametrize("name", sorted(TRACE_FILES))
 def test_traces_equal_the_raw_files(name):

@@ -50,6 +50,7 @@ def relative_error(got, expected) -> float:
     return float((got.cpu().double() - expected).norm() / expected.norm())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,dim,block", [(8, 2, 32, 4), (4, 4, 16, 16),
                                                       (32, 8, 64, 16)])
@@ -81,7 +82,7 @@ def test_splits_are_many_for_one_sequence_and_one_for_a_large_batch():
     assert num_splits(1, 8, DecodeTuning(programs=8)) == 1
 
 
-@pytest.mark.parametrize("programs", [1, 24, 10_000])
+@pytest.mark.parametrize("programs", [1, 24, pytest.param(10_000, marks=pytest.mark.slow)])
 def test_the_number_of_splits_and_the_tile_change_nothing(programs):
     """One split per sequence (a long pipelined loop of 16-token tiles) or many short
     ones: the same attention. A CUDA graph's padding row (length 0) still gets zeros."""
@@ -98,6 +99,7 @@ def test_the_number_of_splits_and_the_tile_change_nothing(programs):
     assert not out[3].any()
 
 
+@pytest.mark.slow
 def test_backend_matches_sdpa_on_a_mixed_batch():
     """Decodes through the kernel, a chunk continuing its context and fresh prefills
     through SDPA: the same rows and the same cache as the SDPA backend."""

@@ -313,6 +313,7 @@ def test_greedy_output_through_prefill_and_decode_equals_one_instance(tiny_model
 
 # ---- the simulator: P/D layouts through the same cores, KV priced by the link -------------
 
+@pytest.mark.slow
 def test_a_simulated_pd_layout_serves_every_request_through_both_kinds():
     from tests.simulator_helpers import run
     result = run("2P1D", "sharegpt", qps=4, num_requests=120)
@@ -341,6 +342,7 @@ def test_kv_transfer_time_is_kv_bytes_over_the_link():
         get_interconnect("carrier-pigeon")
 
 
+@pytest.mark.slow
 def test_the_kv_link_delays_only_the_decode_side():
     from tests.simulator_helpers import run
     fast = run("1P1D", "sharegpt", qps=1, num_requests=40)

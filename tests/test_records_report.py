@@ -127,6 +127,7 @@ def test_a_file_without_misses_says_so_rather_than_print_an_empty_table(tmp_path
     assert "misses by cause: none" in printed and "worst examples" not in printed
 
 
+@pytest.mark.slow
 def test_simulate_writes_records_the_report_agrees_with(tmp_path):
     records, out = tmp_path / "sim.jsonl", tmp_path / "sim.json"
     assert ascendra(["simulate", "--layout", "2L1H", "--qps", "12", "--num-requests", "200",

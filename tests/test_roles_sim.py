@@ -2,6 +2,8 @@
 no request is lost across a change, dwell times hold and an LP always remains."""
 from __future__ import annotations
 
+import pytest
+
 from bench.loadgen.workloads import build_requests, workload
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
@@ -26,6 +28,7 @@ def test_the_layout_reads_as_lps_whose_roles_change():
     assert not dynamic_roles("2L1H") and layout_modes("1A") == ["lp"]
 
 
+@pytest.mark.slow
 def test_mixed_slo_classes_turn_lps_into_hps_and_lose_no_request():
     sim = run("mixed-slo", qps=13.0, num_requests=700)
     switches = sim.keeper.role_switches
@@ -45,12 +48,14 @@ def test_mixed_slo_classes_turn_lps_into_hps_and_lose_no_request():
     assert {s.instance_id: s.core.role for s in sim.instances} == sim.controller.ledger.roles
 
 
+@pytest.mark.slow
 def test_one_slo_class_keeps_every_instance_an_lp():
     sim = run("poisson", qps=13.0, num_requests=500)
     assert sim.keeper.role_switches == []
     assert all(s.core.role is Role.LP for s in sim.instances)
 
 
+@pytest.mark.slow
 def test_bursts_turn_an_lp_into_an_hp_that_stays_between_bursts():
     """bursty-cv4 (one SLO class): by default an HP keeps the longest prompts above their
     floor in a burst (docs/design.md §5.10) -- one of three instances -- and the quiet

@@ -243,6 +243,7 @@ def _python_files():
         yield from sorted((PROJECT_ROOT / root).rglob("*.py"))
 
 
+@pytest.mark.slow
 def test_no_module_imports_pickle_or_unpickles():
     problems = []
     for path in _python_files():

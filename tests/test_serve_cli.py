@@ -85,6 +85,7 @@ def test_a_config_file_has_one_section_per_part_and_says_where_a_field_belongs(t
         load_config(str(config))
 
 
+@pytest.mark.slow
 def test_print_config_is_the_example_config_and_applies_flags():
     assert EXAMPLE_CONFIG.read_text() == render_toml(), (
         "systemd/ascendra.toml is stale: regenerate it with "
@@ -96,6 +97,7 @@ def test_print_config_is_the_example_config_and_applies_flags():
     assert "gpus = [0, 1]" in done.stdout
 
 
+@pytest.mark.slow
 def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

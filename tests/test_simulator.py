@@ -82,6 +82,7 @@ def test_same_inputs_give_the_same_records_in_any_process(layout, trace):
     assert encode_result(there) == encode_result(here)
 
 
+@pytest.mark.slow
 def test_another_seed_gives_another_workload_and_run(trace):
     settings = RUNS["3xsarathi"]
     workload = lambda seed: build_workload(trace, rate=settings["qps"],  # noqa: E731

@@ -43,6 +43,7 @@ def simulated_json(tmp_path_factory, trace) -> bytes:
 
 
 # ---- the schema ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_simulate_json_has_every_field_and_decodes_strictly(simulated_json):
     raw = json.loads(simulated_json)
     missing = [f for f in FIELDS if f not in raw]
@@ -88,6 +89,7 @@ async def test_load_generator_writes_the_same_schema(tmp_path, simulated_json):
 LENGTHS = [(120, 7), (45, 30), (800, 3), (16, 64), (300, 12), (9, 9), (1500, 40), (70, 2)]
 
 
+@pytest.mark.slow
 def test_csv_trace_gives_the_lengths_and_generated_arrivals(tmp_path, capsys):
     path = tmp_path / "lengths.csv"
     path.write_text("prompt_tokens,output_tokens\n" + "".join(f"{p},{o}\n" for p, o in LENGTHS))
@@ -105,6 +107,7 @@ def test_csv_trace_gives_the_lengths_and_generated_arrivals(tmp_path, capsys):
     assert msgspec.json.decode(out.read_bytes(), type=RunResult).completed == 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_arrival_times_in_a_trace_replace_generated_arrivals(tmp_path, fmt):
     times = [100.0, 100.25, 101.5, 100.1, 103.0]                # out of order, offset
@@ -281,6 +284,7 @@ def test_goodput_counts_requests_within_ttft_and_mean_tbt_over_all_requests():
     assert result.p99_tbt_s > TBT_SLO > result.mean_tbt_s.p50  # per-gap tail vs per-request mean
 
 
+@pytest.mark.slow
 def test_simulated_goodput_follows_the_definition(trace):
     """Recount a simulated run's goodput from its records by the definition."""
     result = run("3xsarathi", trace, qps=30.0, num_requests=100, ttft_slo=0.5, tbt_slo=0.05)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.cli import main as ascendra
 from bench.studies.timing_sensitivity import main as sensitivity
 
@@ -11,6 +13,7 @@ FLAGS = ["--layout", "3xvllm-v1", "--chunk-size", "512", "--drop-expired", "--wo
          "poisson", "--qps", "40", "--num-requests", "120", "--num-kv-blocks", "300"]
 
 
+@pytest.mark.slow
 def test_the_default_delay_is_the_simulators_run_and_other_delays_move_only_timing(tmp_path):
     out = tmp_path / "s.json"
     assert sensitivity([*FLAGS, "--seeds", "3", "--ipc-delays", "0.0005,0.0005,0.003",

@@ -133,6 +133,7 @@ def test_a_generated_workload_takes_only_the_lengths_of_a_timed_trace(tmp_path):
     assert requests[-1].arrival < 1.0                                  # drawn at 100/s
 
 
+@pytest.mark.slow
 def test_simulate_replays_rescales_and_refuses_on_the_command_line(tmp_path, capsys):
     trace = write(tmp_path / "t.csv", "Timestamp,Request tokens,Response tokens",
                   [f"{t},{20 + i},4" for i, t in enumerate(TIMES)])

@@ -156,6 +156,7 @@ def test_long_prompts_are_trimmed_then_fitted_to_the_context():
     assert lengths == [(1, 2047), (10, 10), (1000, 100)]
 
 
+@pytest.mark.slow
 def test_a_script_simulates_its_own_requests_in_memory():
     """`bench.sim.simulate.simulate(sim, requests)`: no trace file and no command line."""
     from bench.sim.simulate import simulate
