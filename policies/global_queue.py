@@ -24,9 +24,9 @@ looks at the whole queue at `now`:
 4. **Bind.** The queue in order (feasible by deadline, then demoted) is handed out: the
    LP with the smallest backlog takes the head while its backlog is under `bound` -- or,
    when a prefix of the head's prompt is cached on some instances (`Waiting.cost_on`),
-   the LP that would finish it first (its backlog plus its cost there: prefix-aware
-   routing balanced against queue length), even one past the bound, whose backlog then
-   exceeds it by less than the prefix saves. An HP joins that choice for a request it
+   the one holding most of it while it would still finish it by its deadline there (its
+   backlog plus its cost there), even one past the bound; if none would, the one that
+   would finish it first (`_prefix_home`). An HP joins that choice for a request it
    would compute less of than any LP (a conversation it served before, as a rescue or on
    a ticket): without it every later turn of that conversation would go back to an LP
    that never saw its history. Rescue picks its HP alike.
@@ -165,7 +165,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
             dropped, late = _costliest(late, shed_allowance, shares)
             out.shed += dropped
         late.sort(key=_demoted_order(shares))
-    _bind(ordered + late, list(lps), bound, out, hp_lanes)
+    _bind(ordered + late, list(lps), bound, out, hp_lanes, now)
     return out
 
 
@@ -355,7 +355,7 @@ def _rescue_order(entry: tuple[int, Waiting]) -> tuple[bool, int]:
 
 
 def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan,
-          hp_lanes: list[Lane]) -> None:
+          hp_lanes: list[Lane], now: float) -> None:
     """Bind `ordered` from its head while an LP has under `bound` seconds ahead of the
     next one (a request that is not sheddable counts no sheddable work ahead of it)."""
     lanes = [Lane(lane.instance_id, lane.backlog, lane.sheddable) for lane in lanes]
@@ -366,12 +366,31 @@ def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan,
         if lane.ahead_of(w) >= bound:
             break
         cost = w.cost
-        if w.cost_on:  # the instance that would finish it first, holding its prefix or not
+        if w.cost_on:  # a prefix of it is cached somewhere
             homes = lanes + [h for h in hp_lanes if w.seconds_on(h.instance_id, w.hp_cost) < w.cost]
-            lane = min(homes, key=lambda l: (
-                l.ahead_of(w) + w.seconds_on(l.instance_id, w.cost), l.instance_id))
+            lane = _prefix_home(w, homes, now)
             cost = w.seconds_on(lane.instance_id, w.cost)
         out.to_lp.append((w, lane.instance_id))
         lane.add(w, cost)
         position += 1
     out.order = ordered[position:]
+
+
+def _prefix_home(w: Waiting, homes: list[Lane], now: float) -> Lane:
+    """Where a request with a prefix cached somewhere goes: the instance holding most of
+    its prompt among those that would still finish it by its deadline (ties: the one
+    that would finish it first), else the one that would finish it first.
+
+    Why not always the one that finishes it first: on another instance its cached
+    prefix is computed again -- the pool's time, paid by everyone behind it -- and the
+    conversation's history is then split, so its next turn misses there too. On
+    multi-turn traffic the finish-first rule let the LPs' cache hits fall from turn to
+    turn as the load rose (docs/results.md, "Multi-turn: a conversation stays where its
+    history is")."""
+    def finish(lane: Lane) -> float:
+        return lane.ahead_of(w) + w.seconds_on(lane.instance_id, w.cost)
+    in_time = [lane for lane in homes if now + finish(lane) <= w.deadline]
+    if not in_time:
+        return min(homes, key=lambda lane: (finish(lane), lane.instance_id))
+    return min(in_time, key=lambda lane: (w.seconds_on(lane.instance_id, w.cost),
+                                          finish(lane), lane.instance_id))

@@ -4,6 +4,7 @@ each instance holds; what a request found cached reaches its Settle, the metrics
 API's usage."""
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 import msgspec
@@ -23,7 +24,7 @@ from ipc.messages import (
     CachedPrompt, FinishReason, Heartbeat, Ready, Role, StepOutputs, StepTokens, TokenOutput,
 )
 from ipc.params import SamplingParams
-from policies.global_queue import Lane, Waiting, plan
+from policies.global_queue import Lane, Shed, Waiting, plan
 from policies.routing import PREFIX_LOAD_MARGIN, Routing, prefix_aware
 from policies.ticket_pick import ticket_pick
 
@@ -41,17 +42,26 @@ def test_prefix_aware_prefers_the_instance_holding_more_of_the_prompt_while_load
     assert prefix_aware([]) is None
 
 
-def test_binding_weighs_a_cached_prefix_against_backlog():
-    cheap_on_1 = Waiting("a", 0.0, 100.0, cost=0.2, hp_cost=1.0,
-                         cost_on=((0, 1.0), (1, 0.2), (2, 1.0)))
-    # LP 1 is busier but would finish it first: it takes it (even past the bound)
-    out = plan([cheap_on_1], [Lane(0, 0.0), Lane(1, 0.5)], [], now=0.0, bound=0.4)
+def test_binding_keeps_a_request_where_its_prefix_is_cached_while_it_is_in_time_there():
+    def cheap_on_1(deadline: float) -> Waiting:
+        return Waiting("a", 0.0, deadline, cost=0.2, hp_cost=1.0,
+                       cost_on=((0, 1.0), (1, 0.2), (2, 1.0)))
+    # LP 1 is busier but holds its prefix: it takes it (even past the bound) ...
+    out = plan([cheap_on_1(100.0)], [Lane(0, 0.0), Lane(1, 0.5)], [], now=0.0, bound=0.4)
     assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 1)]
-    # ... but not when its backlog outweighs what the prefix saves
-    out = plan([cheap_on_1], [Lane(0, 0.0), Lane(1, 0.9)], [], now=0.0, bound=0.4)
+    # ... even when LP 0 would finish it first (1.0 against 0.9 + 0.2): computing the
+    # prefix again there would cost the pool time, and split the conversation's history
+    out = plan([cheap_on_1(100.0)], [Lane(0, 0.0), Lane(1, 0.9)], [], now=0.0, bound=0.4)
+    assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 1)]
+    # ... but not when it would finish it late there and LP 0 in time
+    out = plan([cheap_on_1(1.05)], [Lane(0, 0.0), Lane(1, 0.9)], [], now=0.0, bound=0.4)
     assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 0)]
+    # late everywhere: the one that would finish it first
+    out = plan([cheap_on_1(0.5)], [Lane(0, 0.0), Lane(1, 0.7)], [], now=0.0, bound=0.4,
+               shed=Shed.KEEP)
+    assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 1)]   # 0.9 against 1.0
     # no LP under the bound: nothing binds, whatever is cached
-    out = plan([cheap_on_1], [Lane(0, 0.5), Lane(1, 0.5)], [], now=0.0, bound=0.4)
+    out = plan([cheap_on_1(100.0)], [Lane(0, 0.5), Lane(1, 0.5)], [], now=0.0, bound=0.4)
     assert not out.to_lp
 
 
@@ -60,8 +70,9 @@ def test_a_conversation_an_hp_holds_may_bind_there_but_no_other_request_does():
                          cost_on=((0, 1.0), (1, 1.0), (2, 0.2)))
     out = plan([held_on_hp], [Lane(0, 0.0), Lane(1, 0.0)], [Lane(2, 0.3)], now=0.0, bound=2.0)
     assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 2)]  # 0.3 + 0.2 < 0 + 1.0
-    # ... unless the HP is so far behind that an LP finishes it first
-    out = plan([held_on_hp], [Lane(0, 0.0), Lane(1, 0.0)], [Lane(2, 0.9)], now=0.0, bound=2.0)
+    # ... unless the HP is so far behind that it would finish it late, and an LP in time
+    late_on_hp = dataclasses.replace(held_on_hp, deadline=1.05)
+    out = plan([late_on_hp], [Lane(0, 0.0), Lane(1, 0.0)], [Lane(2, 0.9)], now=0.0, bound=2.0)
     assert [(w.key, lane) for w, lane in out.to_lp] == [("a", 0)]
     # a request cached on an LP (or nowhere) never binds to an idle HP
     held_on_lp = Waiting("b", 0.0, 100.0, cost=0.2, hp_cost=1.0,

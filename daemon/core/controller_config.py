@@ -41,8 +41,9 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         '"prefix_aware" (the one holding the longest cached prefix of its prompt while its '
         'load allows, else the least loaded), "least_loaded" (fewest requests in flight) or '
         '"round_robin". The same rule serves the LP pool of an Ascendra layout (with the '
-        "global queue, prefix_aware binds a request to the LP that would finish its prefill "
-        "first, its cached prefix counted) and every instance of a baseline one."
+        "global queue, prefix_aware binds a request to the LP holding most of its prompt "
+        "while that LP would still prefill it in time, else to the one that would finish "
+        "its prefill first) and every instance of a baseline one."
         ))] = Routing.PREFIX_AWARE
     global_queue: Annotated[bool, Meta(description=(
         "Ascendra layouts: new requests wait at the controller and an LP instance takes the "
