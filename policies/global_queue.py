@@ -24,12 +24,12 @@ looks at the whole queue at `now`:
 4. **Bind.** The queue in order (feasible by deadline, then demoted) is handed out: the
    LP with the smallest backlog takes the head while its backlog is under `bound` -- or,
    when a prefix of the head's prompt is cached on some instances (`Waiting.cost_on`),
-   the one holding most of it while it would still finish it by its deadline there (its
-   backlog plus its cost there), even one past the bound; if none would, the one that
-   would finish it first (`_prefix_home`). An HP joins that choice for a request it
-   would compute less of than any LP (a conversation it served before, as a rescue or on
-   a ticket): without it every later turn of that conversation would go back to an LP
-   that never saw its history. Rescue picks its HP alike.
+   the LP holding most of it while it would still finish it by its deadline there (its
+   backlog plus its cost there), even one past the bound; if none would, the LP that
+   would finish it first (`_prefix_home`). An HP takes it instead when it would compute
+   less of it than any LP (a conversation it served before, as a rescue or on a ticket)
+   and finish it sooner: without it every later turn of that conversation would go back
+   to an LP that never saw its history. Rescue picks its HP alike.
 
 With class floors (policies/class_floor.py) a request of a *protected* class is never
 the one set aside in step 1 while a request of another class could be (the costliest of
@@ -367,8 +367,7 @@ def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan,
             break
         cost = w.cost
         if w.cost_on:  # a prefix of it is cached somewhere
-            homes = lanes + [h for h in hp_lanes if w.seconds_on(h.instance_id, w.hp_cost) < w.cost]
-            lane = _prefix_home(w, homes, now)
+            lane = _prefix_home(w, lanes, now, hp_lanes)
             cost = w.seconds_on(lane.instance_id, w.cost)
         out.to_lp.append((w, lane.instance_id))
         lane.add(w, cost)
@@ -376,21 +375,27 @@ def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan,
     out.order = ordered[position:]
 
 
-def _prefix_home(w: Waiting, homes: list[Lane], now: float) -> Lane:
-    """Where a request with a prefix cached somewhere goes: the instance holding most of
-    its prompt among those that would still finish it by its deadline (ties: the one
-    that would finish it first), else the one that would finish it first.
+def _prefix_home(w: Waiting, lanes: list[Lane], now: float, hp_lanes: list[Lane]) -> Lane:
+    """Where a request with a prefix cached somewhere goes: the LP holding most of its
+    prompt among those that would still finish it by its deadline (ties: the one that
+    would finish it first), else the LP that would finish it first -- or an HP holding
+    more of it than any LP, when that HP would finish it sooner still.
 
-    Why not always the one that finishes it first: on another instance its cached
-    prefix is computed again -- the pool's time, paid by everyone behind it -- and the
+    Why not always the one that finishes it first: on another LP its cached prefix is
+    computed again -- the pool's time, paid by everyone behind it -- and the
     conversation's history is then split, so its next turn misses there too. On
     multi-turn traffic the finish-first rule let the LPs' cache hits fall from turn to
     turn as the load rose (docs/results.md, "Multi-turn: a conversation stays where its
-    history is")."""
+    history is"). An HP stays a place for rescues: it takes such a request only when it
+    would finish it first, as before."""
     def finish(lane: Lane) -> float:
         return lane.ahead_of(w) + w.seconds_on(lane.instance_id, w.cost)
-    in_time = [lane for lane in homes if now + finish(lane) <= w.deadline]
-    if not in_time:
-        return min(homes, key=lambda lane: (finish(lane), lane.instance_id))
-    return min(in_time, key=lambda lane: (w.seconds_on(lane.instance_id, w.cost),
-                                          finish(lane), lane.instance_id))
+    in_time = [lane for lane in lanes if now + finish(lane) <= w.deadline]
+    if in_time:
+        home = min(in_time, key=lambda lane: (w.seconds_on(lane.instance_id, w.cost),
+                                              finish(lane), lane.instance_id))
+    else:
+        home = min(lanes, key=lambda lane: (finish(lane), lane.instance_id))
+    hps = [h for h in hp_lanes if w.seconds_on(h.instance_id, w.hp_cost) < w.cost]
+    hp = min(hps, key=lambda lane: (finish(lane), lane.instance_id), default=None)
+    return hp if hp is not None and finish(hp) < finish(home) else home
