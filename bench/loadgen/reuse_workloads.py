@@ -34,6 +34,14 @@ from bench.loadgen.workload import PromptPart, WorkloadRequest, fit_lengths, sam
 SYSTEM, QUESTION, HISTORY = 1, 2, 3
 
 
+def conversation_of(request: WorkloadRequest) -> int | None:
+    """The conversation a multi-turn request belongs to (None: not a conversation's turn)."""
+    parts = request.prompt_parts
+    if parts and parts[0].key[0] == HISTORY:
+        return parts[0].key[1]
+    return None
+
+
 def system_prompt_requests(arrivals, rows: list[TraceRow], *, system_prompt_len: int,
                            system_prompts: int, seed: int, length_scale: float,
                            max_prompt_len: int | None, max_model_len: int | None,

@@ -32,6 +32,7 @@ from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import (
     NEAR_GROWTH, START_GROWTH, RulerConfig, SeedCapacity, Subject, ruler_classes, seed_capacity,
 )
+from daemon.layout import layout_modes
 from engines.scheduler_config import SchedulerConfig
 from policies.routing import Routing
 
@@ -253,25 +254,30 @@ def settings_table(configs: Sequence[RulerConfig], settings: Sequence[str],
 def parse_settings(settings: Sequence[str]) -> list[Subject]:
     """`settings_table`'s subjects; a ValueError naming the problem if one is malformed or
     none is a baseline (every ratio divides by the best baseline)."""
-    subjects = [_parse_setting(s) for s in settings]
+    subjects = [parse_setting(s) for s in settings]
     if not any(s.layout in SWEEPS for s in subjects):
         raise ValueError(f"settings {','.join(settings)!r} name no baseline (layout@chunk or "
                          "layout@chunk+drops): every ratio divides by the best baseline")
     return subjects
 
 
-def _parse_setting(text: str) -> Subject:
+def parse_setting(text: str) -> Subject:
     """`3xsglang@4096+drops` -> that baseline setting; `2L1H` -> the layout at defaults;
     a `/round_robin` (any routing) after a baseline setting: its own routing."""
     setting, _, routing = text.partition("/")
     layout, _, rest = setting.partition("@")
+    try:
+        layout_modes(layout)
+    except ValueError as error:
+        raise ValueError(f"setting {text!r}: {error}") from None
     if not rest:
         if routing:
             raise ValueError(f"setting {text!r}: only a baseline setting takes its own routing")
         return Subject(label=layout, layout=layout)
     chunk, _, drops = rest.partition("+")
-    if drops not in ("", "drops"):
-        raise ValueError(f"setting {text!r}: write layout@chunk or layout@chunk+drops")
+    if drops not in ("", "drops") or not chunk.isdigit():
+        raise ValueError(f"setting {text!r}: write layout@chunk or layout@chunk+drops, "
+                         "the chunk a number of tokens")
     subject = _subject(layout, int(chunk), drops=bool(drops))
     if not routing:
         return subject
