@@ -158,3 +158,20 @@ def test_loader_stores_linear_weights_column_major_on_cpu(tiny_models):
         if isinstance(module, torch.nn.Linear):
             assert module.weight.t().is_contiguous()
     assert model.model.embed_tokens.weight.is_contiguous()  # rows looked up by token id
+
+
+@pytest.mark.slow
+def test_loading_a_model_leaves_torch_compilation_unloaded(tiny_models):
+    """An instance never compiles (eager), so loading must not pull in TorchDynamo and, with
+    it, Triton: 2 s of every instance's start, and Triton's leak report on every exit."""
+    import subprocess
+    import sys
+    script = ("import sys, torch\n"
+              "from engines.models.attention import SdpaAttention\n"
+              "from engines.models.loader import load_model\n"
+              f"load_model({str(tiny_models['llama'])!r}, SdpaAttention(16, torch.device('cpu')))\n"
+              "print(sorted(m for m in ('torch._dynamo', 'triton') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+    assert "leaked" not in done.stderr

@@ -96,7 +96,13 @@ class DecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, backend, ops) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Built on the meta device and filled from the checkpoint (engines/models/loader.py):
+        # an initial weight skips nn.Embedding's random init, which on the meta device goes
+        # through torch's reference ops and imports TorchDynamo and Triton (2 s of an
+        # instance's start, and Triton's leak report at every exit).
+        self.embed_tokens = nn.Embedding(
+            config.vocab_size, config.hidden_size,
+            _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(config, backend, ops)
                                     for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
