@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"--- {r['prompt']!r} ({len(r['token_ids'])} tokens, {r['finish_reason']})")
         print(r["text"])
     total = sum(len(c.token_ids) for c in completions)
-    print(f"--- {len(results)} prompts, {total} tokens in {elapsed:.2f} s "
+    prompts = f"{len(results)} prompt" + ("s" if len(results) != 1 else "")
+    print(f"--- {prompts}, {total} tokens in {elapsed:.2f} s "
           f"({total / max(elapsed, 1e-9):.1f} tokens/s, {args.mode} mode)")
     return 0
