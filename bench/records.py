@@ -201,6 +201,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     errored: int
     lost: int
     offloaded: int
+    #: Warm-up requests sent first to prime the server (a multi-turn run's earlier turns),
+    #: left out of every figure above.
+    primed: int = 0
     perf_model_mape: float | None = None
     #: Share of the completed requests' prompt tokens found in a prefix cache, %.
     prompt_cached_pct: float = 0.0

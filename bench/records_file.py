@@ -17,7 +17,8 @@ from bench.results import is_good
 
 def record_rows(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float,
                 measured: Iterable[RequestRecord] | None = None) -> list[RecordRow]:
-    """Rows in arrival order; `measured` (default: all) marks the steady-state ones."""
+    """Rows in arrival order; `measured` (default: all) marks the steady-state ones -- never
+    a warm-up request's (sent only to prime the server)."""
     kept = None if measured is None else {id(r) for r in measured}
     rows = []
     for r in sorted(records, key=lambda r: (r.arrival, r.index)):
@@ -30,7 +31,7 @@ def record_rows(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: floa
             instances=list(r.instances or ([r.instance] if r.instance is not None else [])),
             offloaded=r.offloaded, queue_delay=r.sched_delay, ttft=r.ttft(),
             mean_tbt=r.mean_tbt(), max_tbt=r.max_tbt(), finish_reason=r.finish_reason,
-            error_code=r.error_code, measured=kept is None or id(r) in kept,
+            error_code=r.error_code, measured=not r.warmup and (kept is None or id(r) in kept),
             answer_wait=r.answer_wait(), cached_tokens=r.cached_tokens, role=r.role,
             tenant=r.tenant))
     return rows

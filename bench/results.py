@@ -61,7 +61,17 @@ def token_goodput_pct(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo
 def summarize(records: list[RequestRecord], config: dict, duration_s: float,
               ttft_slo: float, tbt_slo: float, per_instance: list[dict] | None = None,
               perf_model_mape: float | None = None, keep_records: bool = False) -> RunResult:
-    """Everything a run reports, from its records. Rates are per `duration_s`."""
+    """Everything a run reports, from its records. Rates are per `duration_s`.
+
+    Warm-up requests (`RequestRecord.warmup`: a multi-turn run's earlier turns, sent to
+    prime the prefix cache) are left out of every figure and only counted (`primed`);
+    the rates are then per the measured requests' own span, first arrival to last answer."""
+    everything = records
+    primed = sum(1 for r in records if r.warmup)
+    if primed:
+        records = [r for r in records if not r.warmup]
+        ends = [r.end_time for r in records if r.end_time is not None]
+        duration_s = max(ends) - min(r.arrival for r in records) if ends else 0.0
     done = [r for r in records if r.outcome == "completed"]
     counts = {o: sum(1 for r in records if r.outcome == o) for o in OUTCOMES}
     good = sum(1 for r in records if is_good(r, ttft_slo, tbt_slo))
@@ -83,7 +93,7 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         prompt_cached_pct=cached_share(done),
         per_class=per_class(records, ttft_slo, tbt_slo),
         per_tenant=per_tenant(records, ttft_slo, tbt_slo),
-        records=list(records) if keep_records else msgspec.UNSET)
+        primed=primed, records=list(everything) if keep_records else msgspec.UNSET)
 
 
 def cached_share(records: list[RequestRecord]) -> float:

@@ -16,7 +16,9 @@ def _ms(seconds: float | None) -> str:
 def summary_rows(result: RunResult) -> list[tuple[str, str]]:
     """(label, value) pairs: the run, its counts, goodput and rates."""
     r = result
-    rows = [("requests", str(r.num_requests)), ("duration", f"{r.duration_s:.2f} s"),
+    requests = str(r.num_requests) + (f" (after {r.primed} warm-up, not counted)"
+                                      if r.primed else "")
+    rows = [("requests", requests), ("duration", f"{r.duration_s:.2f} s"),
             ("SLOs (TTFT / TBT)", f"{r.ttft_slo_s:g} s / {r.tbt_slo_s:g} s"),
             ("completed / dropped / errored / lost",
              f"{r.completed} / {r.dropped} / {r.errored} / {r.lost}"),

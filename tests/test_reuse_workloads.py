@@ -106,3 +106,21 @@ def test_caching_shows_in_a_simulated_multi_turn_run():
     on, off = results[True], results[False]
     assert on.prompt_cached_pct > 20 and off.prompt_cached_pct == 0
     assert on.ttft_s.mean < off.ttft_s.mean
+
+
+def test_a_multi_turn_runs_figures_count_only_its_own_turns_not_the_priming_ones():
+    """`simulate --num-requests 120` on multi-turn reports 120 requests: the earlier turns
+    sent to prime the cache are counted apart, and a records file marks them unmeasured."""
+    from bench.records_file import record_rows
+    requests = build_requests(workload("multi-turn"), rate=4.0, num_requests=120, seed=1,
+                              max_model_len=8192)
+    primed = sum(r.warmup for r in requests)
+    result = simulate(SimConfig(layout_modes=("sarathi",)), requests, keep_records=True)
+    assert primed > 0
+    assert (result.num_requests, result.primed) == (120, primed)
+    assert result.completed + result.dropped + result.errored + result.lost == 120
+    run = [r for r in result.records if not r.warmup]
+    assert result.duration_s == pytest.approx(max(r.end_time for r in run)
+                                              - min(r.arrival for r in run))
+    rows = record_rows(result.records, 1.0, 0.15)
+    assert sum(row.measured for row in rows) == 120 and len(rows) == 120 + primed
