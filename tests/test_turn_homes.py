@@ -7,6 +7,7 @@ import pytest
 from bench.loadgen.reuse_workloads import HISTORY, conversation_of
 from bench.loadgen.workload import PromptPart, WorkloadRequest
 from bench.records import RequestRecord
+from bench.ruler.capacity_table import parse_setting
 from bench.studies.turn_homes import PLACES, main, turn_homes, turn_places
 
 BLOCK = 16
@@ -64,7 +65,8 @@ def test_only_a_multi_turn_request_belongs_to_a_conversation():
 
 @pytest.mark.slow
 def test_a_run_places_every_measured_turn_of_every_class():
-    (result,) = turn_homes(["3L0H"], qps=20.0, seeds=[0], measured=200, workers=1)
+    (result,) = turn_homes([parse_setting("3L0H")], qps=20.0, seeds=[0], measured=200,
+                           workers=1)
     assert sum(row.turns for row in result.classes) == 200
     for row in result.classes:
         assert set(row.by_place) == set(PLACES)

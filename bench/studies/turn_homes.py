@@ -122,11 +122,12 @@ def _run(job: tuple[Subject, RulerConfig, float, int]) -> list[ClassTurns]:
     return out
 
 
-def turn_homes(settings: Sequence[str], qps: float, seeds: Sequence[int], measured: int,
+def turn_homes(subjects: Sequence[Subject], qps: float, seeds: Sequence[int], measured: int,
                workers: int | None = None) -> list[SettingTurns]:
+    """Each subject (`parse_setting`) on the ruler's multi-turn workload at `qps`, its
+    seeds summed."""
     config = RulerConfig(workload=workload("multi-turn"), measured=measured,
                          seeds=tuple(seeds))
-    subjects = [parse_setting(s) for s in settings]
     jobs = [(subject, config, qps, seed) for subject in subjects for seed in seeds]
     runs = run_parallel(_run, jobs, workers)
     out = []
@@ -170,13 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the table here")
     add_workers_flag(parser)
     args = parser.parse_args(argv)
-    settings = args.settings.split(",")
     try:
-        for setting in settings:
-            parse_setting(setting)
+        subjects = [parse_setting(s) for s in args.settings.split(",")]
     except ValueError as error:
         parser.error(f"--settings: {error}")
-    result = turn_homes(settings, args.qps, [int(s) for s in args.seeds.split(",")],
+    result = turn_homes(subjects, args.qps, [int(s) for s in args.seeds.split(",")],
                         args.measured, args.workers)
     print_table(result)
     if args.json:
