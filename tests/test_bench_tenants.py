@@ -287,7 +287,8 @@ def test_service_per_window_counts_prompts_at_the_first_token_and_outputs_at_the
 def test_the_tenants_study_runs_quick(tmp_path, capsys):
     from bench.studies.tenants import main as study
     out = tmp_path / "tenants.json"
-    assert study(["--quick", "--out", str(out), "--figures", str(tmp_path)]) == 0
+    assert study(["--quick", "--num-requests", "300", "--out", str(out),
+                  "--figures", str(tmp_path)]) == 0
     doc = json.loads(out.read_text())
     assert doc["config"]["quick"] and doc["config"]["seeds"] == [0]
     assert [r["label"] for r in doc["flood"]][:2] == ["2L1H",
