@@ -7,7 +7,9 @@ longest prompts. That is the best count, and a user with long documents sees a t
 them refused. With a class floor F (`class_floor`, a share), a class whose recent
 requests met their TTFT target less often than F plus a margin is *protected*: the
 triage sets aside the costliest request of an unprotected class instead (shedding
-elsewhere: several short prompts may go for one long one). A protected request that is
+elsewhere: several short prompts may go for one long one), and plans each request on
+the LP that frees up first rather than on the pooled LPs, so that a long prompt one LP
+can still start in time is kept (policies/global_queue.py). A protected request that is
 late anyway is still dropped: demoting it instead was tried and only delayed everyone
 (docs/fairness.md).
 

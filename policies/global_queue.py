@@ -194,8 +194,11 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
               protected: frozenset[int] = frozenset(),
               ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
     """(kept in deadline order, set aside with their places in deadline order) by
-    Moore-Hodgson on the pooled LPs; the request set aside is the costliest of an
-    unprotected class while there is one."""
+    Moore-Hodgson on the pooled LPs -- or, while a class is protected, on each LP
+    (`_feasible_per_lp`); the request set aside is the costliest of an unprotected class
+    while there is one."""
+    if protected:
+        return _feasible_per_lp(queue, lps, now, protected)
     speed = len(lps)
     clock = now + sum(lane.ahead_of(queue[0]) for lane in lps) / speed  # one band
     kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
@@ -210,6 +213,32 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
                                        else _pop_unprotected(kept, protected))
             clock -= longest.cost / speed
             aside.append((-minus_place, longest))
+    return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+
+
+def _feasible_per_lp(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
+                     protected: frozenset[int],
+                     ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
+    """`_feasible` with each request placed on the LP that frees up first (list
+    scheduling: binding hands the head to the least loaded LP), a request set aside
+    giving its time back to its LP. Used while a class is protected: the pool's mean
+    backlog sets aside a long prompt that the least loaded LP could still start in
+    time, and the longest prompts are the class that falls under its floor first
+    (docs/fairness.md, "Per-LP feasibility while a class is protected")."""
+    clocks = [now + lane.ahead_of(queue[0]) for lane in lps]  # one band
+    kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
+    placed: dict[int, int] = {}                   # deadline place -> its LP's index
+    aside: list[tuple[int, Waiting]] = []
+    for i, w in enumerate(sorted(queue, key=_deadline_order)):
+        lane = min(range(len(clocks)), key=clocks.__getitem__)
+        start = clocks[lane]
+        heapq.heappush(kept, (-w.cost, -i, w))  # ties: set the later one aside
+        placed[i] = lane
+        clocks[lane] += w.cost
+        if start + w.cost > w.deadline:
+            _, minus_place, victim = _pop_unprotected(kept, protected)
+            clocks[placed[-minus_place]] -= victim.cost
+            aside.append((-minus_place, victim))
     return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
 
 

@@ -40,6 +40,33 @@ def test_when_every_request_is_protected_the_costliest_still_gives_way():
     assert [x.key for x in out.shed] == ["long"]
 
 
+#: Three LPs, two of them 0.9 s behind: the pool's mean backlog is 0.6 s.
+UNEVEN = [Lane(0, 0.0), Lane(1, 0.9), Lane(2, 0.9)]
+
+
+def test_a_protected_class_is_planned_on_the_lp_that_frees_up_first():
+    """A long prompt that the idle LP can still finish in time: the pooled plan sets it
+    aside (0.6 s mean backlog + 0.8 s > 1 s); while its class is protected the plan places
+    each request on the LP that frees up first, and it is served there."""
+    long = w("long", 1.0, 0.8, 3)
+    pooled = plan([long], UNEVEN, [], now=0.0, bound=1e9, shed=Shed.DROP)
+    assert [x.key for x in pooled.shed] == ["long"]
+    per_lp = plan([long], UNEVEN, [], now=0.0, bound=1e9, shed=Shed.DROP,
+                  protected=frozenset({3}))
+    assert per_lp.shed == [] and [(x.key, lp) for x, lp in per_lp.to_lp] == [("long", 0)]
+
+
+def test_per_lp_a_request_set_aside_gives_its_time_back_to_its_own_lp():
+    """Two prompts for the idle LP (the busy ones cannot finish either in time): the
+    short one is set aside for the protected long one, and a third request that fits
+    only once that time is given back is kept."""
+    queue = [w("short", 0.35, 0.3, 0), w("long", 1.0, 0.8, 3), w("next", 1.65, 0.8, 0)]
+    out = plan(queue, UNEVEN, [], now=0.0, bound=1e9, shed=Shed.DROP,
+               protected=frozenset({3}))
+    assert [x.key for x in out.shed] == ["short"]
+    assert sorted(x.key for x, _ in out.to_lp) == ["long", "next"]
+
+
 def test_classes_are_quartiles_of_recent_prompts():
     assert quartile_bounds(list(range(100))) == (25, 50, 75)
     classes = PromptClasses(floor=0.8)

@@ -74,7 +74,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "With the global queue, fairness-aware shedding: requests are split into prompt-"
         "length quartiles of the recent arrivals, and a class whose recent requests met "
         "their TTFT target less often than this share (plus 5 points) is protected: the "
-        "triage sets aside and drops requests of other classes instead. 0 = the paper's "
+        "triage sets aside and drops requests of other classes instead, and plans each "
+        "request on the LP that frees up first rather than on the pooled LPs. 0 = the paper's "
         "rule (the costliest late request goes first, whoever it is)."))] = 0.0
     hps_in_bursts: Annotated[bool, Meta(description=(
         f"With an <n>A layout: while arrivals come in bursts (over "
