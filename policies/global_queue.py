@@ -33,7 +33,8 @@ looks at the whole queue at `now`:
 
 With class floors (policies/class_floor.py) a request of a *protected* class is never
 the one set aside in step 1 while a request of another class could be (the costliest of
-those goes instead).
+those goes instead), and step 1 then places each request on the LP that frees up first
+instead of on the pool.
 
 Priority bands and tenants (docs/design.md §5.11). Requests of a higher band are planned
 first; the request step 1 sets aside is one of the lowest band kept so far (sheddable
@@ -224,7 +225,7 @@ def _feasible_per_lp(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
     giving its time back to its LP. Used while a class is protected: the pool's mean
     backlog sets aside a long prompt that the least loaded LP could still start in
     time, and the longest prompts are the class that falls under its floor first
-    (docs/fairness.md, "Per-LP feasibility while a class is protected")."""
+    (docs/fairness.md, "The class floor plans on each LP")."""
     clocks = [now + lane.ahead_of(queue[0]) for lane in lps]  # one band
     kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
     placed: dict[int, int] = {}                   # deadline place -> its LP's index
