@@ -75,8 +75,9 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "length quartiles of the recent arrivals, and a class whose recent requests met "
         "their TTFT target less often than this share (plus 5 points) is protected: the "
         "triage sets aside and drops requests of other classes instead, and plans each "
-        "request on the LP that frees up first rather than on the pooled LPs. 0 = the paper's "
-        "rule (the costliest late request goes first, whoever it is)."))] = 0.0
+        "request on the LP that frees up first rather than on the pooled LPs. It pays on "
+        "steady traffic; where arrivals come in bursts it costs capacity (docs/fairness.md). "
+        "0 = the paper's rule (the costliest late request goes first, whoever it is)."))] = 0.0
     hps_in_bursts: Annotated[bool, Meta(description=(
         f"With an <n>A layout: while arrivals come in bursts (over "
         f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
