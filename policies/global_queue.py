@@ -195,9 +195,8 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
               protected: frozenset[int] = frozenset(),
               ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
     """(kept in deadline order, set aside with their places in deadline order) by
-    Moore-Hodgson on the pooled LPs -- or, while a class is protected, on each LP
-    (`_feasible_per_lp`); the request set aside is the costliest of an unprotected class
-    while there is one."""
+    Moore-Hodgson on the pooled LPs, the costliest request set aside -- or, while a class
+    is protected, on each LP (`_feasible_per_lp`)."""
     if protected:
         return _feasible_per_lp(queue, lps, now, protected)
     speed = len(lps)
@@ -210,11 +209,10 @@ def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
         push(kept, (-w.cost, -i, w))  # ties: set the later one aside
         clock += w.cost / speed
         if start + w.cost > w.deadline:  # ... and then one LP prefills it alone
-            _, minus_place, longest = (pop(kept) if not protected
-                                       else _pop_unprotected(kept, protected))
+            _, minus_place, longest = pop(kept)
             clock -= longest.cost / speed
             aside.append((-minus_place, longest))
-    return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+    return _in_deadline_order(kept), aside
 
 
 def _feasible_per_lp(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
@@ -222,8 +220,9 @@ def _feasible_per_lp(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
                      ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
     """`_feasible` with each request placed on the LP that frees up first (list
     scheduling: binding hands the head to the least loaded LP), a request set aside
-    giving its time back to its LP. Used while a class is protected: the pool's mean
-    backlog sets aside a long prompt that the least loaded LP could still start in
+    giving its time back to its LP, and the request set aside the costliest of an
+    unprotected class while there is one. Used while a class is protected: the pool's
+    mean backlog sets aside a long prompt that the least loaded LP could still start in
     time, and the longest prompts are the class that falls under its floor first
     (docs/fairness.md, "The class floor plans on each LP")."""
     clocks = [now + lane.ahead_of(queue[0]) for lane in lps]  # one band
@@ -240,7 +239,12 @@ def _feasible_per_lp(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
             _, minus_place, victim = _pop_unprotected(kept, protected)
             clocks[placed[-minus_place]] -= victim.cost
             aside.append((-minus_place, victim))
-    return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+    return _in_deadline_order(kept), aside
+
+
+def _in_deadline_order(kept: list[tuple[float, int, Waiting]]) -> list[Waiting]:
+    """The requests of a `(-cost, -place, request)` heap, by their places in deadline order."""
+    return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])]
 
 
 def _feasible_by_group(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
@@ -287,8 +291,7 @@ def _feasible_by_group(queue: Sequence[Waiting], lps: Sequence[Lane], now: float
                 break
             if victim.favoured or not w.favoured:
                 start -= victim.cost / speed
-    kept = [entry for group in groups.values() for entry in group]
-    return [w for _, _, w in sorted(kept, key=lambda entry: -entry[1])], aside
+    return _in_deadline_order([entry for group in groups.values() for entry in group]), aside
 
 
 def _favoured_order(w: Waiting) -> tuple:
