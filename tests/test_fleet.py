@@ -121,6 +121,7 @@ def test_the_gateway_sees_what_gateway_view_computes_from_each_box():
 
 
 # ---- the fleet -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_two_box_fleet_ends_every_request_exactly_once(monkeypatch):
     ends: Counter = Counter()
     observe = RecordKeeper.observe

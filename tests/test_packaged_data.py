@@ -125,6 +125,7 @@ def test_traces_equal_the_raw_files(name):
     assert _gunzip(TRACE_DATA_DIR / f"{name}.csv.gz") == derive_traces.derived_csv(raw)
 
 
+@pytest.mark.slow
 def test_derivations_write_what_they_read(tmp_path):
     """Each derivation script, on a raw folder of its own making, reproduces its input."""
     vidur = tmp_path / "profiles" / "vidur"

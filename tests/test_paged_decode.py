@@ -82,7 +82,8 @@ def test_splits_are_many_for_one_sequence_and_one_for_a_large_batch():
     assert num_splits(1, 8, DecodeTuning(programs=8)) == 1
 
 
-@pytest.mark.parametrize("programs", [1, 24, pytest.param(10_000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("programs", [1, pytest.param(24, marks=pytest.mark.slow),
+                                      pytest.param(10_000, marks=pytest.mark.slow)])
 def test_the_number_of_splits_and_the_tile_change_nothing(programs):
     """One split per sequence (a long pipelined loop of 16-token tiles) or many short
     ones: the same attention. A CUDA graph's padding row (length 0) still gets zeros."""

@@ -293,6 +293,7 @@ def generate_pd(prefill: InstanceCore, decode: InstanceCore, prompts, max_tokens
     return list(tokens.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block_sizes", [(16, 16), (4, 16)])
 def test_greedy_output_through_prefill_and_decode_equals_one_instance(tiny_models, block_sizes):
     """The KV that crosses (as bytes, between caches of possibly different block sizes) is

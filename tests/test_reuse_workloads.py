@@ -108,6 +108,7 @@ def test_caching_shows_in_a_simulated_multi_turn_run():
     assert on.ttft_s.mean < off.ttft_s.mean
 
 
+@pytest.mark.slow
 def test_a_multi_turn_runs_figures_count_only_its_own_turns_not_the_priming_ones():
     """`simulate --num-requests 120` on multi-turn reports 120 requests: the earlier turns
     sent to prime the cache are counted apart, and a records file marks them unmeasured."""

@@ -52,6 +52,7 @@ def settled_run(layout: str, qps: float, n: int = 120) -> tuple[dict, dict[str, 
     return sim.records, settles
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout, qps", [("2L1H", 40.0), ("1P1D", 10.0), ("3xsarathi", 20.0), ("3A", 40.0)])
 def test_a_settle_places_a_request_as_the_simulators_records_do(layout, qps):
     records, settles = settled_run(layout, qps)

@@ -165,6 +165,7 @@ def _hand_stepped(workload, config, mode: str):
     return batches, first_token, finished, offloaded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, qps", [("sarathi", 3.0), ("lp", 6.0)])
 def test_one_instance_schedules_what_a_hand_stepped_engine_schedules(mode, qps, trace):
     """Step for step the same batches (request, first token position, tokens), the same

@@ -54,6 +54,7 @@ def test_unknown_arch_is_an_error(tmp_path):
         make_tiny_model(tmp_path, arch="gpt2")
 
 
+@pytest.mark.slow  # imports transformers
 @pytest.mark.parametrize("arch", ARCHS)
 def test_hugging_face_loads_model_and_tokenizer(tiny_models, arch):
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_models[arch],

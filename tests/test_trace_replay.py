@@ -113,6 +113,7 @@ def test_each_seed_replays_its_own_stretch_of_the_trace(tmp_path):
     assert arrivals == [0.0, 2.0]                          # the stretch's own gaps, from 0
 
 
+@pytest.mark.slow
 def test_the_packaged_azure_conversation_trace_replays_by_default(tmp_path):
     rows = load_rows("azure-conv")
     assert len(rows) == 19_366 and rows[0].arrival == 0.0

@@ -40,6 +40,8 @@ def run_tests(out: Path, timeout: int) -> int:
             "tests"]
     if importlib.util.find_spec("xdist"):  # pytest-xdist: spread over the cores
         args += ["-n", "8"]
+    else:  # setup.cfg's addopts name xdist's -n
+        args += ["-o", "addopts=-q -rs"]
     with open(out / "pytest.txt", "w") as log:
         try:
             return subprocess.run(args, stdout=log, stderr=subprocess.STDOUT,
