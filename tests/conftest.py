@@ -5,6 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import examples
+
+
+def pytest_configure(config):
+    """The fast lane tries fewer examples in each property check (tests/examples.py)."""
+    examples.fast_lane = config.option.markexpr.replace(" ", "") == "notslow"
+
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, Path]:

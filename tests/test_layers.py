@@ -11,6 +11,7 @@ modules of engines.instance_core's import closure.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,8 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(path: Path) -> set[str]:
+@functools.cache  # every test reads the same files: each parsed once a run
+def _imports(path: Path) -> frozenset[str]:
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -53,10 +55,10 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
             names |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return names
+    return frozenset(names)
 
 
-def _ours(names: set[str]) -> set[str]:
+def _ours(names: frozenset[str]) -> set[str]:
     return {n for n in names if n in MODULES}
 
 

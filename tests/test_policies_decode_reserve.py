@@ -19,9 +19,10 @@ from hypothesis import strategies as st  # noqa: E402
 from policies.admission import (  # noqa: E402
     DecodeLengthHistory, decode_reserve, decode_reserve_columns,
 )
+from tests.examples import examples  # noqa: E402
 from tests.policy_fakes import FakeRequest  # noqa: E402
 
-SETTINGS = dict(max_examples=200, deadline=None, database=None, derandomize=True)
+SETTINGS = dict(max_examples=examples(200), deadline=None, database=None, derandomize=True)
 
 lengths = st.one_of(st.sampled_from([1, 2, 7, 16, 100, 101]), st.integers(1, 5000))
 histories = st.tuples(st.integers(1, 40), st.lists(lengths, max_size=120))

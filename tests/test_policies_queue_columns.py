@@ -26,6 +26,7 @@ from policies.perf.model import PerfModel  # noqa: E402
 from policies.perf.predictor import LinearPredictor  # noqa: E402
 from policies.queue_columns import QueueColumns, ttft_lost_rows  # noqa: E402
 from policies.value import VALUE_FUNCTIONS, VALUE_KEYS, order_by_value, value_order  # noqa: E402
+from tests.examples import examples  # noqa: E402
 from tests.policy_fakes import FakeRequest  # noqa: E402
 
 BUDGET = 512
@@ -35,7 +36,7 @@ PREDICTORS = {
     "linear": LinearPredictor(seconds_per_token=0.001, fixed=0.002),
     "perf_model": PerfModel(LLAMA3_8B, HARDWARE["a100"], coeffs=[0.3, 1.2, 0.4, 0.1, 0.004]),
 }
-SETTINGS = dict(max_examples=150, deadline=None, database=None, derandomize=True)
+SETTINGS = dict(max_examples=examples(150), deadline=None, database=None, derandomize=True)
 
 times = st.one_of(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]),
                   st.floats(0.0, 5.0, allow_nan=False))

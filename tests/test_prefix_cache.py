@@ -13,6 +13,7 @@ from engines.kv_cache import BlockManager
 from engines.request import Request
 from ipc.params import SamplingParams
 from policies.prefix_hash import ROOT, block_hash, block_hashes, extend_block_hashes
+from tests.examples import examples
 
 BS = 4
 PARAMS = SamplingParams(max_tokens=8)
@@ -260,7 +261,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
 
 TestPrefixCacheMachine = PrefixCacheMachine.TestCase
-TestPrefixCacheMachine.settings = settings(max_examples=150, stateful_step_count=40,
+TestPrefixCacheMachine.settings = settings(max_examples=examples(150), stateful_step_count=40,
                                            deadline=None)
 
 

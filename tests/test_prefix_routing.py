@@ -26,6 +26,7 @@ from ipc.params import SamplingParams
 from policies.global_queue import Lane, Shed, Waiting, plan
 from policies.routing import PREFIX_LOAD_MARGIN, Routing, prefix_aware
 from policies.ticket_pick import ticket_pick
+from tests.examples import examples
 
 BS = 4
 
@@ -135,7 +136,7 @@ def _lru_reference(capacity: int, calls: list[list[bytes]]) -> list[bytes]:
     return list(held)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(capacity=st.integers(1, 12),
        calls=st.lists(st.lists(st.integers(0, 20), unique=True, max_size=8), max_size=60),
        compact_slack=st.sampled_from([prefix_index.COMPACT_SLACK, 0]))

@@ -12,6 +12,7 @@ from engines.engine import Engine
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 from tests.fakes import FakeExecutor, expected_output
+from tests.examples import examples
 
 SYSTEM = list(range(2, 42))   # 40 tokens: 10 full blocks of 4
 
@@ -72,7 +73,7 @@ def test_a_preempted_request_finds_its_own_blocks_again():
 prefixes = st.lists(st.integers(2, 6), min_size=0, max_size=24)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(shared=st.lists(prefixes, min_size=1, max_size=3),
        prompts=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(2, 9), min_size=1,
                                                                 max_size=12)),

@@ -25,6 +25,7 @@ from daemon.responses import ResponseBuilder
 from daemon.stream_events import StreamEvents
 from ipc.messages import StepTokens, TokenOutput
 from tests.api_fakes import FakeController, api_client
+from tests.examples import examples
 
 SENTENCE = "The quick brown fox jumps over the lazy dog, again and again."
 
@@ -285,7 +286,7 @@ def test_events_have_openai_chunk_shapes(chat):
                                    "code": "instance_lost"}}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(chat=st.booleans(), index=st.integers(0, 12), text=st.text(),
        finish=st.sampled_from([None, "length", "stop"]), first=st.booleans(),
        logprobs=st.sampled_from([None, {"content": [], "refusal": None}]))
