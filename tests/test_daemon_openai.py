@@ -13,7 +13,6 @@ import torch
 from daemon.logprobs import TokenText
 from tests.daemon_fixture import sim_args, start_daemon, torch_args
 
-transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny"
@@ -41,6 +40,7 @@ def client(daemon):
 
 @pytest.fixture(scope="module")
 def hf_model(tiny_models):
+    transformers = pytest.importorskip("transformers")  # here: not at collection
     return transformers.AutoModelForCausalLM.from_pretrained(
         tiny_models["llama"], dtype=torch.float32).eval()
 
