@@ -34,7 +34,8 @@ looks at the whole queue at `now`:
 With class floors (policies/class_floor.py) a request of a *protected* class is never
 the one set aside in step 1 while a request of another class could be (the costliest of
 those goes instead), and step 1 then places each request on the LP that frees up first
-instead of on the pool.
+instead of on the pool (a queue of one band and tenant; with several, step 1 keeps to the
+pool).
 
 Priority bands and tenants (docs/design.md §5.11). Requests of a higher band are planned
 first; the request step 1 sets aside is one of the lowest band kept so far (sheddable
@@ -227,14 +228,14 @@ def _feasible_per_lp(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
     (docs/fairness.md, "The class floor plans on each LP")."""
     clocks = [now + lane.ahead_of(queue[0]) for lane in lps]  # one band
     kept: list[tuple[float, int, Waiting]] = []   # max-heap on cost
-    placed: dict[int, int] = {}                   # deadline place -> its LP's index
+    placed: list[int] = []                        # by deadline place: its LP's index
     aside: list[tuple[int, Waiting]] = []
     for i, w in enumerate(sorted(queue, key=_deadline_order)):
-        lane = min(range(len(clocks)), key=clocks.__getitem__)
-        start = clocks[lane]
+        soonest = min(range(len(clocks)), key=clocks.__getitem__)
+        start = clocks[soonest]
         heapq.heappush(kept, (-w.cost, -i, w))  # ties: set the later one aside
-        placed[i] = lane
-        clocks[lane] += w.cost
+        placed.append(soonest)
+        clocks[soonest] += w.cost
         if start + w.cost > w.deadline:
             _, minus_place, victim = _pop_unprotected(kept, protected)
             clocks[placed[-minus_place]] -= victim.cost
