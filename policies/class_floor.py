@@ -13,6 +13,11 @@ can still start in time is kept (policies/global_queue.py). A protected request 
 late anyway is still dropped: demoting it instead was tried and only delayed everyone
 (docs/fairness.md).
 
+While arrivals come in bursts (an `<n>A` layout's burst test, policies/roles.py) no class
+is protected: there the floor takes HPs instead (half the instances), whose deadline
+order serves a burst's long prompts, since shedding the other classes for them takes
+overall goodput under its target first (docs/fairness.md, "A class floor in bursts").
+
 Classes are prompt-length quartiles of the recent arrivals (`PromptClasses`, the same
 split the capacity ruler reports). Each class's record is its last `OUTCOME_WINDOW`
 requests that got a first answer: a first token within its TTFT target or not, or a drop.
@@ -54,6 +59,8 @@ class PromptClasses:
                                                     for _ in range(NUM_CLASSES)])
     met: list = field(default_factory=lambda: [0] * NUM_CLASSES)  # sum of each record
     _since_refresh: int = 0
+    #: Arrivals come in bursts (the core's role switching says so): protect no class.
+    in_bursts: bool = False
 
     @property
     def active(self) -> bool:
@@ -80,7 +87,7 @@ class PromptClasses:
 
     def protected(self) -> frozenset[int]:
         """Classes whose recent met share is under the floor plus MARGIN."""
-        if not self.active:
+        if not self.active or self.in_bursts:
             return frozenset()
         return frozenset(k for k, record in enumerate(self.outcomes)
                          if len(record) >= MIN_OUTCOMES

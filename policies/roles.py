@@ -30,7 +30,10 @@ longest prompts, which keeps every prompt-length class above its floor. So:
   `3A`'s fair capacity by 38 % at 2 % of its capacity (4.5 % at the ruler's full run
   length), and on shifting by 3 % at none; two at three raised it more but cost 8-14 %
   of capacity; at eight, two HPs gave 15 % more fair capacity for 5 % of capacity, three
-  18 % for 8 % (docs/fairness.md, "One HP in bursts");
+  18 % for 8 % (docs/fairness.md, "One HP in bursts"); with a class floor (the operator
+  asks every prompt-length class to keep its share) half of them (`FAIR_BURST_HP_SHARE`:
+  two at three), the prefill a burst's long prompts need -- shedding other classes for
+  them does not make it (docs/fairness.md, "A class floor in bursts");
 * **add** an HP (under the cap) when a meaningful share of arrivals was *late but
   rescuable*: set aside by the waiting room's Moore-Hodgson pass with an HP predicted able
   to finish it in time (rescued by one, or, where no HP could take it, one an idle HP
@@ -69,6 +72,10 @@ class RoleParams:
     burst_ratio: float = 20.0   # mean gap >= this x the median gap: bursty traffic
     burst_hp_share: float = 1 / 6  # of the instances, rounded up, that may serve as HPs in bursts
     hps_in_bursts: bool = True  # whether bursts justify HPs (the controller's setting)
+
+
+#: `burst_hp_share` under a class floor (the controller's `class_floor`).
+FAIR_BURST_HP_SHARE = 1 / 2
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,11 @@ def burstiness(arrival_times: Sequence[float]) -> float:
     return mean / middle if middle > 0 else (math.inf if mean > 0 else 0.0)
 
 
+def in_bursts(window: Window, params: RoleParams) -> bool:
+    """Whether the window's arrivals come in bursts, as far as the roles care."""
+    return params.hps_in_bursts and window.burstiness >= params.burst_ratio
+
+
 def hp_cap(num_instances: int, tight_share: float, params: RoleParams,
            bursty: bool = False) -> int:
     """The most HPs the window justifies (never every instance): the tight class's
@@ -156,7 +168,7 @@ def decide(seats: Sequence[Seat], window: Window, now: float, last_change: float
     lps = [s for s in seats if s.role == LP]
     tight = window.tight / window.arrivals
     rescuable = window.rescuable / window.arrivals
-    bursty = params.hps_in_bursts and window.burstiness >= params.burst_ratio
+    bursty = in_bursts(window, params)
     cap = hp_cap(len(seats), tight, params, bursty)
     free_hps = sorted((s for s in free if s.role == HP),
                       key=lambda s: (s.rescued, s.backlog, s.instance_id))

@@ -93,3 +93,16 @@ def test_a_class_is_protected_while_its_record_is_under_the_floor_plus_a_margin(
     for _ in range(MIN_OUTCOMES):
         off.answered(1, met=False)
     assert off.protected() == frozenset()
+
+
+def test_in_bursts_no_class_is_protected_and_after_them_the_record_counts_again():
+    classes = PromptClasses(floor=0.8)
+    for n in range(100):
+        classes.arrived(n)
+    for _ in range(MIN_OUTCOMES):
+        classes.answered(90, met=False)
+    classes.in_bursts = True
+    assert classes.protected() == frozenset()
+    classes.in_bursts = False
+    assert classes.protected() == frozenset({3})
+

@@ -15,12 +15,15 @@ from ipc.messages import (
     Ticket,
 )
 from ipc.params import SamplingParams
+from policies.roles import FAIR_BURST_HP_SHARE
 from tests.test_controller_core import CURVE, ready
 
 
-def core_3a(hps_in_bursts: bool = ControllerConfig().hps_in_bursts) -> ControllerCore:
+def core_3a(hps_in_bursts: bool = ControllerConfig().hps_in_bursts,
+            class_floor: float = 0.0) -> ControllerCore:
     core = ControllerCore({0: Role.LP, 1: Role.LP, 2: Role.LP},
-                          ControllerConfig(global_queue=True, hps_in_bursts=hps_in_bursts),
+                          ControllerConfig(global_queue=True, hps_in_bursts=hps_in_bursts,
+                                           class_floor=class_floor),
                           SloConfig(ttft_slo=1.0, tbt_slo=0.1), dynamic_roles=True)
     for i in range(3):
         core.handle(FromInstance(0.0, msgspec.structs.replace(
@@ -159,6 +162,22 @@ def test_uniform_slos_arriving_in_bursts_add_an_hp_unless_turned_off(hps_in_burs
     assert [a.message.role for a in set_roles] == ([Role.HP] if hps_in_bursts else [])
     if hps_in_bursts:
         assert "bursts" in core.roles.pending[set_roles[0].instance_id][1]
+
+
+def test_a_class_floor_gives_way_to_hps_while_arrivals_come_in_bursts():
+    """Under a class floor the core tells the waiting room when arrivals come in bursts
+    (no class is protected then) and lets bursts take two HPs of three, not one."""
+    core = core_3a(class_floor=0.8)
+    classes = core.late_binding.room.classes
+    assert core.roles.params.burst_hp_share == FAIR_BURST_HP_SHARE
+    assert core_3a().roles.params.burst_hp_share < FAIR_BURST_HP_SHARE
+    for k in range(100):  # steady: one every 0.2 s
+        arrive(core, f"s{k}", 0.2 * k)
+    assert not classes.in_bursts
+    for k in range(100):  # then bursts of 25 within 50 ms, one every 5 s
+        arrive(core, f"b{k}", 20.0 + 5.0 * (k // 25) + 0.002 * (k % 25))
+    arrive(core, "late", 40.5)
+    assert classes.in_bursts
 
 
 def test_steps_report_load_while_switching_without_binding_there():

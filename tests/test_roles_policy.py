@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.roles import (HP, LP, RoleParams, Seat, Window, burstiness, decide, hp_cap,
-                            tight_count)
+from policies.roles import (FAIR_BURST_HP_SHARE, HP, LP, RoleParams, Seat, Window, burstiness,
+                            decide, hp_cap, in_bursts, tight_count)
 
 NOW = 100.0
 INF = -float("inf")
@@ -108,6 +108,16 @@ def test_bursts_add_hps_up_to_a_sixth_of_the_instances_rounded_up_unless_turned_
                   IN_BURSTS) is None
     off = RoleParams(hps_in_bursts=False)  # the paper's rule: HPs for mixed SLOs only
     assert decide(seats(LP, LP, LP), late_in_bursts, NOW, INF, off) is None
+
+
+def test_under_a_class_floor_bursts_may_take_half_the_instances_as_hps():
+    fair = RoleParams(burst_hp_share=FAIR_BURST_HP_SHARE)
+    assert [hp_cap(n, 0.0, fair, bursty=True) for n in (2, 3, 6, 8)] == [1, 2, 3, 4]
+    late_in_bursts = window(rescuable=10, burstiness=60.0)
+    second = decide(seats(LP, LP, HP), late_in_bursts, NOW, INF, fair)
+    assert second is not None and second.role == HP and "up to 2 HP(s)" in second.reason
+    assert decide(seats(LP, LP, HP), late_in_bursts, NOW, INF, IN_BURSTS) is None
+    assert in_bursts(late_in_bursts, fair) and not in_bursts(window(), fair)
 
 
 def test_a_quiet_spell_between_bursts_keeps_the_hp():

@@ -12,7 +12,7 @@ import msgspec
 from msgspec import Meta
 
 from policies.global_queue import Shed
-from policies.roles import RoleParams
+from policies.roles import FAIR_BURST_HP_SHARE, RoleParams
 from policies.routing import Routing
 
 #: The burst test's defaults, named in `hps_in_bursts`'s description.
@@ -75,14 +75,18 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "length quartiles of the recent arrivals, and a class whose recent requests met "
         "their TTFT target less often than this share (plus 5 points) is protected: the "
         "triage sets aside and drops requests of other classes instead, and plans each "
-        "request on the LP that frees up first rather than on the pooled LPs. It pays on "
-        "steady traffic; where arrivals come in bursts it costs capacity (docs/fairness.md). "
-        "0 = the paper's rule (the costliest late request goes first, whoever it is)."))] = 0.0
+        "request on the LP that frees up first rather than on the pooled LPs. With an <n>A "
+        "layout, while arrivals come in bursts (see hps_in_bursts), it protects no class and "
+        f"keeps up to {Fraction(FAIR_BURST_HP_SHARE).limit_denominator(12)} of the instances "
+        "as HPs instead. Fair capacity rises, capacity under the plain 90 % rule falls "
+        "(docs/fairness.md). 0 = the paper's rule (the costliest late request goes first, "
+        "whoever it is)."))] = 0.0
     hps_in_bursts: Annotated[bool, Meta(description=(
         f"With an <n>A layout: while arrivals come in bursts (over "
         f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
         f"median one), keep up to {Fraction(_ROLES.burst_hp_share).limit_denominator(12)} of "
-        "the instances (rounded up) as HPs even with one SLO class. Their deadline order "
+        "the instances (rounded up; with a class_floor, "
+        f"{Fraction(FAIR_BURST_HP_SHARE).limit_denominator(12)}) as HPs even with one SLO class. Their deadline order "
         "serves the longest prompts a burst would otherwise refuse: every prompt-length "
         "quartile keeps 80 % up to a higher load (fair capacity), at a little capacity "
         "under the plain 90 % rule (docs/design.md §5.10 gives both). Off: HPs only for "

@@ -81,12 +81,22 @@ from ipc.messages import (
     Submit,
     Ticket,
 )
-from policies.roles import RoleParams
+from policies.roles import FAIR_BURST_HP_SHARE, RoleParams
 from policies.router import Router
 from policies.routing import Routing
 from policies.tenants import TenantShares
 
 DRAIN = "drain"
+
+
+def _role_params(config: ControllerConfig) -> RoleParams:
+    """The role policy's parameters: under a class floor bursts may take half the
+    instances as HPs (policies/roles.py), the floor's way of serving a burst's long
+    prompts."""
+    if config.class_floor > 0:
+        return RoleParams(hps_in_bursts=config.hps_in_bursts,
+                          burst_hp_share=FAIR_BURST_HP_SHARE)
+    return RoleParams(hps_in_bursts=config.hps_in_bursts)
 
 
 class ControllerCore:
@@ -120,8 +130,7 @@ class ControllerCore:
         self.late_binding = (LateBinding(room, self.ledger, self.router.tickets, config)
                              if room is not None else None)
         #: `<n>A` layouts: instances change between LP and HP online (daemon/core/role_switch.py).
-        self.roles = (Roles(self.ledger, self.router, self.late_binding,
-                            RoleParams(hps_in_bursts=config.hps_in_bursts))
+        self.roles = (Roles(self.ledger, self.router, self.late_binding, _role_params(config))
                       if dynamic_roles and self.late_binding is not None else None)
         self.recovery = Recovery(self.ledger, config)
         self.handoffs = Handoffs(self.ledger, self.recovery)

@@ -20,7 +20,7 @@ from daemon.core.ledger import InstanceView, Ledger
 from daemon.core.role_evidence import RoleEvidence
 from daemon.core.request_state import Trigger
 from ipc.messages import Origin, Ready, Role, RoleChanged, SetRole
-from policies.roles import RoleParams, Seat, decide
+from policies.roles import RoleParams, Seat, decide, in_bursts
 from policies.router import Router
 
 #: Seconds between two looks at the evidence.
@@ -91,6 +91,7 @@ class Roles:
         self.next_check = now + CHECK_INTERVAL
         ledger, room = self.ledger, self.late_binding.room
         window, rescued = self.evidence.read(now, self.params.tight_ratio)
+        room.classes.in_bursts = in_bursts(window, self.params)
         seats = [Seat(i, _MODE[ledger.roles[i]], self.since[i],
                       room.seconds(i, room.backlog_tokens(i)) if i in room.backlogs else 0.0,
                       rescued.get(i, 0))
