@@ -105,4 +105,3 @@ def test_in_bursts_no_class_is_protected_and_after_them_the_record_counts_again(
     assert classes.protected() == frozenset()
     classes.in_bursts = False
     assert classes.protected() == frozenset({3})
-

@@ -86,11 +86,11 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
         f"median one), keep up to {Fraction(_ROLES.burst_hp_share).limit_denominator(12)} of "
         "the instances (rounded up; with a class_floor, "
-        f"{Fraction(FAIR_BURST_HP_SHARE).limit_denominator(12)}) as HPs even with one SLO class. Their deadline order "
-        "serves the longest prompts a burst would otherwise refuse: every prompt-length "
-        "quartile keeps 80 % up to a higher load (fair capacity), at a little capacity "
-        "under the plain 90 % rule (docs/design.md §5.10 gives both). Off: HPs only for "
-        "mixed SLO classes, the paper's rule."
+        f"{Fraction(FAIR_BURST_HP_SHARE).limit_denominator(12)}) as HPs even with one SLO "
+        "class. Their deadline order serves the longest prompts a burst would otherwise "
+        "refuse: every prompt-length quartile keeps 80 % up to a higher load (fair "
+        "capacity), at a little capacity under the plain 90 % rule (docs/design.md §5.10 "
+        "gives both). Off: HPs only for mixed SLO classes, the paper's rule."
         ))] = _ROLES.hps_in_bursts
     max_wait_slo_multiple: Annotated[float, Meta(gt=0, description=(
         "A request without a first token after this many times its TTFT SLO ends with 503 "
