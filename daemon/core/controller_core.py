@@ -93,10 +93,8 @@ def _role_params(config: ControllerConfig) -> RoleParams:
     """The role policy's parameters: under a class floor bursts may take half the
     instances as HPs (policies/roles.py), the floor's way of serving a burst's long
     prompts."""
-    if config.class_floor > 0:
-        return RoleParams(hps_in_bursts=config.hps_in_bursts,
-                          burst_hp_share=FAIR_BURST_HP_SHARE)
-    return RoleParams(hps_in_bursts=config.hps_in_bursts)
+    share = FAIR_BURST_HP_SHARE if config.class_floor > 0 else RoleParams.burst_hp_share
+    return RoleParams(hps_in_bursts=config.hps_in_bursts, burst_hp_share=share)
 
 
 class ControllerCore:
