@@ -23,6 +23,7 @@ request usually finds its own blocks again.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import msgspec
@@ -146,7 +147,7 @@ class Scheduler:
                       if not ((n := len(r.token_ids)) - r.num_computed_tokens == 1
                               and n > r.num_prompt_tokens)]
         tokens = self.waiting.uncomputed_tokens() + sum(r.num_uncomputed_tokens for r in prefilling)
-        seconds = sum(self.waiting.predicted_seconds().tolist() + [
+        seconds = sum(self.waiting.predicted_seconds() + [
             remaining_prefill_time(r, self.predictor, self.token_budget) for r in prefilling])
         return tokens, seconds
 
@@ -402,13 +403,16 @@ class Scheduler:
         """`admission.decode_reserve` of the running decodes (`decodes`, less any preempted
         since), over their columns."""
         running = RequestStatus.RUNNING
-        decoding = [r for r in decodes if r.status is running]
+        decoding = (decodes if not self._preempted_this_step
+                    else [r for r in decodes if r.status is running])
         reserve = None
         try:
-            n, prompt, max_tokens, held = np.array(
-                ([len(r.token_ids) for r in decoding], [r.num_prompt_tokens for r in decoding],
-                 [r.sampling.max_tokens for r in decoding], [len(r.block_table) for r in decoding]),
-                dtype=np.int64)
+            rows = np.fromiter(
+                itertools.chain.from_iterable(
+                    (len(r.token_ids), r.num_prompt_tokens, r.sampling.max_tokens,
+                     len(r.block_table)) for r in decoding),
+                dtype=np.int64, count=4 * len(decoding))
+            n, prompt, max_tokens, held = rows.reshape(-1, 4).T
             reserve = decode_reserve_columns(n, n - prompt, max_tokens, held,
                                              self.decode_lengths, self.kv.block_size)
         except OverflowError:  # a max_tokens past int64

@@ -133,19 +133,24 @@ class WaitingQueue:
         slots[self._rank[:n]] = np.arange(n)
         return slots[slots >= 0]
 
-    def predicted_seconds(self) -> np.ndarray:
-        """Each waiting request's predicted prefill seconds, in queue order."""
+    def predicted_seconds(self) -> list[float]:
+        """Each waiting request's predicted prefill seconds, in queue order. (The three
+        sums here are asked after every step, mostly of an empty queue: answered without
+        numpy then.)"""
+        if not self._rows:
+            return []
         self._reprice_if_stale()
-        return self._own[list(self._rows.values())]
+        return self._own[list(self._rows.values())].tolist()
 
     def uncomputed_tokens(self) -> int:
         """Prompt tokens of all waiting requests not yet computed."""
-        return int(self._uncomputed[:len(self._rows)].sum())
+        n = len(self._rows)
+        return int(self._uncomputed[:n].sum()) if n else 0
 
     def sheddable_uncomputed_tokens(self) -> int:
         """... of those whose priority class is negative (sheddable)."""
         n = len(self._rows)
-        return int(self._uncomputed[:n][self._priority[:n] < 0].sum())
+        return int(self._uncomputed[:n][self._priority[:n] < 0].sum()) if n else 0
 
     # ---- rows -----------------------------------------------------------------------------
     def _fill(self, request: Request, position: int) -> int:

@@ -157,7 +157,7 @@ def test_predictions_follow_a_refit_without_asking_request_by_request():
     columns, requests = queue.columns()
     assert not np.array_equal(columns.own, before)
     assert columns.own.tolist() == [remaining_prefill_time(r, memo, BUDGET) for r in requests]
-    assert queue.predicted_seconds().tolist() == [
+    assert queue.predicted_seconds() == [
         remaining_prefill_time(r, memo, BUDGET) for r in queue]
 
 
