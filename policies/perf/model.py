@@ -188,7 +188,7 @@ class PerfModel:
 
     def observe(self, shape: BatchShape, seconds: float) -> None:
         """Record one measured batch; every `holdout_every`-th goes to the held-out set."""
-        if not (seconds > 0 and np.isfinite(seconds)) or not shape.num_tokens:
+        if not (seconds > 0 and math.isfinite(seconds)) or not shape.num_tokens:
             return
         t_m, t_f = times(shape, self.model, self.hw)
         self._seen += 1
