@@ -72,13 +72,13 @@ def bytes_and_flops(shape: BatchShape, model: ModelShape) -> tuple[float, float]
     linear in the context, so the decodes need only the sum of theirs)."""
     q, kv, block = model.q_size, model.kv_size, model.attn_block
     moved = flops = 0.0
-    for c, l in zip(shape.prefill_tokens.tolist(), shape.prefill_cached.tolist()):
+    for c, l in shape.prefills:
         tiles = -(-c // block)
         moved += 2 * q * c + 2 * kv * (tiles * l + block * tiles * (tiles - 1) / 2 + c)
         flops += 4 * q * (c * l + c * (c + 1) / 2)
-    decodes = shape.decode_context.size
+    decodes = len(shape.decodes)
     if decodes:
-        context = float(shape.decode_context.sum())
+        context = float(shape.decode_context_sum)
         moved += 2 * kv * context + 2 * q * decodes
         flops += 4 * q * context
     tokens, seqs = float(shape.num_tokens), float(shape.num_seqs)

@@ -95,10 +95,9 @@ def attention_seconds(shape: BatchShape, model: ModelShape, hw: HardwareSpec,
     seconds = 0.0
     bandwidth = hw.bandwidth * cal.decode_bw_fraction
     e, q, kv, block = model.bytes_per_element, model.q_size, model.kv_size, model.attn_block
-    chunks = list(zip(shape.prefill_tokens.tolist(), shape.prefill_cached.tolist()))
-    if chunks:
+    if shape.prefills:
         seconds += cal.prefill_launch_s
-        for c, l in chunks:
+        for c, l in shape.prefills:
             tiles = -(-c // block)
             moved = 2 * q * c + 2 * kv * (tiles * l + block * tiles * (tiles - 1) / 2 + c)
             flops = 4 * q * (c * l + c * (c + 1) / 2)
@@ -107,9 +106,9 @@ def attention_seconds(shape: BatchShape, model: ModelShape, hw: HardwareSpec,
             rows = c * model.heads
             efficiency = cal.prefill_peak_fraction * rows / (rows + cal.half_rows)
             seconds += max(weighted / (hw.peak_flops * efficiency), moved * e / bandwidth)
-    decodes = shape.decode_context.size
+    decodes = len(shape.decodes)
     if decodes:
-        context = float(shape.decode_context.sum())
+        context = float(shape.decode_context_sum)
         moved = 2 * kv * context + 2 * q * decodes
         seconds += cal.decode_launch_s + max(moved * e / bandwidth,
                                              4 * q * context / hw.peak_flops)
