@@ -143,7 +143,8 @@ class LateBinding:
         return chosen
 
     def _worth_planning(self, now: float, lps: list[int], bound: int) -> bool:
-        """`lps`: the LPs serving; `bound`: their `_bound`."""
+        """Whether a plan now may bind something (an LP of `lps`, those serving, under
+        `bound`; an open ticket) or the last one is `PLAN_INTERVAL` old."""
         if now - self.last_plan >= PLAN_INTERVAL or self.tickets:
             return True
         return any(self.room.backlog_tokens(i) < bound for i in lps)
