@@ -31,13 +31,22 @@ class RecordKeeper:
         self.misses = 0
         #: An `<n>A` layout's role changes, in order.
         self.role_switches: list[RoleSwitched] = []
+        #: Each record's `token_times` by request id: a step's loop appends to them
+        #: without a look at the records.
+        self._token_times = {request_id: record.token_times
+                             for request_id, record in records.items()}
+
+    def add(self, request_id: str, record: RequestRecord) -> None:
+        """A request's record, made after the keeper (one a fleet's gateway sent on)."""
+        self.records[request_id] = record
+        self._token_times[request_id] = record.token_times
 
     def tokens(self, action: Tokens, now: float) -> None:
         """A step's tokens, all at `now`: each one's time, its request's first token and
         finish reason."""
-        records, request_ids = self.records, action.tokens.request_ids
+        records, request_ids, times = self.records, action.tokens.request_ids, self._token_times
         for request_id in request_ids:
-            records[request_id].token_times.append(now)
+            times[request_id].append(now)
         for i in action.ttfts:
             records[request_ids[i]].first_token_time = now
         for i, reason in action.tokens.finished.items():

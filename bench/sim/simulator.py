@@ -99,7 +99,7 @@ class Simulation:
         """A request reaches the box now (sent by a fleet's gateway): recorded, then
         handed to the controller as any arrival."""
         request_id = f"r{work.index}"
-        self.records[request_id] = _record(work)
+        self.keeper.add(request_id, _record(work))
         self._arrive(request_id, work)
 
     def _arrive(self, request_id: str, work: WorkloadRequest) -> None:

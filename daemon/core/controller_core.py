@@ -279,17 +279,18 @@ class ControllerCore:
         of every request: the controller's hot path); the rest go through `_token`."""
         if not tokens:
             return
-        held, get = view.held, self.ledger.requests.get
         room = self.ledger.room   # its fair shares count tokens, with two tenants or more
         counting = room is not None and room.tenants is not None and room.tenants.counting
-        token_ids, finished = tokens.token_ids, tokens.finished
+        request_ids, token_ids, finished = tokens.request_ids, tokens.token_ids, tokens.finished
         ttfts: dict[int, float] = {}
         tbts: list[float] = []
         add_tbt, skipped, at = tbts.append, [], len(out)
-        for i, request_id in enumerate(tokens.request_ids):
-            tracked = get(request_id) if request_id in held else None
+        # each token's request if `view` holds it, looked up as the loop reaches it (a
+        # token the long way may end its request)
+        for i, tracked in enumerate(map(view.held.get, request_ids)):
             if tracked is None or tracked.first_token_time is None or i in finished:
-                times = self._token(now, view, request_id, token_ids[i], finished.get(i), out)
+                times = self._token(now, view, request_ids[i], token_ids[i], finished.get(i),
+                                    out)
                 if times is None:
                     skipped.append(i)
                 elif times[0] is not None:

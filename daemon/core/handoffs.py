@@ -13,7 +13,7 @@ from __future__ import annotations
 from daemon.core.events import Action, Send
 from daemon.core.ledger import InstanceView, Ledger
 from daemon.core.recovery import Recovery
-from daemon.core.request_state import Trigger
+from daemon.core.request_state import Tracked, Trigger
 from ipc.messages import Handoff, Role, SubmitPrefilled
 from policies.decode_choice import DecodeView, choose_decode
 
@@ -38,7 +38,7 @@ class Handoffs:
         tracked.advance(Trigger.HANDED_OFF)
         tracked.instance = target
         tracked.instances.append(target)
-        ledger.instances[target].held[tracked.request_id] = None
+        ledger.instances[target].held[tracked.request_id] = tracked
         out.append(Send(target, SubmitPrefilled(
             submit=tracked.submit, token_ids=message.token_ids,
             num_computed_tokens=message.num_computed_tokens, kv=message.kv)))
@@ -50,11 +50,11 @@ class Handoffs:
             if ledger.roles[i] is not Role.DECODE:
                 continue
             instance = ledger.instances[i]
-            tokens = sum(self._context_tokens(r) for r in instance.held)
+            tokens = sum(self._context_tokens(t) for t in instance.held.values())
             capacity = instance.ready.num_kv_blocks * instance.ready.block_size
             views.append(DecodeView(i, tokens, capacity, len(instance.held)))
         return views
 
-    def _context_tokens(self, request_id: str) -> int:
-        tracked = self.ledger.requests[request_id]
+    @staticmethod
+    def _context_tokens(tracked: Tracked) -> int:
         return len(tracked.original.prompt_token_ids) + len(tracked.token_ids)

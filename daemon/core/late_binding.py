@@ -74,13 +74,17 @@ class LateBinding:
         `PLAN_INTERVAL` after the last one (for rescues and sheds), not on every event of
         a busy queue."""
         room, ledger = self.room, self.ledger
-        if not len(room) or not self._worth_planning(now):
+        if not len(room):
+            return
+        lps = ledger.serving(Role.LP)
+        bound = self._bound(lps)
+        if not self._worth_planning(now, lps, bound):
             return
         self.last_plan = now
-        lps, hps = ledger.serving(Role.LP), ledger.serving(Role.HP)
+        hps = ledger.serving(Role.HP)
         if not lps and not hps:
             return
-        plan, by_id = room.plan(now, lps, hps, self._bound())
+        plan, by_id = room.plan(now, lps, hps, bound)
         if self.evidence is not None and (plan.to_hp or plan.shed):
             self.evidence.set_aside(now, [hp for _, hp in plan.to_hp], sum(
                 1 for w in plan.shed if now + w.hp_cost <= w.deadline))
@@ -138,16 +142,16 @@ class LateBinding:
         self._bind(by_id[chosen.key], hp, Origin.NEW, out, chosen.favoured)
         return chosen
 
-    def _worth_planning(self, now: float) -> bool:
+    def _worth_planning(self, now: float, lps: list[int], bound: int) -> bool:
+        """Whether a plan now may bind something (an LP of `lps`, those serving, under
+        `bound`; an open ticket) or the last one is `PLAN_INTERVAL` old."""
         if now - self.last_plan >= PLAN_INTERVAL or self.tickets:
             return True
-        bound, ledger = self._bound(), self.ledger
-        return any(self.room.backlog_tokens(i) < bound for i in ledger.serving(Role.LP))
+        return any(self.room.backlog_tokens(i) < bound for i in lps)
 
-    def _bound(self) -> int:
-        """Prompt tokens an LP may have queued and still take more."""
-        ledger = self.ledger
-        lp = next((ledger.instances[i].ready for i in ledger.serving(Role.LP)), None)
+    def _bound(self, lps: list[int]) -> int:
+        """Prompt tokens an LP (of `lps`, those serving) may have queued and still take more."""
+        lp = next((self.ledger.instances[i].ready for i in lps), None)
         return round(self.config.bind_steps * ((lp.token_budget if lp else 0) or 2048))
 
     def _bind(self, tracked: Tracked, target: int, origin: Origin, out: list[Action],

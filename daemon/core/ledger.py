@@ -37,8 +37,10 @@ class InstanceView:
     #: Its batch and KV cache as of its latest report (a step's load or a heartbeat).
     num_running: int = 0
     num_kv_blocks_used: int = 0
-    #: Requests it holds, and those of them without a first token (insertion-ordered sets).
-    held: dict[str, None] = field(default_factory=dict)
+    #: Requests it holds, by id (the same `Tracked` as the ledger's: the per-token path
+    #: takes it in one look-up), and those of them without a first token (an
+    #: insertion-ordered set).
+    held: dict[str, Tracked] = field(default_factory=dict)
     waiting: dict[str, None] = field(default_factory=dict)
     #: Requests it completed since the daemon started, as settled here: the one count that
     #: /health and /metrics both show (its heartbeat's count lags and restarts with it).
@@ -98,7 +100,7 @@ class Ledger:
 
     def held(self, request_id: str, view: InstanceView) -> Tracked | None:
         """The request if `view`'s instance holds it now (not a former holder)."""
-        return self.requests.get(request_id) if request_id in view.held else None
+        return view.held.get(request_id)
 
     # ---- a request's bookkeeping -------------------------------------------------------
     def add(self, tracked: Tracked) -> None:
@@ -119,7 +121,7 @@ class Ledger:
         if self.room is not None:  # what it will compute: its prompt less a cached prefix
             self.room.sent(target, len(submit.prompt_token_ids) - tracked.cached_on.get(target, 0),
                            submit.priority < 0)
-        view.held[tracked.request_id] = None
+        view.held[tracked.request_id] = tracked
         if tracked.waiting:
             view.waiting[tracked.request_id] = None
         self.prefixes.sent(tracked, target)

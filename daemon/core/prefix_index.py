@@ -57,14 +57,16 @@ class _Held:
         stamps, calls = self.stamps, self.calls
         while n > 0:
             call = calls[0]
-            seq, names, place = call
-            while place < len(names) and n > 0:
-                name = names[place]
+            seq, names, start = call
+            place = start
+            for name in itertools.islice(names, start, None):
                 place += 1
                 if stamps.get(name) == seq:
                     del stamps[name]
                     n -= 1
-            self._listed -= place - call[2]
+                    if not n:
+                        break
+            self._listed -= place - start
             call[2] = place
             if place == len(names):
                 calls.popleft()

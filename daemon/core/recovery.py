@@ -34,7 +34,7 @@ class Recovery:
                       out: list[Action]) -> None:
         view = self.ledger.instances[instance_id]
         view.ready = view.stats = None
-        held = [self.ledger.requests[r] for r in view.held]
+        held = list(view.held.values())
         self.lose(now, held, f"instance {instance_id} stopped (exit code {exit_code}) while "
                              "serving this request", out)
 
