@@ -135,14 +135,11 @@ class DecodeLengthHistory:
             suffix_sums[:-1] = np.cumsum(ordered[::-1])[::-1]
             self._arrays = (ordered, suffix_sums)
         ordered, suffix_sums = self._arrays
-        more = np.maximum(max_tokens - generated, 0).astype(np.float64)
+        cap = np.maximum(max_tokens - generated, 0).astype(np.float64)
         i = np.searchsorted(ordered, generated, side="right")
         longer = ordered.size - i
-        some = longer > 0
-        if some.any():
-            mean_length = suffix_sums[i[some]] / longer[some]
-            more[some] = np.minimum(more[some], mean_length - generated[some])
-        return more
+        mean_length = suffix_sums[i] / np.maximum(longer, 1)  # where longer == 0, unused
+        return np.where(longer > 0, np.minimum(cap, mean_length - generated), cap)
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
