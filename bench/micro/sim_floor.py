@@ -62,11 +62,13 @@ REST = "the rest (kept as it is)"
 def profile_shares(path: str) -> dict[str, float]:
     """Each group's share of a py-spy raw profile's samples, by the innermost frame."""
     counts: collections.Counter[str] = collections.Counter()
-    for line in open(path):
-        stack, _, n = line.rpartition(" ")
-        frame = stack.rsplit(";", 1)[-1] + " "
-        group = next((g for g, names in GROUPS.items() if any(s in frame for s in names)), REST)
-        counts[group] += int(n)
+    with open(path) as lines:
+        for line in lines:
+            stack, _, n = line.rpartition(" ")
+            frame = stack.rsplit(";", 1)[-1] + " "
+            group = next((g for g, names in GROUPS.items() if any(s in frame for s in names)),
+                         REST)
+            counts[group] += int(n)
     total = sum(counts.values())
     return {g: counts[g] / total for g in [*GROUPS, REST]}
 
@@ -162,7 +164,9 @@ def run_counts(args: argparse.Namespace) -> dict[str, float]:
 
 
 def run_cpu_seconds(argv: list[str]) -> float:
-    """User + system CPU of the run as `ascendra simulate` (a child process)."""
+    """User + system CPU of the run as `ascendra simulate` (a child process: the profile's
+    shares are of such a process, start-up included; `run_counts` needs the simulation's
+    objects, so it runs it again in this one)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-m", "bench.cli", "simulate", *argv], check=True,
                    stdout=subprocess.DEVNULL)
@@ -172,7 +176,8 @@ def run_cpu_seconds(argv: list[str]) -> float:
 
 def floors(counts: dict[str, float]) -> dict[str, float]:
     """Each replaceable group's floor, in seconds of the run."""
-    bs, n_blocks = int(counts["block_size"]), int(counts["prompt_len"] // counts["block_size"])
+    bs = int(counts["block_size"])
+    n_blocks = max(1, int(counts["prompt_len"] // bs))   # a mean prompt's full blocks
     step = seconds_each(columnar_step(round(counts["decodes"]), bs), 2000)
     prompt = np.random.default_rng(0).integers(LOW_TOKEN_ID, HIGH_TOKEN_ID, n_blocks * bs)
     tokens = prompt.tolist()
