@@ -13,7 +13,7 @@ rewrite.
     pip install py-spy
     py-spy record -r 400 -f raw -o PROFILE -- python -m bench.cli simulate \\
         --layout 2L1H --workload poisson --num-requests 4500 --qps 10.5 --seed 0
-    python -m bench.micro.sim_floor PROFILE --baseline-cpu 17.9 -- \\
+    python -m bench.micro.sim_floor PROFILE --baseline-cpu 18.1 -- \\
         --layout 2L1H --workload poisson --num-requests 4500 --qps 10.5 --seed 0
 
 The flags after `--` are the run's (those of `ascendra simulate`). `--baseline-cpu`: the
