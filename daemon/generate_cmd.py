@@ -1,4 +1,5 @@
-"""`ascendra generate`: offline generation of several prompts with one in-process engine."""
+"""`ascendra generate`: offline generation of several prompts with one in-process instance
+(engines/offline.py: the instance core's offline driver)."""
 from __future__ import annotations
 
 import argparse
@@ -6,10 +7,10 @@ import json
 import time
 
 from daemon.config import InstancesConfig
-from engines.engine import Engine
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.models.tokenizer import Tokenizer
 from engines.modes import BASELINES
+from engines.offline import Offline
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
@@ -59,10 +60,10 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = Tokenizer(model_dir)
     executor = TorchExecutor(model_dir, block_size=args.block_size,
                              num_kv_blocks=args.num_kv_blocks, device=args.device)
-    engine = Engine(executor, config)
+    offline = Offline(executor, config)
     prompts = [tokenizer.encode(text) for text in args.prompt]
     start = time.perf_counter()
-    completions = engine.generate(prompts, sampling)
+    completions = offline.generate(prompts, sampling)
     elapsed = time.perf_counter() - start
     results = [
         {"prompt": text, "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids,

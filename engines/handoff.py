@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
-from engines.engine import Engine
 from engines.request import Request
+from engines.scheduler import Scheduler
 from ipc.messages import Handoff, KvLayout, StepTokens, SubmitPrefilled
 
 log = logging.getLogger(__name__)
@@ -52,17 +52,16 @@ class ImportKv(NamedTuple):
     layout: KvLayout
 
 
-def hand_off(engine: Engine, tokens: StepTokens, instance_id: int,
+def hand_off(scheduler: Scheduler, tokens: StepTokens, instance_id: int, carries_kv: bool,
              ) -> list[Handoff | ExportKv]:
     """The hand-offs of one step's `tokens`, one per request that got a token and did not
-    finish: its Handoff, or an ExportKv when its KV travels too. Each leaves the engine
-    (its blocks are free on return; their contents stay until the next step)."""
-    carries_kv = engine.executor.carries_kv
+    finish: its Handoff, or an ExportKv when its KV travels too (`carries_kv`). Each leaves
+    the scheduler (its blocks are free on return; their contents stay until the next step)."""
     handoffs: list[Handoff | ExportKv] = []
     for i, request_id in enumerate(tokens.request_ids):
         if i in tokens.finished:
             continue
-        request = engine.scheduler.requests.get(request_id)
+        request = scheduler.requests.get(request_id)
         if request is None or not request.is_decoding:
             continue
         handoff = Handoff(instance_id=instance_id, request_id=request.request_id,
@@ -70,7 +69,7 @@ def hand_off(engine: Engine, tokens: StepTokens, instance_id: int,
                           num_computed_tokens=request.num_computed_tokens)
         handoffs.append(ExportKv(handoff, list(request.block_table), request.num_computed_tokens)
                         if carries_kv else handoff)
-        engine.abort(request.request_id)
+        scheduler.abort(request.request_id)
     return handoffs
 
 
@@ -113,9 +112,9 @@ class PrefilledQueue:
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._queue
 
-    def add(self, engine: Engine, item: Prefilled) -> None:
+    def add(self, scheduler: Scheduler, item: Prefilled) -> None:
         request_id = item.request.request_id
-        if request_id in self._queue or request_id in engine.scheduler.requests:
+        if request_id in self._queue or request_id in scheduler.requests:
             raise ValueError(f"duplicate request id {request_id!r}")
         self._queue[request_id] = item
 
@@ -125,40 +124,38 @@ class PrefilledQueue:
     def ids(self) -> list[str]:
         return list(self._queue)
 
-    def admit(self, engine: Engine) -> list[ImportKv]:
+    def admit(self, scheduler: Scheduler, carries_kv: bool) -> list[ImportKv]:
         """Take in, oldest first, every request that fits now; the KV each brought that the
-        driver must write into its blocks."""
+        driver must write into its blocks (`carries_kv`: the executor keeps a KV cache)."""
         imports = []
         while self._queue:
             request_id, item = next(iter(self._queue.items()))
-            if engine.scheduler.running and not _fits(engine, item.request):
+            if scheduler.running and not _fits(scheduler, item.request):
                 break
             del self._queue[request_id]
-            kv_import = take_in(engine, item)
+            kv_import = take_in(scheduler, item, carries_kv)
             if kv_import is not None:
                 imports.append(kv_import)
         return imports
 
 
-def _fits(engine: Engine, request: Request) -> bool:
-    scheduler = engine.scheduler
+def _fits(scheduler: Scheduler, request: Request) -> bool:
     return (len(scheduler.running) < scheduler.max_num_seqs
-            and engine.kv.can_allocate(request, request.num_tokens - 1))
+            and scheduler.kv.can_allocate(request, request.num_tokens - 1))
 
 
-def take_in(engine: Engine, item: Prefilled) -> ImportKv | None:
+def take_in(scheduler: Scheduler, item: Prefilled, carries_kv: bool) -> ImportKv | None:
     """Run the request here from its KV (or recompute it: no room, or no usable KV); the
     import to make when its KV is to be written in. The channel hands a SubmitPrefilled
     over with exactly as many frames as its `kv` header has layers, so the header says
     whether the KV came with it."""
     request, kv = item
-    carries_kv = engine.executor.carries_kv
     usable = (kv is None) is not carries_kv
     if not usable:
         log.warning("request %s: its KV did not come with it (%s); recomputing it",
                     request.request_id, "an executor without a KV cache" if kv else "no frames")
     cached = request.num_tokens - 1 if usable else 0
-    if engine.scheduler.add_prefilled(request, cached):
+    if scheduler.add_prefilled(request, cached):
         if cached and carries_kv:
             return ImportKv(request.request_id, list(request.block_table), kv)
     elif cached:

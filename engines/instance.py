@@ -5,8 +5,8 @@
         drain commands       # without blocking while there is work; blocking (with a
                              # timeout, for heartbeats and liveness checks) when idle
         core.take            # each command; exit after Shutdown
-        core.begin_step      # the batch: run on the executor and timed, then
-        core.finish_step     # ONE StepOutputs per step, hand-offs, offloads, drops, Ticket
+        core.begin_step      # the batch: run on the executor and timed (engines/timed_step.py),
+        core.finish_step     # then ONE StepOutputs per step, hand-offs, offloads, drops, Ticket
         heartbeat, liveness  # periodic Heartbeat; exit if the controller is gone
 
 Every rule is the core's; this file times the step, moves messages, does the device work
@@ -25,12 +25,14 @@ from collections.abc import Callable
 
 import msgspec
 
-from engines.engine import Engine
+from engines.executors.base import Executor
 from engines.handoff import ExportKv, ImportKv
 from engines.instance_config import InstanceConfig
 from engines.instance_core import InstanceCore, Output
+from engines.timed_step import timed_step
 from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
+from policies.perf.model import PerfModel
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +44,13 @@ LIVENESS_CHECK_INTERVAL = 0.25
 
 
 class Instance:
-    def __init__(self, config: InstanceConfig, engine: Engine, channel: InstanceChannel,
+    def __init__(self, config: InstanceConfig, executor: Executor, channel: InstanceChannel,
+                 perf_model: PerfModel | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self.core = InstanceCore(config.instance_id, config.resolved_role, engine)
-        self.executor = engine.executor
+        self.core = InstanceCore(config.instance_id, config.resolved_role, executor,
+                                 config.scheduler, perf_model)
+        self.executor = executor
         self.channel = channel
         self.clock = clock
         self.instance_id = config.instance_id
@@ -89,11 +93,7 @@ class Instance:
             log.info("instance %d: shutting down", self.instance_id)
             self._exit_code = EXIT_OK
             return
-        start = self.clock()
-        batch = core.begin_step(start)
-        sampled = self.executor.execute(batch) if batch else []
-        end = self.clock()
-        self._carry_out(core.finish_step(batch, sampled, end - start if batch else 0.0, end))
+        self._carry_out(timed_step(core, self.executor, self.clock))
         if self._kv_frames:  # frames of requests no longer waiting (aborted, recomputed)
             self._kv_frames = {request_id: frames for request_id, frames
                                in self._kv_frames.items() if request_id in core.prefilled}

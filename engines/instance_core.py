@@ -2,34 +2,44 @@
 
     take(commands, now, num_bad_frames)  -> outputs   each command, in order; none after
                                                       Shutdown (`stopped`: the driver exits)
-    begin_step(now)                      -> batch     empty: nothing to run this turn
-    finish_step(batch, sampled, seconds, now) -> outputs   the step's tokens, what left the
-                                                      queue, then (HP) a Ticket
+    begin_step(now)                      -> (batch, outputs)   the batch to run; when there
+                                                      is none, the turn ends here: what left
+                                                      the queue, then (HP) a Ticket
+    finish_step(batch, sampled, seconds, now) -> outputs   after a batch ran: the step's
+                                                      tokens, what left the queue, then (HP)
+                                                      a Ticket
 
 A driver carries the outputs out in order, each call's before the next call: wire
 messages (`ToController`) it sends; `ExportKv` and `ImportKv` (P/D layouts, an executor
 with a KV cache: engines/handoff.py) it does on its executor, attaching the exported
-frames to the Handoff or reporting frames it could not import (`refuse_kv`). Between
-`begin_step` and `finish_step` it runs the batch -- the instance process on its executor,
-timing it, the simulator by advancing its virtual clock by the batch's predicted latency
--- and for an empty batch calls `finish_step` at once (offloads and drops may have left
-the queue; an idle HP asks for work). So the engine loop of docs/design.md §3 (drain the
-commands, handle each, step if there is work, ask for work) is written here once; the
-instance process (`engines/instance.py`) and the simulator (`bench/sim/simulator.py`)
-follow it and make no decision of their own. The core touches no device and no frame.
+frames to the Handoff or reporting frames it could not import (`refuse_kv`) -- before
+`begin_step`, which must not schedule a request the import then refuses. Between
+`begin_step` and `finish_step` it runs a non-empty batch: the instance process
+(engines/instance.py) and offline generation (engines/offline.py) on their executor,
+timed (engines/timed_step.py), the simulator (bench/sim/simulator.py) by advancing its
+virtual clock by the batch's predicted latency. So the engine loop of docs/design.md §3
+(drain the commands, handle each, schedule -> execute -> update, ask for work) is
+written here once; the three drivers follow it and make no decision of their own.
 
-It owns the engine and what the controller must hear about it: every Submit gets
-exactly one terminal answer (a finishing token, Finished, an Offload, a Handoff
-from a P/D layout's prefill instance, or a RequestError), and an HP with nothing waiting
-and room to spare holds one ticket (docs/design.md §5.5).
+It owns the engine's state: the scheduler, the KV cache's block manager and the
+performance model (fed each step's measured time, refitted now and then). It reads its
+executor's facts (capacity, context limit, vocabulary, whether KV travels) once and
+never runs it: the core touches no device and no frame. And it owns what the controller
+must hear: every Submit gets exactly one terminal answer (a finishing token, Finished,
+an Offload, a Handoff from a P/D layout's prefill instance, or a RequestError), and an
+HP with nothing waiting and room to spare holds one ticket (docs/design.md §5.5).
 """
 from __future__ import annotations
 
 from engines.batch import Batch
-from engines.engine import Engine
+from engines.executors.base import Executor
 from engines.handoff import (
     ExportKv, ImportKv, Prefilled, PrefilledQueue, hand_off, prefilled_request,
 )
+from engines.kv_cache import BlockManager
+from engines.request import Request
+from engines.scheduler import Scheduler
+from engines.scheduler_config import SchedulerConfig
 from ipc.messages import (
     Abort, CachedPrompt, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
     Ping, Ready,
@@ -38,6 +48,8 @@ from ipc.messages import (
 )
 from engines.modes import role_of_mode
 from policies.admission import TICKET_BATCH_LIMIT, ticket_wanted
+from policies.perf.model import PerfModel
+from policies.perf.predictor import MemoPredictor
 
 #: Weight of the newest saturated step in the prefill rate's moving average.
 RATE_WEIGHT = 0.1
@@ -49,10 +61,20 @@ Output = ToController | ExportKv | ImportKv
 
 
 class InstanceCore:
-    def __init__(self, instance_id: int, role: Role, engine: Engine) -> None:
+    def __init__(self, instance_id: int, role: Role, executor: Executor,
+                 config: SchedulerConfig, perf_model: PerfModel | None = None) -> None:
+        """`executor`: the driver's, read for its facts only; `perf_model`: the modes that
+        decide by time predict with it (and teach it each step's measured time)."""
         self.instance_id = instance_id
         self.role = role
-        self.engine = engine
+        self.vocab_size = executor.vocab_size  # prompt ids at or past it are refused
+        self.carries_kv = executor.carries_kv  # a P/D hand-off moves real KV (ExportKv, ImportKv)
+        self.kv = BlockManager(executor.num_kv_blocks, executor.block_size,
+                               prefix_caching=config.prefix_caching)
+        self.perf_model = perf_model
+        self.predictor = MemoPredictor(perf_model) if perf_model is not None else None
+        self.scheduler = Scheduler(config, self.kv, executor.max_model_len,
+                                   executor.eos_token_ids, predictor=self.predictor)
         self.num_steps = 0
         self.num_finished = self.num_offloaded = self.num_dropped = 0
         self.ticket_open = False  # HP: a Ticket was sent and no new request has come since
@@ -65,7 +87,7 @@ class InstanceCore:
 
     @property
     def has_work(self) -> bool:
-        return self.engine.has_work or bool(self.prefilled)
+        return self.scheduler.has_work or bool(self.prefilled)
 
     # ---- commands ----------------------------------------------------------------------
     def take(self, commands: list[ToInstance], now: float, num_bad_frames: int = 0,
@@ -95,7 +117,7 @@ class InstanceCore:
                 return [self.set_role(command)]
             case Shutdown():
                 self.stopped = True
-                ids = [*self.engine.scheduler.requests, *self.prefilled.ids()]
+                ids = [*self.scheduler.requests, *self.prefilled.ids()]
                 return [m for rid in ids for m in self._abort(rid)]
             case _:
                 raise TypeError(f"not an instance command: {command!r}")
@@ -107,9 +129,9 @@ class InstanceCore:
         running ones, and preempted or pinned waiting ones, stay and finish here. Only
         between LP and HP, and only with a performance model (both modes decide by
         time): else the answer names the role and mode it keeps."""
-        scheduler = self.engine.scheduler
+        scheduler = self.scheduler
         if (command.role is self.role and command.mode == scheduler.mode.name) or not (
-                {self.role, command.role} <= {Role.LP, Role.HP} and self.engine.predictor
+                {self.role, command.role} <= {Role.LP, Role.HP} and self.predictor
                 and role_of_mode(command.mode) is command.role):
             return RoleChanged(instance_id=self.instance_id, role=self.role,
                                mode=scheduler.mode.name)
@@ -131,11 +153,11 @@ class InstanceCore:
                         else float("inf"))
         try:
             self._check_token_ids(submit.prompt_token_ids)
-            self.engine.add_request(
-                submit.prompt_token_ids, submit.sampling, request_id=submit.request_id,
+            self.scheduler.add_request(Request(
+                submit.request_id, submit.prompt_token_ids, submit.sampling,
                 arrival_time=submit.arrival_time, deadline=deadline, priority=serving_class(submit),
                 tbt_slo=submit.tbt_slo or float("inf"), pinned=submit.origin.pinned,
-                generated_before=submit.generated_before)
+                generated_before=submit.generated_before))
         except ValueError as exc:
             return [RequestError(instance_id=self.instance_id, request_id=submit.request_id,
                                  message=str(exc))]
@@ -149,81 +171,101 @@ class InstanceCore:
         try:
             self._check_token_ids(message.token_ids)
             request = prefilled_request(message, deadline)
-            self.prefilled.add(self.engine, Prefilled(request, message.kv))
+            self.prefilled.add(self.scheduler, Prefilled(request, message.kv))
         except ValueError as exc:
             return [RequestError(instance_id=self.instance_id, request_id=message.request_id,
                                  message=str(exc))]
         return self._admit_prefilled()
 
     def _admit_prefilled(self) -> list[Output]:
-        return self.prefilled.admit(self.engine)
+        return self.prefilled.admit(self.scheduler, self.carries_kv)
 
     def refuse_kv(self, request_id: str, why: str) -> list[Output]:
         """The driver's executor refused the frames of an `ImportKv` (they do not fit this
         cache): the request is refused, nothing of it kept, and the queue moves on."""
-        self.engine.abort(request_id)
+        self.scheduler.abort(request_id)
         return [RequestError(instance_id=self.instance_id, request_id=request_id, message=why),
                 *self._admit_prefilled()]
 
     def _check_token_ids(self, token_ids: list[int]) -> None:
         """Refuse ids outside the model's vocabulary (none for the sim executor)."""
-        vocab_size = self.engine.executor.vocab_size
+        vocab_size = self.vocab_size
         if vocab_size is not None and max(token_ids) >= vocab_size:
             raise ValueError(f"prompt has token id {max(token_ids)}; the vocabulary has "
                              f"{vocab_size} tokens")
 
     def _abort(self, request_id: str) -> list[ToController]:
         """Unknown or finished ids get nothing: their terminal answer was already sent."""
-        if not self.engine.abort(request_id) and not self.prefilled.remove(request_id):
+        if self.scheduler.abort(request_id) is None and not self.prefilled.remove(request_id):
             return []
         return [Finished(instance_id=self.instance_id, request_id=request_id,
                          reason=FinishReason.ABORT)]
 
     # ---- the step ----------------------------------------------------------------------
-    def begin_step(self, now: float) -> Batch:
-        """The turn's second part: the batch to run; empty when there is no work (or the
-        scheduler only took requests out of the queue)."""
-        if not self.has_work:
-            return Batch()
-        return self.engine.begin_step(now)
+    def begin_step(self, now: float) -> tuple[Batch, list[Output]]:
+        """The turn's second part: the batch to run. An empty one (no work, or the scheduler
+        only took requests out of the queue) ends the turn here, with what `finish_step`
+        would say of it: the driver runs nothing and goes back to draining."""
+        batch = self._schedule(now) if self.has_work else Batch()
+        if batch:
+            return batch, []
+        return batch, self.finish_step(batch, [], 0.0, now)
+
+    def _schedule(self, now: float) -> Batch:
+        batch = self.scheduler.schedule(now)
+        if not batch and self.scheduler.has_work and not batch.has_events:
+            raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} "
+                               f"waiting and {len(self.scheduler.running)} running requests")
+        return batch
 
     def finish_step(self, batch: Batch, sampled: list[int], seconds: float, now: float,
                     ) -> list[Output]:
-        """The turn's last part, after `batch` ran for `seconds` (at once for an empty one):
-        the step's tokens (one message), what left the queue (hand-offs, offloads, drops),
-        then an HP's ask for work."""
-        result = self.engine.finish_step(batch, sampled, seconds, now)
+        """The turn's last part, after `batch` ran for `seconds` (`begin_step` calls it for
+        an empty one): the step's tokens (one message), what left the queue (hand-offs,
+        offloads, drops), then an HP's ask for work."""
         messages: list[Output] = []
+        tokens = None
         if batch:
+            tokens = self.scheduler.update(batch, sampled, now)
+            self._learn(batch, seconds)
             self.num_steps += 1
-            queued = self.engine.scheduler.queued_prefill()
+            queued = self.scheduler.queued_prefill()
             self._measure_prefill(batch, seconds, queued[0])
             load = self.load(queued)
-            self.num_finished += len(result.tokens.finished)
+            self.num_finished += len(tokens.finished)
             messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
-                                        time=now, step_seconds=seconds, tokens=result.tokens,
+                                        time=now, step_seconds=seconds, tokens=tokens,
                                         load=load, cached=_cached_prompts(batch),
                                         admitted=_first_admitted(batch)))
         if self.prefilled:  # the step may have freed a seat or blocks
             messages += self._admit_prefilled()
-        if self.role is Role.PREFILL and result.tokens:
-            messages += hand_off(self.engine, result.tokens, self.instance_id)
-        if result.offloaded:
-            self.num_offloaded += len(result.offloaded)
+        if self.role is Role.PREFILL and tokens:
+            messages += hand_off(self.scheduler, tokens, self.instance_id, self.carries_kv)
+        if batch.offloaded:
+            self.num_offloaded += len(batch.offloaded)
             messages.append(Offload(instance_id=self.instance_id, requests=[
-                OffloadedRequest(r.request_id, r.prompt_token_ids) for r in result.offloaded]))
-        for request in result.dropped:
+                OffloadedRequest(r.request_id, r.prompt_token_ids) for r in batch.offloaded]))
+        for request in batch.dropped:
             self.num_dropped += 1
             messages.append(Finished(instance_id=self.instance_id, request_id=request.request_id,
                                      reason=FinishReason.DROP))
         messages += self.ask_for_work()
         return messages
 
+    def _learn(self, batch: Batch, seconds: float) -> None:
+        """Feed the performance model; refit it now and then (and forget stale predictions)."""
+        if self.perf_model is None:
+            return
+        self.perf_model.observe(batch.shape(), seconds)
+        if self.perf_model.should_refit():
+            self.perf_model.refit()
+            self.predictor.clear()
+
     def ask_for_work(self) -> list[ToController]:
         """HP, between steps: with nothing waiting and room in batch and KV, hold one ticket."""
         if self.role is not Role.HP:
             return []
-        scheduler, kv = self.engine.scheduler, self.engine.kv
+        scheduler, kv = self.scheduler, self.kv
         if not ticket_wanted(len(scheduler.waiting), len(scheduler.running), TICKET_BATCH_LIMIT,
                              kv.num_free_blocks / kv.num_blocks, self.ticket_open):
             return []
@@ -242,24 +284,23 @@ class InstanceCore:
     # ---- reports -----------------------------------------------------------------------
     def load(self, queued: tuple[int, float] | None = None) -> InstanceLoad:
         """Its load now; `queued`: `Scheduler.queued_prefill()` if already at hand."""
-        tokens, seconds = queued or self.engine.scheduler.queued_prefill()
-        kv = self.engine.kv
-        scheduler = self.engine.scheduler
+        tokens, seconds = queued or self.scheduler.queued_prefill()
+        kv, scheduler = self.kv, self.scheduler
         return InstanceLoad(self.num_accepted, tokens, seconds, len(scheduler.running),
                             self.prefill_rate, kv.num_blocks - kv.num_free_blocks,
                             scheduler.queued_sheddable_tokens())
 
     def ready(self, pid: int, executor_kind: str) -> Ready:
-        scheduler = self.engine.scheduler
+        scheduler, kv = self.scheduler, self.kv
         return Ready(instance_id=self.instance_id, role=self.role, mode=scheduler.mode.name,
-                     executor=executor_kind, pid=pid, num_kv_blocks=self.engine.kv.num_blocks,
-                     block_size=self.engine.kv.block_size, max_model_len=scheduler.max_model_len,
+                     executor=executor_kind, pid=pid, num_kv_blocks=kv.num_blocks,
+                     block_size=kv.block_size, max_model_len=scheduler.max_model_len,
                      prefill_curve=self._prefill_curve(), token_budget=scheduler.token_budget,
-                     prefix_caching=self.engine.kv.prefix_caching)
+                     prefix_caching=kv.prefix_caching)
 
     def _prefill_curve(self) -> list[tuple[int, float]]:
         """Its model's predicted prefill seconds at a few prompt lengths up to its context."""
-        predictor, scheduler = self.engine.predictor, self.engine.scheduler
+        predictor, scheduler = self.predictor, self.scheduler
         if predictor is None:
             return []
         lengths = [n for n in CURVE_LENGTHS if n < scheduler.max_model_len]
@@ -268,8 +309,7 @@ class InstanceCore:
     def heartbeat(self, now: float, num_bad_frames: int = 0, ping_id: int | None = None,
                   ) -> Heartbeat:
         """`num_bad_frames`: the driver's count of frames it could not decode."""
-        scheduler, kv = self.engine.scheduler, self.engine.kv
-        perf = self.engine.perf_model
+        scheduler, kv, perf = self.scheduler, self.kv, self.perf_model
         return Heartbeat(
             instance_id=self.instance_id, time=now, ping_id=ping_id,
             num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),

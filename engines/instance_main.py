@@ -53,8 +53,8 @@ def setup_logging(config: InstanceConfig) -> None:
 
 
 def serve(config: InstanceConfig) -> int:
-    """Connect, build the engine (reporting a failure to the controller), run the loop."""
-    from engines.engine import Engine
+    """Connect, build the executor and its performance model (reporting a failure to the
+    controller), run the loop."""
     from engines.executors.executor_config import build_executor
     from engines.gc_freeze import freeze_startup_heap
     from engines.instance import EXIT_FAILED, Instance
@@ -67,13 +67,12 @@ def serve(config: InstanceConfig) -> int:
         try:
             executor = build_executor(config.executor)
             perf_model = build_perf_model(executor, config.executor, config.scheduler)
-            engine = Engine(executor, config.scheduler, perf_model=perf_model)
+            instance = Instance(config, executor, channel, perf_model)
         except Exception as exc:
-            log.exception("instance %d: could not build the engine", config.instance_id)
+            log.exception("instance %d: could not build the instance", config.instance_id)
             channel.send(InstanceFailed(instance_id=config.instance_id,
                                         message=f"{type(exc).__name__}: {exc}"))
             return EXIT_FAILED
-        instance = Instance(config, engine, channel)
         freeze_startup_heap()  # the start-up heap, never to be scanned again (engines/gc_freeze.py)
         return instance.run()
     finally:

@@ -1,9 +1,14 @@
-"""A model-free executor for scheduler tests: checks what the scheduler hands it."""
+"""A model-free executor for scheduler tests: checks what the scheduler hands it; and an
+instance core over it, stepped by hand."""
 from __future__ import annotations
 
 import zlib
 
 from engines.batch import Batch
+from engines.executors.base import Executor
+from engines.instance_core import InstanceCore, Output
+from engines.scheduler_config import SchedulerConfig
+from ipc.messages import Role
 
 
 def next_token(tokens: list[int], vocab: int = 50) -> int:
@@ -68,3 +73,20 @@ def expected_output(prompt: list[int], max_tokens: int) -> list[int]:
     for _ in range(max_tokens):
         tokens.append(next_token(tokens))
     return tokens[len(prompt):]
+
+
+class FakeInstance:
+    """A test's stand-in for an instance process: an instance core over an executor (a
+    FakeExecutor unless given one), its turn taken with a fixed step time, not a clock."""
+
+    def __init__(self, instance_id: int, role: Role, config: SchedulerConfig,
+                 executor: Executor | None = None) -> None:
+        self.executor = executor if executor is not None else FakeExecutor()
+        self.core = InstanceCore(instance_id, role, self.executor, config)
+
+    def step(self, now: float = 1.0, seconds: float = 0.01) -> list[Output]:
+        """One turn's step: the core's batch run on the executor; the core's outputs."""
+        batch, outputs = self.core.begin_step(now)
+        if not batch:
+            return outputs
+        return self.core.finish_step(batch, self.executor.execute(batch), seconds, now)

@@ -1,4 +1,4 @@
-"""The baseline modes schedule as their systems do (docs/baselines.md), on the engine
+"""The baseline modes schedule as their systems do (docs/baselines.md), on the instance core
 directly, so the daemon and the simulator both inherit it.
 
 Sustained overload on one A100-profile instance (ShareGPT lengths, twice what it serves,
@@ -12,11 +12,11 @@ import pytest
 
 from bench.loadgen.trace_file import load_trace
 from engines.batch import Batch
-from engines.engine import Engine
 from engines.executors.profiles import profile_latency
 from engines.executors.profiles.registry import get_profile
 from engines.executors.sim_executor import SimExecutor
 from engines.kv_cache import BlockManager
+from engines.offline import Offline
 from engines.request import Request
 from engines.scheduler import Scheduler
 from engines.scheduler_config import SchedulerConfig
@@ -31,17 +31,17 @@ BASELINES = [("vllm-v0", 8192), ("vllm-v1", 2048), ("sglang", 8192), ("sarathi",
 def overload(mode: str, chunk_size: int, qps: float = 12.0, num_requests: int = 600,
              seed: int = 0, watch=None) -> list[Request]:
     """Run Poisson arrivals at `qps` to completion on a virtual clock; every request.
-    `watch(engine)` may wrap the engine's parts first."""
+    `watch(offline)` may wrap its core's parts first."""
     now = [0.0]
     executor = SimExecutor(profile_latency(PROFILE),
                            num_kv_blocks=get_profile(PROFILE).num_kv_blocks(16),
                            block_size=16, max_model_len=8192,
                            sleep=lambda seconds: now.__setitem__(0, now[0] + seconds))
-    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=chunk_size,
-                                              drop_expired=True, prefix_caching=False),
-                    clock=lambda: now[0])
+    offline = Offline(executor, SchedulerConfig(mode=mode, chunk_size=chunk_size,
+                                                drop_expired=True, prefix_caching=False),
+                      clock=lambda: now[0])
     if watch is not None:
-        watch(engine)
+        watch(offline)
     rng, trace = random.Random(seed), load_trace("sharegpt")
     arrivals, t = [], 0.0
     for _ in range(num_requests):
@@ -49,15 +49,15 @@ def overload(mode: str, chunk_size: int, qps: float = 12.0, num_requests: int = 
         prompt, output = trace[rng.randrange(len(trace))]
         arrivals.append((t, min(prompt, 6000), max(1, min(output, 2000))))
     requests: list[Request] = []
-    while arrivals or engine.has_work:
+    while arrivals or offline.core.has_work:
         while arrivals and arrivals[0][0] <= now[0]:
             arrival, prompt, output = arrivals.pop(0)
-            requests.append(engine.add_request(
+            requests.append(offline.add_request(
                 [rng.randrange(5, 900) for _ in range(prompt)],
                 SamplingParams(max_tokens=output, ignore_eos=True), arrival_time=arrival,
                 deadline=arrival + 1.0, tbt_slo=0.15))
-        if engine.has_work:
-            engine.step()
+        if offline.core.has_work:
+            offline.step()
         else:
             now[0] = arrivals[0][0]
     return requests
@@ -97,7 +97,7 @@ def test_vllm_v0_admits_a_prompt_only_while_its_watermark_stays_free():
 
 def test_vllm_v0_serves_a_prompt_only_the_watermark_keeps_out_once_nothing_runs():
     """A prompt that fits the cache but not beside the watermark would wait for ever with
-    nothing running (the engine then stops: no progress); it is admitted instead."""
+    nothing running (the core then stops: no progress); it is admitted instead."""
     s = scheduler("vllm-v0", 1000, chunk_size=16 * 1000)
     s.add_request(request(0, 16 * 995 - 1, 8))
     assert s.schedule(0.0).admitted
@@ -108,18 +108,18 @@ def test_vllm_v1_admits_nothing_in_a_step_that_preempted():
     """Over a whole overload run that preempts: no step both preempted and admitted."""
     steps, steps_that_did_both = [], []
 
-    def watch(engine):
-        schedule = engine.scheduler.schedule
+    def watch(offline):
+        schedule = offline.core.scheduler.schedule
 
         def schedule_and_count(now):
-            before = engine.scheduler.num_preemptions
+            before = offline.core.scheduler.num_preemptions
             batch = schedule(now)
-            if engine.scheduler.num_preemptions > before:
+            if offline.core.scheduler.num_preemptions > before:
                 steps.append(now)
                 if batch.admitted:
                     steps_that_did_both.append(now)
             return batch
-        engine.scheduler.schedule = schedule_and_count
+        offline.core.scheduler.schedule = schedule_and_count
 
     overload("vllm-v1", 2048, watch=watch)
     assert steps, "the run must preempt for the rule to be tried"

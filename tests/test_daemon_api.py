@@ -143,15 +143,15 @@ CHAT = [{"role": "system", "content": "You are terse."},
 
 @pytest.fixture(scope="module")
 def chat_expected(tiny_models, tokenizer):
-    """Greedy tokens of CHAT from an in-process Engine (no daemon)."""
-    from engines.engine import Engine
+    """Greedy tokens of CHAT from an in-process instance (engines/offline.py; no daemon)."""
     from engines.executors.torch_executor import TorchExecutor
+    from engines.offline import Offline
     from engines.scheduler import SchedulerConfig
     from ipc.params import SamplingParams
-    engine = Engine(TorchExecutor(tiny_models["llama"], num_kv_blocks=64, device="cpu"),
-                    SchedulerConfig())
+    offline = Offline(TorchExecutor(tiny_models["llama"], num_kv_blocks=64, device="cpu"),
+                      SchedulerConfig())
     prompt = tokenizer.encode_chat(CHAT)
-    done = engine.generate([prompt], SamplingParams(max_tokens=20, temperature=0.0))[0]
+    done = offline.generate([prompt], SamplingParams(max_tokens=20, temperature=0.0))[0]
     return {"prompt_tokens": len(prompt), "completion_tokens": len(done.token_ids),
             "text": tokenizer.decode(done.token_ids), "finish_reason": done.finish_reason}
 

@@ -1,13 +1,13 @@
 """The pure parts of fault handling: recovery plans (daemon/core/recovery_plan.py), the
 admission bounds (daemon/core/admission_bounds.py), and what a resumed request means to an
-engine."""
+instance."""
 from __future__ import annotations
 
 import math
 
 from daemon.core.admission_bounds import AdmissionBounds, retry_after
 from daemon.core.recovery_plan import recover, recovery_target, reroute_offload, resume_submit
-from engines.engine import Engine
+from engines.offline import Offline
 from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
 from ipc.messages import Origin, Role, Submit
@@ -82,19 +82,19 @@ def test_targets_go_where_offloads_go_then_to_the_least_loaded():
     assert recovery_target([0, 1, 2], peers, {}, {0: 3, 1: 2, 2: 2}) == 1
 
 
-# ---- resumed requests in an engine -------------------------------------------------------
+# ---- resumed requests in an instance ------------------------------------------------------
 
 def test_a_resumed_request_continues_exactly_where_it_stopped():
-    """Recompute continuity on one engine: the output of (prompt + first k tokens) with
+    """Recompute continuity on one instance: the output of (prompt + first k tokens) with
     max_tokens - k equals the rest of an uninterrupted greedy run, for every k."""
     prompt, max_tokens = [3, 1, 4, 1, 5, 9, 2, 6], 12
     full = expected_output(prompt, max_tokens)
     for k in (1, 5, 11):
-        engine = Engine(FakeExecutor(), SchedulerConfig(mode="sarathi", chunk_size=8))
+        offline = Offline(FakeExecutor(), SchedulerConfig(mode="sarathi", chunk_size=8))
         resumed = resume_submit(Submit(request_id="r", prompt_token_ids=prompt,
                                        sampling=SamplingParams(max_tokens=max_tokens),
                                        arrival_time=0.0), full[:k])
-        [done] = engine.generate([resumed.prompt_token_ids], resumed.sampling)
+        [done] = offline.generate([resumed.prompt_token_ids], resumed.sampling)
         assert full[:k] + done.token_ids == full
 
 

@@ -1,4 +1,4 @@
-"""End to end on the tiny model: our engine's greedy output is token-identical to
+"""End to end on the tiny model: our instance core's greedy output is token-identical to
 Hugging Face transformers' greedy `generate`, whatever the scheduling does to it --
 several prompts of different lengths at once, prompts chunked across steps, and
 KV blocks so few that requests are preempted and recomputed."""
@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.engine import Engine
 from engines.executors.torch_executor import TorchExecutor
 from engines.models.tokenizer import Tokenizer
+from engines.offline import Offline
 from engines.scheduler import SchedulerConfig
+from ipc.messages import StepOutputs
 from ipc.params import SamplingParams
 
 pytestmark = pytest.mark.slow  # token-for-token against transformers
@@ -56,25 +57,25 @@ def hf_outputs(model_dir, prompts) -> list[list[int]]:
 
 def run_engine(model_dir, prompts, mode, chunk_size, num_kv_blocks=None):
     executor = TorchExecutor(model_dir, block_size=16, num_kv_blocks=num_kv_blocks, device="cpu")
-    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=chunk_size))
-    results = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
-    assert engine.kv.num_free_blocks == engine.kv.num_blocks, "KV blocks leaked"
-    return engine, results
+    offline = Offline(executor, SchedulerConfig(mode=mode, chunk_size=chunk_size))
+    results = offline.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS))
+    assert offline.core.kv.num_free_blocks == offline.core.kv.num_blocks, "KV blocks leaked"
+    return offline, results
 
 
 @pytest.mark.parametrize("mode", ["sarathi", "vllm", "lp", "hp"])
 def test_greedy_matches_transformers_with_chunked_prefills(model_dir, prompts, hf_outputs, mode):
-    engine, results = run_engine(model_dir, prompts, mode, chunk_size=16)
+    offline, results = run_engine(model_dir, prompts, mode, chunk_size=16)
     assert [r.token_ids for r in results] == hf_outputs
-    assert engine.scheduler.num_preemptions == 0
+    assert offline.core.scheduler.num_preemptions == 0
 
 
 @pytest.mark.parametrize("mode", ["sarathi", "vllm", "lp", "hp"])
 def test_greedy_matches_transformers_through_preemption(model_dir, prompts, hf_outputs, mode):
     longest = max(len(p) for p in prompts) + MAX_TOKENS
     few_blocks = -(-longest // 16) + 2  # the longest request fits, all of them together do not
-    engine, results = run_engine(model_dir, prompts, mode, chunk_size=16, num_kv_blocks=few_blocks)
-    assert engine.scheduler.num_preemptions > 0, "the test must exercise preemption"
+    offline, results = run_engine(model_dir, prompts, mode, chunk_size=16, num_kv_blocks=few_blocks)
+    assert offline.core.scheduler.num_preemptions > 0, "the test must exercise preemption"
     assert [r.token_ids for r in results] == hf_outputs
 
 
@@ -91,15 +92,15 @@ def test_finish_reasons_follow_eos_and_max_tokens(model_dir, prompts, hf_outputs
 def test_reordering_by_deadline_does_not_change_tokens(model_dir, prompts, hf_outputs, mode):
     """Later arrivals get earlier deadlines, so EDF runs them first; tokens stay the same."""
     executor = TorchExecutor(model_dir, block_size=16, device="cpu")
-    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=16, max_num_seqs=2,
-                                              value_function="edf"))
-    now = engine.clock()
-    requests = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS),
+    offline = Offline(executor, SchedulerConfig(mode=mode, chunk_size=16, max_num_seqs=2,
+                                                value_function="edf"))
+    now = offline.clock()
+    requests = [offline.add_request(p, SamplingParams(max_tokens=MAX_TOKENS),
                                    deadline=now + 100.0 - i) for i, p in enumerate(prompts)]
     first_tokens = []
-    while engine.has_work:
-        for output in engine.step().tokens.outputs():
-            if output.request_id not in first_tokens:
-                first_tokens.append(output.request_id)
+    while offline.core.has_work:
+        for message in offline.step():
+            if isinstance(message, StepOutputs):
+                first_tokens += [r for r in message.tokens.request_ids if r not in first_tokens]
     assert first_tokens[0] == requests[-1].request_id, "the most urgent request started first"
     assert [r.output_token_ids for r in requests] == hf_outputs

@@ -1,5 +1,5 @@
 """GPU latency profiles: interpolation, monotonicity, the published reference values,
-the `profile:<name>` latency spec on real engine batches, KV capacity after vLLM's reserve,
+the `profile:<name>` latency spec on real scheduler batches, KV capacity after vLLM's reserve,
 the per-step CPU overhead."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import math
 import pytest
 
 from engines.batch import Batch
-from engines.engine import Engine
 from engines.executors.latency import make_latency
 from engines.executors.profiles import ENV_VAR, PROFILES, get_profile, raw_profiles_dir
 from engines.executors.profiles.attention_time import decode_seconds, prefill_seconds
 from engines.executors.sim_executor import SimExecutor
+from engines.offline import Offline
 from engines.request import Request
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
@@ -199,7 +199,7 @@ def test_profile_latency_on_a_real_engine_batch():
 def test_sim_executor_runs_on_a_profile():
     slept = []
     executor = SimExecutor(make_latency("profile:h100-llama2-7b"), sleep=slept.append)
-    engine = Engine(executor, SchedulerConfig(chunk_size=256))
-    done = engine.generate([[1] * 600, [2] * 40], SamplingParams(max_tokens=5))
+    offline = Offline(executor, SchedulerConfig(chunk_size=256))
+    done = offline.generate([[1] * 600, [2] * 40], SamplingParams(max_tokens=5))
     assert [len(c.token_ids) for c in done] == [5, 5]
     assert all(0.005 < s < 0.1 for s in slept) and not any(math.isnan(s) for s in slept)

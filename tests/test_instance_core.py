@@ -1,7 +1,6 @@
 """The instance core on its own: commands in, messages out, the step in two halves."""
 from __future__ import annotations
 
-from engines.engine import Engine
 from engines.instance_core import InstanceCore
 from engines.scheduler_config import SchedulerConfig
 from ipc.messages import (
@@ -9,13 +8,16 @@ from ipc.messages import (
     StepOutputs, Submit, Ticket,
 )
 from ipc.params import SamplingParams
-from tests.fakes import FakeExecutor
+from tests.fakes import FakeExecutor, FakeInstance
+
+
+def driven(role: Role = Role.HP, mode: str = "hp", **scheduler) -> FakeInstance:
+    return FakeInstance(7, role, SchedulerConfig(mode=mode, **scheduler),
+                        FakeExecutor(num_kv_blocks=64))
 
 
 def core(role: Role = Role.HP, mode: str = "hp", **scheduler) -> InstanceCore:
-    engine = Engine(FakeExecutor(num_kv_blocks=64), SchedulerConfig(mode=mode, **scheduler),
-                    clock=lambda: 0.0)
-    return InstanceCore(7, role, engine)
+    return driven(role, mode, **scheduler).core
 
 
 def submit(request_id: str, origin: Origin = Origin.NEW, prompt=(3, 4, 5), max_tokens=2,
@@ -25,14 +27,9 @@ def submit(request_id: str, origin: Origin = Origin.NEW, prompt=(3, 4, 5), max_t
                   deadline=deadline, origin=origin)
 
 
-def run_step(instance: InstanceCore, now: float = 1.0):
-    batch = instance.begin_step(now)
-    return instance.finish_step(batch, instance.engine.executor.execute(batch) if batch else [],
-                                0.01, now)
-
-
 def test_an_idle_hp_holds_one_ticket_until_a_new_request_uses_it():
-    hp = core()
+    driver = driven()
+    hp = driver.core
     assert hp.ask_for_work() == [Ticket(instance_id=7)]
     assert hp.ask_for_work() == []                       # one at a time
     hp.handle(submit("moved", Origin.OFFLOAD), now=0.5)  # an offload does not use it
@@ -41,7 +38,7 @@ def test_an_idle_hp_holds_one_ticket_until_a_new_request_uses_it():
     assert not hp.ticket_open
     messages = []
     while hp.has_work:
-        messages += run_step(hp)
+        messages += driver.step()
     # a step that leaves nothing waiting asks for work: one ticket, held till used
     assert [m for m in messages if isinstance(m, Ticket)] == [Ticket(instance_id=7)]
     assert hp.ticket_open and hp.ask_for_work() == []
@@ -51,10 +48,9 @@ def test_a_turn_takes_no_command_after_shutdown_and_an_idle_turn_only_asks_for_w
     hp = core()
     outputs = hp.take([submit("a"), Shutdown(), submit("b")], now=0.0)
     assert [type(m) for m in outputs] == [Finished] and hp.stopped
-    assert "b" not in hp.engine.scheduler.requests
-    idle = core()
-    batch = idle.begin_step(0.0)
-    assert not batch and idle.finish_step(batch, [], 0.0, 0.0) == [Ticket(instance_id=7)]
+    assert "b" not in hp.scheduler.requests
+    batch, outputs = core().begin_step(0.0)
+    assert not batch and outputs == [Ticket(instance_id=7)]
 
 
 def test_an_lp_never_asks_for_work():
@@ -62,12 +58,13 @@ def test_an_lp_never_asks_for_work():
 
 
 def test_a_step_sends_its_tokens_in_one_message_and_every_request_ends_once():
-    instance = core(Role.PEER, "sarathi", chunk_size=64)
+    driver = driven(Role.PEER, "sarathi", chunk_size=64)
+    instance = driver.core
     for name in ("a", "b"):
         assert instance.handle(submit(name), now=0.0) == []
     finished = []
     while instance.has_work:
-        for message in run_step(instance):
+        for message in driver.step():
             assert isinstance(message, StepOutputs) and message.step_seconds == 0.01
             finished += [o.request_id for o in message.tokens.outputs() if o.finish_reason]
     assert sorted(finished) == ["a", "b"] and instance.num_finished == 2
@@ -90,10 +87,11 @@ def test_refused_submits_aborts_pings_and_shutdown_each_get_their_answer():
 
 
 def test_a_hopeless_request_is_dropped_with_a_finished_message_but_a_pinned_one_is_not():
-    instance = core(Role.LP, "lp", drop_expired=True)
+    driver = driven(Role.LP, "lp", drop_expired=True)
+    instance = driver.core
     instance.handle(submit("late", deadline=0.5), now=0.0)
     instance.handle(submit("resumed", Origin.RESUME, deadline=0.5), now=0.0)
-    messages = run_step(instance, now=2.0)
+    messages = driver.step(now=2.0)
     assert Finished(instance_id=7, request_id="late", reason=FinishReason.DROP) in messages
     assert instance.num_dropped == 1
-    assert "resumed" in instance.engine.scheduler.requests
+    assert "resumed" in instance.scheduler.requests

@@ -10,10 +10,9 @@ from daemon.core.controller_core import ControllerCore
 from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting, Tokens
 from daemon.layout import layout_modes, parse_layout
 from daemon.core.request_state import Outcome, RequestState
-from engines.engine import Engine
 from engines.handoff import ExportKv, ImportKv
-from engines.instance_core import InstanceCore
 from engines.modes import role_of_mode
+from engines.offline import Offline
 from engines.scheduler_config import SchedulerConfig
 from ipc.codec import Encoder, controller_decoder, instance_decoder
 from ipc.messages import (
@@ -21,7 +20,7 @@ from ipc.messages import (
 )
 from ipc.params import SamplingParams
 from policies.decode_choice import DecodeView, choose_decode
-from tests.fakes import FakeExecutor, expected_output
+from tests.fakes import FakeExecutor, FakeInstance, expected_output
 
 PROMPT = [3, 4, 5, 6, 7, 8, 9]
 
@@ -53,10 +52,9 @@ def test_the_decode_choice_is_the_least_full_kv_that_fits():
 
 # ---- the instance core: hand off at the first token, take in and decode on ---------------
 
-def instance(mode: str, role: Role, num_kv_blocks: int = 64, **scheduler) -> InstanceCore:
-    engine = Engine(FakeExecutor(num_kv_blocks=num_kv_blocks),
-                    SchedulerConfig(mode=mode, chunk_size=64, **scheduler), clock=lambda: 0.0)
-    return InstanceCore(5, role, engine)
+def instance(mode: str, role: Role, num_kv_blocks: int = 64, **scheduler) -> FakeInstance:
+    return FakeInstance(5, role, SchedulerConfig(mode=mode, chunk_size=64, **scheduler),
+                        FakeExecutor(num_kv_blocks=num_kv_blocks))
 
 
 def submit(request_id: str = "a", max_tokens: int = 6) -> Submit:
@@ -65,15 +63,10 @@ def submit(request_id: str = "a", max_tokens: int = 6) -> Submit:
                   deadline=10.0, ttft_slo=10.0, tbt_slo=1.0)
 
 
-def step(core: InstanceCore, now: float = 1.0):
-    batch = core.begin_step(now)
-    return core.finish_step(batch, core.engine.executor.execute(batch) if batch else [], 0.01, now)
-
-
-def run_to_end(core: InstanceCore) -> list[int]:
+def run_to_end(driver: FakeInstance) -> list[int]:
     tokens = []
-    while core.has_work:
-        for message in step(core):
+    while driver.core.has_work:
+        for message in driver.step():
             if isinstance(message, StepOutputs):
                 tokens += [o.token_id for o in message.tokens.outputs()]
     return tokens
@@ -81,29 +74,29 @@ def run_to_end(core: InstanceCore) -> list[int]:
 
 def test_a_prefill_instance_hands_a_request_off_after_its_first_token():
     prefill = instance("prefill", Role.PREFILL)
-    prefill.handle(submit(), now=0.0)
-    messages = step(prefill)
+    prefill.core.handle(submit(), now=0.0)
+    messages = prefill.step()
     first = expected_output(PROMPT, 1)
     assert isinstance(messages[0], StepOutputs)
     assert [o.token_id for o in messages[0].tokens.outputs()] == first
     assert messages[0].admitted == ["a"]  # its prefill started this step
     assert messages[1] == Handoff(instance_id=5, request_id="a", token_ids=PROMPT + first,
                                   num_computed_tokens=len(PROMPT))
-    assert not prefill.has_work and prefill.engine.kv.num_free_blocks == 64
+    assert not prefill.core.has_work and prefill.core.kv.num_free_blocks == 64
     assert len(messages) == 2  # the fake executor keeps no tensors: no KV to export
 
 
 def test_a_request_that_ends_at_its_first_token_is_not_handed_off():
     prefill = instance("prefill", Role.PREFILL)
-    prefill.handle(submit(max_tokens=1), now=0.0)
-    messages = step(prefill)
+    prefill.core.handle(submit(max_tokens=1), now=0.0)
+    messages = prefill.step()
     assert len(messages) == 1 and messages[0].tokens.outputs()[0].finish_reason is not None
 
 
 def handed_off(max_tokens: int = 6) -> tuple[Handoff, SubmitPrefilled]:
     prefill = instance("prefill", Role.PREFILL)
-    prefill.handle(submit(max_tokens=max_tokens), now=0.0)
-    handoff = step(prefill)[1]
+    prefill.core.handle(submit(max_tokens=max_tokens), now=0.0)
+    handoff = prefill.step()[1]
     return handoff, SubmitPrefilled(submit=submit(max_tokens=max_tokens),
                                     token_ids=handoff.token_ids,
                                     num_computed_tokens=handoff.num_computed_tokens)
@@ -112,12 +105,12 @@ def handed_off(max_tokens: int = 6) -> tuple[Handoff, SubmitPrefilled]:
 def test_a_decode_instance_decodes_on_from_the_handed_off_kv():
     _, prefilled = handed_off()
     decode = instance("decode", Role.DECODE)
-    decode.engine.executor.cache["a"] = list(prefilled.token_ids[:-1])  # "the KV arrived"
-    assert decode.handle(prefilled, now=1.0) == []
-    request = decode.engine.scheduler.requests["a"]
+    decode.executor.cache["a"] = list(prefilled.token_ids[:-1])  # "the KV arrived"
+    assert decode.core.handle(prefilled, now=1.0) == []
+    request = decode.core.scheduler.requests["a"]
     assert request.is_decoding and request.num_computed_tokens == len(PROMPT)
     assert run_to_end(decode) == expected_output(PROMPT, 6)[1:]
-    batches = decode.engine.executor.batches
+    batches = decode.executor.batches
     assert all(c.num_tokens == 1 for b in batches for c in b.chunks)  # no prompt recomputed
 
 
@@ -125,12 +118,12 @@ def test_a_prefilled_request_waits_for_a_seat_with_its_kv():
     _, prefilled = handed_off()
     decode = instance("decode", Role.DECODE, max_num_seqs=1)  # one seat
     for rid in ("a", "b"):
-        decode.engine.executor.cache[rid] = list(prefilled.token_ids[:-1])
-        assert decode.handle(SubmitPrefilled(submit=submit(rid), token_ids=prefilled.token_ids,
+        decode.executor.cache[rid] = list(prefilled.token_ids[:-1])
+        assert decode.core.handle(SubmitPrefilled(submit=submit(rid), token_ids=prefilled.token_ids,
                                              num_computed_tokens=len(PROMPT)), now=1.0) == []
-    assert "b" in decode.prefilled and "b" not in decode.engine.scheduler.requests
+    assert "b" in decode.core.prefilled and "b" not in decode.core.scheduler.requests
     assert run_to_end(decode) == 2 * expected_output(PROMPT, 6)[1:]
-    batches = decode.engine.executor.batches
+    batches = decode.executor.batches
     assert all(c.num_tokens == 1 for b in batches for c in b.chunks)  # no prompt recomputed
 
 
@@ -138,13 +131,13 @@ def test_a_waiting_prefilled_request_can_be_aborted():
     _, prefilled = handed_off()
     decode = instance("decode", Role.DECODE, max_num_seqs=1)
     for rid in ("a", "b"):
-        decode.engine.executor.cache[rid] = list(prefilled.token_ids[:-1])
-        decode.handle(SubmitPrefilled(submit=submit(rid), token_ids=prefilled.token_ids,
+        decode.executor.cache[rid] = list(prefilled.token_ids[:-1])
+        decode.core.handle(SubmitPrefilled(submit=submit(rid), token_ids=prefilled.token_ids,
                                       num_computed_tokens=len(PROMPT)), now=1.0)
     from ipc.messages import Abort, Finished
-    (finished,) = decode.handle(Abort(request_id="b"), now=1.0)
+    (finished,) = decode.core.handle(Abort(request_id="b"), now=1.0)
     assert isinstance(finished, Finished) and finished.request_id == "b"
-    assert not decode.prefilled and decode.handle(Abort(request_id="b"), now=1.0) == []
+    assert not decode.core.prefilled and decode.core.handle(Abort(request_id="b"), now=1.0) == []
 
 
 def test_kv_a_decode_instance_cannot_use_is_recomputed():
@@ -152,9 +145,9 @@ def test_kv_a_decode_instance_cannot_use_is_recomputed():
     layout = KvLayout(num_layers=2, num_blocks=1, block_size=16, num_kv_heads=2, head_dim=8,
                       dtype="float32", num_tokens=len(PROMPT))
     decode = instance("decode", Role.DECODE)  # a cache-less executor: KV it cannot take
-    decode.handle(SubmitPrefilled(submit=prefilled.submit, token_ids=prefilled.token_ids,
+    decode.core.handle(SubmitPrefilled(submit=prefilled.submit, token_ids=prefilled.token_ids,
                                   num_computed_tokens=len(PROMPT), kv=layout), now=1.0)
-    assert decode.engine.scheduler.requests["a"].num_computed_tokens == 0
+    assert decode.core.scheduler.requests["a"].num_computed_tokens == 0
     assert run_to_end(decode) == expected_output(PROMPT, 6)[1:]
 
 
@@ -162,7 +155,7 @@ def test_a_prefilled_request_whose_tokens_do_not_start_with_its_prompt_is_refuse
     _, prefilled = handed_off()
     bad = SubmitPrefilled(submit=prefilled.submit, token_ids=[9, 9, 9],
                           num_computed_tokens=2)
-    (error,) = instance("decode", Role.DECODE).handle(bad, now=1.0)
+    (error,) = instance("decode", Role.DECODE).core.handle(bad, now=1.0)
     assert error.request_id == "a" and "prompt" in error.message
 
 
@@ -242,26 +235,25 @@ def test_a_handoff_of_a_request_whose_client_left_is_dropped():
 
 # ---- the KV copy between two torch executors ----------------------------------------------
 
-def torch_instance(model_dir, mode: str, role: Role, block_size: int) -> InstanceCore:
+def torch_instance(model_dir, mode: str, role: Role, block_size: int) -> FakeInstance:
     from engines.executors.torch_executor import TorchExecutor
     executor = TorchExecutor(model_dir, block_size=block_size, num_kv_blocks=64, device="cpu")
-    return InstanceCore(int(role is Role.DECODE), role,
-                        Engine(executor, SchedulerConfig(mode=mode, chunk_size=32),
-                               clock=lambda: 0.0))
+    return FakeInstance(int(role is Role.DECODE), role, SchedulerConfig(mode=mode, chunk_size=32),
+                        executor)
 
 
-def generate_pd(prefill: InstanceCore, decode: InstanceCore, prompts, max_tokens: int):
+def generate_pd(prefill: FakeInstance, decode: FakeInstance, prompts, max_tokens: int):
     """Every prompt through prefill -> (wire bytes) -> decode; the tokens per request. The
     KV moves the cores ask for are made here, as the instance process's driver makes them."""
     encoder, tokens = Encoder(), {f"r{i}": [] for i in range(len(prompts))}
     in_flight: dict[str, list[bytes]] = {}  # the decode driver's frames, by request id
     for i, prompt in enumerate(prompts):
-        prefill.handle(Submit(request_id=f"r{i}", prompt_token_ids=prompt,
+        prefill.core.handle(Submit(request_id=f"r{i}", prompt_token_ids=prompt,
                               sampling=SamplingParams(max_tokens=max_tokens), arrival_time=0.0),
-                       now=0.0)
+                            now=0.0)
 
-    def carry_out(core: InstanceCore, outputs) -> None:
-        executor = core.engine.executor
+    def carry_out(driver: FakeInstance, outputs) -> None:
+        executor = driver.executor
         for output in outputs:
             if isinstance(output, StepOutputs):
                 for token in output.tokens.outputs():
@@ -277,7 +269,7 @@ def generate_pd(prefill: InstanceCore, decode: InstanceCore, prompts, max_tokens
                 submit_ = Submit(request_id=message.request_id,
                                  prompt_token_ids=prompts[int(message.request_id[1:])],
                                  sampling=SamplingParams(max_tokens=max_tokens), arrival_time=0.0)
-                outputs = decode.take([SubmitPrefilled(
+                outputs = decode.core.take([SubmitPrefilled(
                     submit=submit_, token_ids=wire.token_ids,
                     num_computed_tokens=wire.num_computed_tokens, kv=wire.kv)], now=1.0)
                 assert all(isinstance(o, ImportKv) for o in outputs)
@@ -285,10 +277,9 @@ def generate_pd(prefill: InstanceCore, decode: InstanceCore, prompts, max_tokens
             else:
                 assert not isinstance(output, Handoff), "a torch executor's KV travels"
 
-    for core in (prefill, decode):
-        while core.has_work:
-            batch = core.begin_step(1.0)
-            carry_out(core, core.finish_step(batch, core.engine.executor.execute(batch), 0.01, 1.0))
+    for driver in (prefill, decode):
+        while driver.core.has_work:
+            carry_out(driver, driver.step())
     assert not in_flight
     return list(tokens.values())
 
@@ -302,14 +293,14 @@ def test_greedy_output_through_prefill_and_decode_equals_one_instance(tiny_model
     from engines.executors.torch_executor import TorchExecutor
     model = tiny_models["llama"]
     prompts = [[(7 * i + 3 * n) % 500 + 5 for i in range(n)] for n in (5, 23, 40)]
-    single = Engine(TorchExecutor(model, block_size=16, num_kv_blocks=64, device="cpu"),
-                    SchedulerConfig(mode="sarathi", chunk_size=32), clock=lambda: 0.0)
+    single = Offline(TorchExecutor(model, block_size=16, num_kv_blocks=64, device="cpu"),
+                     SchedulerConfig(mode="sarathi", chunk_size=32))
     expected = [c.token_ids for c in single.generate(prompts, SamplingParams(max_tokens=12))]
     prefill = torch_instance(model, "prefill", Role.PREFILL, block_sizes[0])
     decode = torch_instance(model, "decode", Role.DECODE, block_sizes[1])
     assert generate_pd(prefill, decode, prompts, 12) == expected
-    assert prefill.engine.kv.num_free_blocks == 64 and decode.engine.kv.num_free_blocks == 64
-    assert decode.engine.scheduler.num_preemptions == 0
+    assert prefill.core.kv.num_free_blocks == 64 and decode.core.kv.num_free_blocks == 64
+    assert decode.core.scheduler.num_preemptions == 0
 
 
 # ---- the simulator: P/D layouts through the same cores, KV priced by the link -------------

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.engine import Engine
 from engines.executors.torch_executor import TorchExecutor
+from engines.offline import Offline
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
@@ -18,7 +18,7 @@ BLOCK_SIZE = 8
 
 @pytest.fixture(scope="module")
 def executors(tiny_models):
-    """One executor per KV pool size, reused: each engine starts a fresh block manager."""
+    """One executor per KV pool size, reused: each instance core starts a fresh block manager."""
     made: dict[int, TorchExecutor] = {}
 
     def get(num_kv_blocks: int) -> TorchExecutor:
@@ -30,11 +30,11 @@ def executors(tiny_models):
 
 
 def generate(executor, prompts, caching: bool, mode: str, max_tokens: int):
-    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=32, prefix_caching=caching))
-    results = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-    assert engine.kv.num_free_blocks == engine.kv.num_blocks, "KV blocks leaked"
-    engine.kv.check()
-    return engine, [r.token_ids for r in results]
+    offline = Offline(executor, SchedulerConfig(mode=mode, chunk_size=32, prefix_caching=caching))
+    results = offline.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    assert offline.core.kv.num_free_blocks == offline.core.kv.num_blocks, "KV blocks leaked"
+    offline.core.kv.check()
+    return offline, [r.token_ids for r in results]
 
 
 def test_shared_prefix_through_eviction_and_preemption(executors):
@@ -44,8 +44,8 @@ def test_shared_prefix_through_eviction_and_preemption(executors):
     plain, expected = generate(executor, prompts, False, "sarathi", 12)
     cached, got = generate(executor, prompts, True, "sarathi", 12)
     assert got == expected
-    assert cached.kv.stats.hit_tokens > 0, "the shared prefix was found"
-    assert cached.scheduler.num_preemptions > 0 and cached.kv.stats.evictions > 0
+    assert cached.core.kv.stats.hit_tokens > 0, "the shared prefix was found"
+    assert cached.core.scheduler.num_preemptions > 0 and cached.core.kv.stats.evictions > 0
 
 
 token = st.integers(3, 250)

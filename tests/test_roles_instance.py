@@ -2,17 +2,16 @@
 scheduler's mode at the step boundary and gives back its waiting requests."""
 from __future__ import annotations
 
-from bench.sim.sim_instances import SimConfig, build_instance
-from engines.instance_core import InstanceCore
+from bench.sim.sim_instances import SimConfig, SimInstance, build_instance
 from ipc.messages import Origin, Role, RoleChanged, SetRole, StepOutputs, Submit, Ticket
 from ipc.params import SamplingParams
 
 from tests.test_instance_core import core as fake_core
 
 
-def lp() -> InstanceCore:
+def lp() -> SimInstance:
     """An LP over the simulated A100 (it has a performance model, as lp and hp modes do)."""
-    return build_instance(SimConfig(layout_modes=("lp",)), 0, "lp", clock=lambda: 0.0).core
+    return build_instance(SimConfig(layout_modes=("lp",)), 0, "lp")
 
 
 def submit(request_id: str, prompt_len: int = 3000, origin: Origin = Origin.NEW) -> Submit:
@@ -21,54 +20,58 @@ def submit(request_id: str, prompt_len: int = 3000, origin: Origin = Origin.NEW)
                   deadline=100.0, origin=origin)
 
 
-def step(core: InstanceCore, now: float):
-    batch = core.begin_step(now)
-    return core.finish_step(batch, core.engine.executor.tokens(batch) if batch else [], 0.05, now)
+def step(sim: SimInstance, now: float):
+    batch, outputs = sim.core.begin_step(now)
+    if not batch:
+        return outputs
+    return sim.core.finish_step(batch, sim.executor.tokens(batch), 0.05, now)
 
 
 def test_lp_to_hp_gives_back_waiting_requests_and_keeps_the_running_one():
-    core = lp()
-    core.engine.scheduler.max_num_seqs = 1  # one runs, the others wait
+    sim = lp()
+    core = sim.core
+    core.scheduler.max_num_seqs = 1  # one runs, the others wait
     assert core.take([submit("a"), submit("b"), submit("c", origin=Origin.REROUTE)], 0.0) == []
-    step(core, 0.1)
-    assert [r.request_id for r in core.engine.scheduler.running] == ["a"]
+    step(sim, 0.1)
+    assert [r.request_id for r in core.scheduler.running] == ["a"]
     [answer] = core.take([SetRole(role=Role.HP, mode="hp")], 0.2)
     assert isinstance(answer, RoleChanged) and (answer.role, answer.mode) == (Role.HP, "hp")
     assert [r.request_id for r in answer.returned] == ["b"]   # c is pinned: it stays
     assert len(answer.returned[0].prompt_token_ids) == 3000
-    scheduler = core.engine.scheduler
+    scheduler = core.scheduler
     assert scheduler.mode.name == "hp" and scheduler.triage.mode.name == "hp"
     assert scheduler.max_num_seqs == 1024 and core.role is Role.HP
     assert set(scheduler.requests) == {"a", "c"}
     # the running request and the pinned one finish here; an HP with room asks for work
     finished = []
     for t in range(40):
-        for message in step(core, 0.3 + t * 0.05):
+        for message in step(sim, 0.3 + t * 0.05):
             if isinstance(message, StepOutputs):
                 finished += [message.tokens.request_ids[i] for i in message.tokens.finished]
     assert sorted(finished) == ["a", "c"] and core.ticket_open
 
 
 def test_hp_to_lp_drops_its_ticket_and_offloads_again():
-    core = lp()
+    sim = lp()
+    core = sim.core
     core.take([SetRole(role=Role.HP, mode="hp")], 0.0)
-    assert isinstance(step(core, 0.1)[-1], Ticket)
+    assert isinstance(step(sim, 0.1)[-1], Ticket)
     [answer] = core.take([SetRole(role=Role.LP, mode="lp")], 0.2)
     assert answer.role is Role.LP and answer.returned == []
-    assert not core.ticket_open and core.engine.scheduler.mode.offloads
-    assert step(core, 0.3) == []  # an LP asks for nothing
+    assert not core.ticket_open and core.scheduler.mode.offloads
+    assert step(sim, 0.3) == []  # an LP asks for nothing
 
 
 def test_the_same_role_or_an_impossible_one_changes_nothing():
-    core = lp()
+    core = lp().core
     core.take([submit("a")], 0.0)
     [same] = core.take([SetRole(role=Role.LP, mode="lp")], 0.1)
-    assert same.role is Role.LP and same.returned == [] and "a" in core.engine.scheduler.requests
+    assert same.role is Role.LP and same.returned == [] and "a" in core.scheduler.requests
     [wrong] = core.take([SetRole(role=Role.HP, mode="sarathi")], 0.1)
-    assert wrong.role is Role.LP and core.engine.scheduler.mode.name == "lp"
+    assert wrong.role is Role.LP and core.scheduler.mode.name == "lp"
     plain = fake_core(Role.LP, "lp")  # no performance model: it cannot decide by time
     [answer] = plain.take([SetRole(role=Role.HP, mode="hp")], 0.0)
-    assert answer.role is Role.LP and plain.engine.scheduler.mode.name == "lp"
+    assert answer.role is Role.LP and plain.scheduler.mode.name == "lp"
 
 
 def test_set_role_and_its_answer_cross_the_wire():

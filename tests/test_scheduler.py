@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from engines.engine import Engine
 from engines.kv_cache import BlockManager
 from engines.modes import get_mode
+from engines.offline import Offline
 from engines.request import Request, RequestStatus
 from engines.scheduler import Scheduler, SchedulerConfig
 from ipc.params import SamplingParams
@@ -23,42 +23,42 @@ def make_prompts(n: int, seed: int = 0, lo: int = 3, hi: int = 40) -> list[list[
 
 def run(mode: str, prompts, max_tokens=12, chunk_size=16, num_kv_blocks=64, **kw):
     executor = FakeExecutor(num_kv_blocks=num_kv_blocks)
-    engine = Engine(executor, SchedulerConfig(mode=mode, chunk_size=chunk_size, **kw))
+    offline = Offline(executor, SchedulerConfig(mode=mode, chunk_size=chunk_size, **kw))
     sampling = SamplingParams(max_tokens=max_tokens)
-    return engine, executor, engine.generate(prompts, sampling)
+    return offline, executor, offline.generate(prompts, sampling)
 
 
 @pytest.mark.parametrize("mode", ["sarathi", "vllm"])
 def test_every_request_completes_with_the_models_tokens(mode):
     prompts = make_prompts(10)
-    engine, _, results = run(mode, prompts)
+    offline, _, results = run(mode, prompts)
     for prompt, result in zip(prompts, results):
         assert result.token_ids == expected_output(prompt, 12)
         assert result.finish_reason == "length"
-    assert engine.kv.num_free_blocks == engine.kv.num_blocks
+    assert offline.core.kv.num_free_blocks == offline.core.kv.num_blocks
 
 
 @pytest.mark.parametrize("mode", ["sarathi", "vllm"])
 def test_preemption_by_recompute_loses_nothing(mode):
     prompts = make_prompts(8, seed=1, lo=10, hi=30)
     # 20 blocks of 4 tokens cannot hold 8 requests of up to 30 + 20 tokens: preemption must happen.
-    engine, _, results = run(mode, prompts, max_tokens=20, num_kv_blocks=20)
-    assert engine.scheduler.num_preemptions > 0
-    assert sum(r.num_preemptions for r in results) == engine.scheduler.num_preemptions
+    offline, _, results = run(mode, prompts, max_tokens=20, num_kv_blocks=20)
+    assert offline.core.scheduler.num_preemptions > 0
+    assert sum(r.num_preemptions for r in results) == offline.core.scheduler.num_preemptions
     for prompt, result in zip(prompts, results):
         assert result.token_ids == expected_output(prompt, 20)
-    assert engine.kv.num_free_blocks == engine.kv.num_blocks
+    assert offline.core.kv.num_free_blocks == offline.core.kv.num_blocks
 
 
 def test_sarathi_keeps_token_budget_and_never_skips_a_decode():
     prompts = make_prompts(24, seed=2, lo=5, hi=60)
     executor = FakeExecutor(num_kv_blocks=60)
-    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=16, max_num_seqs=8))
+    offline = Offline(executor, SchedulerConfig(mode="sarathi", chunk_size=16, max_num_seqs=8))
     for p in prompts:
-        engine.add_request(p, SamplingParams(max_tokens=10))
-    scheduler = engine.scheduler
+        offline.add_request(p, SamplingParams(max_tokens=10))
+    scheduler = offline.core.scheduler
     saw_chunked_prefill = saw_mixed = False
-    while engine.has_work:
+    while offline.core.has_work:
         decoding = [r for r in scheduler.running if r.is_decoding]
         batch = scheduler.schedule(0.0)
         assert batch.num_tokens <= 16
@@ -73,54 +73,54 @@ def test_sarathi_keeps_token_budget_and_never_skips_a_decode():
         saw_mixed |= 0 < first_prefill < len(batch)
         scheduler.update(batch, executor.execute(batch), 0.0)
     assert saw_chunked_prefill and saw_mixed
-    assert engine.kv.num_free_blocks == engine.kv.num_blocks
+    assert offline.core.kv.num_free_blocks == offline.core.kv.num_blocks
 
 
 def test_sarathi_cuts_a_long_prompt_into_budget_sized_chunks():
-    engine, executor, _ = run("sarathi", [list(range(2, 52))], max_tokens=1, chunk_size=16)
+    offline, executor, _ = run("sarathi", [list(range(2, 52))], max_tokens=1, chunk_size=16)
     assert [c.num_tokens for b in executor.batches for c in b.chunks] == [16, 16, 16, 2]
 
 
 def test_vllm_admits_prefills_first_and_decodes_wait():
     executor = FakeExecutor(num_kv_blocks=200)
-    engine = Engine(executor, SchedulerConfig(mode="vllm", chunk_size=64))
-    first = engine.add_request(list(range(2, 12)), SamplingParams(max_tokens=5))
-    engine.step()  # first's whole prompt
+    offline = Offline(executor, SchedulerConfig(mode="vllm", chunk_size=64))
+    first = offline.add_request(list(range(2, 12)), SamplingParams(max_tokens=5))
+    offline.step()  # first's whole prompt
     assert first.is_decoding
-    engine.add_request(list(range(50, 88)), SamplingParams(max_tokens=5))  # nothing shared
-    batch = engine.scheduler.schedule(0.0)
+    offline.add_request(list(range(50, 88)), SamplingParams(max_tokens=5))  # nothing shared
+    batch = offline.core.scheduler.schedule(0.0)
     assert [c.is_decode for c in batch.chunks] == [False], "the waiting prompt runs, the decode waits"
     assert batch.chunks[0].num_tokens == 38, "vllm never chunks a prompt"
-    engine.scheduler.update(batch, executor.execute(batch), 0.0)
-    batch = engine.scheduler.schedule(0.0)
+    offline.core.scheduler.update(batch, executor.execute(batch), 0.0)
+    batch = offline.core.scheduler.schedule(0.0)
     assert [c.is_decode for c in batch.chunks] == [True, True]
 
 
 def test_abort_frees_blocks_wherever_the_request_is():
     executor = FakeExecutor(num_kv_blocks=64)
-    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
-    reqs = [engine.add_request(p, SamplingParams(max_tokens=30)) for p in make_prompts(6, seed=3)]
-    engine.step()
-    engine.step()
+    offline = Offline(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
+    reqs = [offline.add_request(p, SamplingParams(max_tokens=30)) for p in make_prompts(6, seed=3)]
+    offline.step()
+    offline.step()
     states = {r.status for r in reqs}
     assert RequestStatus.RUNNING in states and RequestStatus.WAITING in states
     for r in reqs:
-        assert engine.abort(r.request_id)
+        assert offline.core.scheduler.abort(r.request_id)
         assert r.finish_reason.value == "abort"
-    assert not engine.abort(reqs[0].request_id), "a finished request cannot be aborted twice"
-    assert not engine.has_work
-    assert engine.kv.num_free_blocks == engine.kv.num_blocks
+    assert not offline.core.scheduler.abort(reqs[0].request_id), "finished: nothing to abort"
+    assert not offline.core.has_work
+    assert offline.core.kv.num_free_blocks == offline.core.kv.num_blocks
 
 
 def test_abort_between_schedule_and_update_is_harmless():
     executor = FakeExecutor()
-    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
-    a = engine.add_request([5, 6, 7], SamplingParams(max_tokens=4))
-    b = engine.add_request([8, 9], SamplingParams(max_tokens=4))
-    batch = engine.scheduler.schedule(0.0)
+    offline = Offline(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
+    a = offline.add_request([5, 6, 7], SamplingParams(max_tokens=4))
+    b = offline.add_request([8, 9], SamplingParams(max_tokens=4))
+    batch = offline.core.scheduler.schedule(0.0)
     sampled = executor.execute(batch)
-    engine.abort(a.request_id)
-    tokens = engine.scheduler.update(batch, sampled, 0.0)
+    offline.core.scheduler.abort(a.request_id)
+    tokens = offline.core.scheduler.update(batch, sampled, 0.0)
     assert tokens.request_ids == [b.request_id]
     assert b.output_token_ids == expected_output([8, 9], 1)
 
@@ -130,19 +130,19 @@ def test_eos_and_stop_tokens_finish_with_stop():
     first, second = expected_output(prompt, 2)
     assert first != second
     executor = FakeExecutor(eos_token_ids=frozenset({second}))
-    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
-    stopped, = engine.generate([prompt], SamplingParams(max_tokens=10))
+    offline = Offline(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
+    stopped, = offline.generate([prompt], SamplingParams(max_tokens=10))
     assert stopped.token_ids == [first, second] and stopped.finish_reason == "stop"
-    ignoring, = engine.generate([prompt], SamplingParams(max_tokens=3, ignore_eos=True))
+    ignoring, = offline.generate([prompt], SamplingParams(max_tokens=3, ignore_eos=True))
     assert len(ignoring.token_ids) == 3 and ignoring.finish_reason == "length"
-    by_stop_id, = engine.generate([prompt], SamplingParams(max_tokens=10, stop_token_ids=[first]))
+    by_stop_id, = offline.generate([prompt], SamplingParams(max_tokens=10, stop_token_ids=[first]))
     assert by_stop_id.token_ids == [first] and by_stop_id.finish_reason == "stop"
 
 
 def test_context_limit_ends_generation_with_length():
     executor = FakeExecutor(max_model_len=20)
-    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
-    result, = engine.generate([list(range(2, 17))], SamplingParams(max_tokens=100))
+    offline = Offline(executor, SchedulerConfig(mode="sarathi", chunk_size=16))
+    result, = offline.generate([list(range(2, 17))], SamplingParams(max_tokens=100))
     assert len(result.token_ids) == 5 and result.finish_reason == "length"
 
 

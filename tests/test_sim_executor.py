@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from engines.engine import Engine
 from engines.executors.executor_config import ExecutorConfig, build_executor
+from engines.offline import Offline
 from engines.executors.latency import (
     constant_latency, make_latency, zero_latency,
 )
@@ -29,10 +29,10 @@ def test_every_request_ends_exactly_at_max_tokens_and_time_is_charged():
     slept = []
     executor = SimExecutor(constant_latency(0.5), num_kv_blocks=32, block_size=4,
                            max_model_len=64, sleep=slept.append)
-    engine = Engine(executor, SchedulerConfig(chunk_size=16))
+    offline = Offline(executor, SchedulerConfig(chunk_size=16))
     prompts = [[1] * n for n in (3, 10, 20, 40)]
     params = [SamplingParams(max_tokens=m, stop_token_ids=[0, 1]) for m in (1, 7, 30, 50)]
-    done = engine.generate(prompts, params)
+    done = offline.generate(prompts, params)
     assert [len(c.token_ids) for c in done] == [1, 7, 30, 24]  # the last hits max_model_len 64
     assert all(c.finish_reason == "length" for c in done)
     assert all(t not in (0, 1) for c in done for t in c.token_ids)  # never a stop token
@@ -41,7 +41,7 @@ def test_every_request_ends_exactly_at_max_tokens_and_time_is_charged():
 
 def test_zero_latency_never_sleeps():
     executor = SimExecutor(zero_latency, sleep=lambda s: pytest.fail("slept"))
-    done = Engine(executor, SchedulerConfig()).generate([[5, 6]], SamplingParams(max_tokens=3))
+    done = Offline(executor, SchedulerConfig()).generate([[5, 6]], SamplingParams(max_tokens=3))
     assert done[0].token_ids == [0, 0, 0]
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from daemon.detokenizer import IncrementalDetokenizer
-from engines.engine import Engine
 from engines.executors.executor_config import ExecutorConfig, build_executor
 from engines.executors.latency import zero_latency
 from engines.executors.sim_executor import SimExecutor
 from engines.executors.sim_vocabulary import text_token_ids
 from engines.models.tiny_tokenizer import SPECIAL_TOKENS, write_tokenizer_files
 from engines.models.tokenizer import Tokenizer
+from engines.offline import Offline
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
@@ -33,11 +33,11 @@ def _run(executor, requests, prompts=None):
     """{request id: output token ids} for (request id, SamplingParams) pairs; prompts by
     request id (default [5, 6, 7])."""
     prompts = prompts or {}
-    engine = Engine(executor, SchedulerConfig())
-    added = [engine.add_request(prompts.get(rid, [5, 6, 7]), params, request_id=rid)
+    offline = Offline(executor, SchedulerConfig())
+    added = [offline.add_request(prompts.get(rid, [5, 6, 7]), params, request_id=rid)
              for rid, params in requests]
-    while engine.has_work:
-        engine.step()
+    while offline.core.has_work:
+        offline.step()
     return {r.request_id: r.output_token_ids for r in added}
 
 

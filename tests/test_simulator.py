@@ -2,9 +2,9 @@
 
 * Same config, workload and seed -> the same record for every request, also in another
   process with another hash seed; another seed -> another workload.
-* One instance in the simulator schedules exactly the batches that a real `Engine`
-  over the daemon's sim executor (built as an instance process builds it), stepped by
-  hand on a virtual clock, schedules for the same arrivals.
+* One instance in the simulator schedules exactly the batches that an instance core over
+  the daemon's sim executor (built as an instance process builds it), driven offline
+  (engines/offline.py) on a virtual clock, schedules for the same arrivals.
 * The real daemon (1L1H, sim executor with a constant step latency) and the simulator
   fed the same arrivals (a trace file with arrival times) at the same latency route,
   offload and serve the same requests.
@@ -25,10 +25,11 @@ from bench.records import RunResult
 from bench.results import encode_result
 from bench.sim.simulator import PROMPT_SEED, Simulation
 from daemon.core.controller_config import ControllerConfig
-from engines.engine import Engine
 from engines.executors.executor_config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
+from engines.offline import Offline
 from engines.perf_setup import build_perf_model
 from engines.scheduler_config import SchedulerConfig
+from ipc.messages import Offload, Origin, StepOutputs
 from ipc.params import SamplingParams
 from tests.daemon_fixture import PROJECT_ROOT, wait_for
 from tests.simulator_helpers import length_trace, run, sim_config, without_wall_time, write_jsonl
@@ -99,7 +100,7 @@ def test_another_seed_gives_another_workload_and_run(trace):
     assert a.config["seed"] == 0 and b.config["seed"] == 1
 
 
-# ---- the simulator's instance is the real engine -------------------------------------------
+# ---- the simulator's instance is the real instance core ------------------------------------
 class VirtualClock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -120,9 +121,10 @@ def _recording(latency_fn, batches: list):
 
 
 def _hand_stepped(workload, config, mode: str):
-    """The instance process's loop (engines/instance.py) over a real Engine built as
-    `engines.instance_main.serve` builds it, with the sim executor's sleep advancing a
-    virtual clock: take in every submit that has arrived, step, repeat. Submits take
+    """An instance core, executor and performance model built as
+    `engines.instance_main.serve` builds them, stepped as the instance process steps it
+    (engines/timed_step.py) with the sim executor's sleep advancing a virtual clock:
+    take in every submit that has arrived, step, repeat. Submits take
     `config.ipc_delay` to arrive and tokens as long to come back, as in the simulator."""
     clock = VirtualClock()
     executor_config = ExecutorConfig(kind="sim", latency=f"profile:{config.profile}",
@@ -131,8 +133,8 @@ def _hand_stepped(workload, config, mode: str):
     executor = build_executor(executor_config)
     executor.sleep = clock.advance
     scheduler = SchedulerConfig(mode=mode).validate()
-    engine = Engine(executor, scheduler, clock=clock,
-                    perf_model=build_perf_model(executor, executor_config, scheduler))
+    offline = Offline(executor, scheduler, clock=clock,
+                      perf_model=build_perf_model(executor, executor_config, scheduler))
     batches: list = []
     executor.latency_fn = _recording(executor.latency_fn, batches)
     ipc = config.ipc_delay
@@ -142,26 +144,29 @@ def _hand_stepped(workload, config, mode: str):
     pending = [(w.arrival + ipc, i, w, False) for i, w in enumerate(workload)]
     first_token, finished, offloaded = {}, {}, []
     by_id = {f"r{w.index}": w for w in workload}
-    while pending or engine.has_work:
+    while pending or offline.core.has_work:
         pending.sort(key=lambda item: item[:2])
-        if not engine.has_work:
+        if not offline.core.has_work:
             clock.now = max(clock.now, pending[0][0])
         while pending and pending[0][0] <= clock.now:
             _, _, work, pinned = pending.pop(0)
-            engine.add_request(request_prompt(work, PROMPT_SEED),
-                               SamplingParams(max_tokens=work.output_len, ignore_eos=True),
-                               request_id=f"r{work.index}", arrival_time=work.arrival,
-                               deadline=work.arrival + config.slo.ttft_slo,
-                               tbt_slo=config.slo.tbt_slo, pinned=pinned)
-        result = engine.step()
-        for output in result.tokens.outputs():
-            first_token.setdefault(output.request_id, clock.now + ipc)
-            if output.finish_reason is not None:
-                finished[output.request_id] = clock.now + ipc
-        for request in result.offloaded:
-            offloaded.append(request.request_id)
-            pending.append((clock.now + 2 * ipc, len(workload) + len(offloaded),
-                            by_id[request.request_id], True))
+            offline.add_request(request_prompt(work, PROMPT_SEED),
+                                SamplingParams(max_tokens=work.output_len, ignore_eos=True),
+                                request_id=f"r{work.index}", arrival_time=work.arrival,
+                                deadline=work.arrival + config.slo.ttft_slo,
+                                tbt_slo=config.slo.tbt_slo,
+                                origin=Origin.REROUTE if pinned else Origin.NEW)
+        for message in offline.step():
+            if isinstance(message, StepOutputs):
+                for output in message.tokens.outputs():
+                    first_token.setdefault(output.request_id, clock.now + ipc)
+                    if output.finish_reason is not None:
+                        finished[output.request_id] = clock.now + ipc
+            elif isinstance(message, Offload):
+                for request in message.requests:
+                    offloaded.append(request.request_id)
+                    pending.append((clock.now + 2 * ipc, len(workload) + len(offloaded),
+                                    by_id[request.request_id], True))
     return batches, first_token, finished, offloaded
 
 

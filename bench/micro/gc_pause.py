@@ -30,17 +30,19 @@ CONTROLLER_MODULES = ("daemon.api", "daemon.controller", "daemon.served_models",
 
 
 def build_instance() -> None:
-    from engines.engine import Engine
+    from engines.executors.profiles.registry import get_profile
     from engines.executors.torch_executor import TorchExecutor
+    from engines.instance_core import InstanceCore
     from engines.models.builtin import builtin_tiny_model_dir
     from engines.perf_setup import profile_perf_model
-    from engines.executors.profiles.registry import get_profile
     from engines.scheduler_config import SchedulerConfig
+    from ipc.messages import Role
     executor = TorchExecutor(builtin_tiny_model_dir(), device="cpu")
     config = SchedulerConfig(mode="lp")
     perf = profile_perf_model(get_profile("a100-llama3-8b"), config, executor.max_model_len,
                               executor.num_kv_blocks * executor.block_size)
-    _ALIVE.append(Engine(executor, config, perf_model=perf))  # as long as the process, as there
+    # as long as the process, as there
+    _ALIVE.append((executor, InstanceCore(0, Role.LP, executor, config, perf)))
 
 
 def build_controller() -> None:

@@ -39,9 +39,9 @@ import torch
 from bench.loadgen.trace_file import load_trace
 from bench.loadgen.traces import scaled_lengths
 from bench.micro.decode_step import MATMUL_OPS
-from engines.engine import Engine
 from engines.executors.torch_executor import TorchExecutor
 from engines.models.builtin import builtin_tiny_model_dir
+from engines.offline import Offline
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
 
@@ -57,11 +57,11 @@ def make_workload(lengths: list[tuple[int, int]], vocab: int, seed: int) -> Work
 
 def ours_tokens_per_s(executor: TorchExecutor, work: Workload, concurrency: int,
                       clock=time.perf_counter) -> float:
-    engine = Engine(executor, SchedulerConfig(mode="sarathi", chunk_size=CHUNK_SIZE,
-                                              max_num_seqs=concurrency))
+    offline = Offline(executor, SchedulerConfig(mode="sarathi", chunk_size=CHUNK_SIZE,
+                                                max_num_seqs=concurrency))
     params = [SamplingParams(max_tokens=o, ignore_eos=True) for _, o in work]
     start = clock()
-    done = engine.generate([p for p, _ in work], params)
+    done = offline.generate([p for p, _ in work], params)
     elapsed = clock() - start
     assert [len(c.token_ids) for c in done] == [o for _, o in work]
     return sum(o for _, o in work) / elapsed

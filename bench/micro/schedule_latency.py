@@ -7,9 +7,9 @@ Two set-ups per mode:
 
 * `no model`: the scheduler alone, every request without a deadline (LP and HP still
   order the queue by value, with predictions of zero);
-* `perf model` (LP and HP): the engine as the simulator builds it -- the real `PerfModel`
+* `perf model` (LP and HP): the instance core as the simulator builds it -- the real `PerfModel`
   calibrated on the packaged GPU profile (`--profile`), fed each step's time and refitted
-  as the engine refits it (every `refit_every` steps) -- with TTFT deadlines drawn from the
+  as the core refits it (every `refit_every` steps) -- with TTFT deadlines drawn from the
   mixed-SLO classes, so value order, lost-request demotion and offloads all have work to
   do; the virtual clock advances by each step's profiled time, and every request that
   leaves the queue (offloaded) is replaced by a new arrival (`ARRIVAL_SPREAD`), so it
@@ -41,11 +41,12 @@ from pathlib import Path
 
 from bench.json_file import write_json
 from bench.micro.side_by_side import CLOCKS, run_elsewhere
-from engines.engine import Engine
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
 from engines.executors.sim_executor import SimExecutor
+from engines.instance_core import InstanceCore
 from engines.kv_cache import BlockManager
+from engines.modes import role_of_mode
 from engines.perf_setup import profile_perf_model
 from engines.request import Request
 from engines.scheduler import Scheduler
@@ -101,7 +102,7 @@ def timed_schedule(scheduler, now: float) -> float:
 
 
 class ModelBench:
-    """An engine as the simulator builds it (profile latency, calibrated `PerfModel`),
+    """An instance core as the simulator builds it (profile latency, calibrated `PerfModel`),
     stepped on a virtual clock with a queue kept `waiting` deep."""
 
     def __init__(self, mode: str, running: int, waiting: int, profile: str, seed: int = 0) -> None:
@@ -114,15 +115,15 @@ class ModelBench:
         self.executor = SimExecutor(make_latency(f"profile:{profile}"), num_kv_blocks=blocks,
                                     block_size=16, max_model_len=max_len)
         self.perf = profile_perf_model(get_profile(profile), config, max_len, blocks * 16)
-        self.engine = Engine(self.executor, config, clock=lambda: self.now, perf_model=self.perf)
+        self.core = InstanceCore(0, role_of_mode(mode), self.executor, config, self.perf)
         self._ids = 0
         self.refits = 0
         self.perf.refit = self._counted(self.perf.refit)
-        _fill(self.engine.scheduler, running, 0, self.rng, self.step)
+        _fill(self.core.scheduler, running, 0, self.rng, self.step)
         self.top_up()
 
     def _counted(self, refit):
-        """`refit`, counting its calls: the engine refits the model inside `finish_step`."""
+        """`refit`, counting its calls: the core refits the model inside `finish_step`."""
         def counted_refit():
             self.refits += 1
             return refit()
@@ -131,11 +132,11 @@ class ModelBench:
     def top_up(self) -> None:
         """New arrivals, each with a TTFT deadline, until `waiting` prompts wait again."""
         sampling = SamplingParams(max_tokens=10_000, ignore_eos=True)
-        while len(self.engine.scheduler.waiting) < self.waiting:
+        while len(self.core.scheduler.waiting) < self.waiting:
             self._ids += 1
             slo = self.rng.choices(TTFT_SLOS, TTFT_SLO_SHARES)[0]
             arrival = self.now - self.rng.uniform(0.0, ARRIVAL_SPREAD)
-            self.engine.scheduler.add_request(Request(
+            self.core.scheduler.add_request(Request(
                 f"n{self._ids}", prompt(self.rng, 16, 2048), sampling,
                 arrival_time=arrival, deadline=arrival + slo))
 
@@ -143,11 +144,12 @@ class ModelBench:
         """(seconds schedule() took, whether the model was refitted after it)."""
         refits = self.refits
         t0 = clock()
-        batch = self.engine.begin_step(self.now)
+        batch, _ = self.core.begin_step(self.now)
         elapsed = clock() - t0
         seconds = self.executor.latency(batch)
         self.now += max(seconds, 1e-3)
-        self.engine.finish_step(batch, self.executor.tokens(batch), seconds, self.now)
+        if batch:
+            self.core.finish_step(batch, self.executor.tokens(batch), seconds, self.now)
         return elapsed, self.refits > refits
 
 

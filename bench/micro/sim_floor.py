@@ -153,14 +153,14 @@ def run_counts(args: argparse.Namespace) -> dict[str, float]:
     simulation = Simulation(sim_config(subject, config), requests)
     with few_collections():
         records = simulation.run()
-    block_size = simulation.instances[0].engine.scheduler.kv.block_size
+    block_size = simulation.instances[0].core.kv.block_size
     steps = sum(s.core.num_steps for s in simulation.instances)
     tokens = sum(len(r.token_times) for r in records)
     blocks = sum((r.prompt_len + len(r.token_times)) // block_size for r in records)
     return {"steps": steps, "decodes": tokens / steps, "requests": len(records),
             "blocks": blocks, "prompt_len": sum(r.prompt_len for r in records) / len(records),
             "block_size": block_size,
-            "kv_blocks": simulation.instances[0].engine.scheduler.kv.num_blocks}
+            "kv_blocks": simulation.instances[0].core.kv.num_blocks}
 
 
 def run_cpu_seconds(argv: list[str]) -> float:

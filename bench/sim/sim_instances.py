@@ -1,7 +1,7 @@
 """The simulated box: its settings (`SimConfig`) and one instance core per GPU instance.
 
-Each instance is the real `Engine` (scheduler, policies, performance model) inside the
-real `InstanceCore`, over a `SimExecutor` whose latency function is a GPU profile (or
+Each instance is the real `InstanceCore` (scheduler, policies, performance model) over a
+`SimExecutor` whose latency function is a GPU profile (or
 `SimConfig.latency`, the daemon's `--sim-latency`). LP/HP performance models are
 calibrated as a daemon's instance calibrates its own at start.
 """
@@ -13,7 +13,6 @@ import msgspec
 
 from daemon.config import InstancesConfig
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
-from engines.engine import Engine
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
 from engines.executors.sim_executor import SimExecutor
@@ -62,12 +61,8 @@ class SimInstance:
     def instance_id(self) -> int:
         return self.core.instance_id
 
-    @property
-    def engine(self) -> Engine:
-        return self.core.engine
 
-
-def build_instance(config: SimConfig, instance_id: int, mode: str, clock) -> SimInstance:
+def build_instance(config: SimConfig, instance_id: int, mode: str) -> SimInstance:
     profile = get_profile(config.profile)
     num_kv_blocks = config.num_kv_blocks or profile.num_kv_blocks(config.block_size)
     executor = SimExecutor(make_latency(config.latency or f"profile:{config.profile}"),
@@ -81,8 +76,8 @@ def build_instance(config: SimConfig, instance_id: int, mode: str, clock) -> Sim
         else:
             perf = profile_perf_model(profile, scheduler, config.max_model_len,
                                       executor.num_kv_blocks * config.block_size)
-    engine = Engine(executor, scheduler, clock=clock, perf_model=perf)
-    return SimInstance(InstanceCore(instance_id, role_of_mode(mode), engine), executor)
+    core = InstanceCore(instance_id, role_of_mode(mode), executor, scheduler, perf)
+    return SimInstance(core, executor)
 
 
 def _stated_perf_model(profile, executor: SimExecutor, scheduler: SchedulerConfig):

@@ -40,9 +40,9 @@ def simulate(sim: SimConfig, requests: list[WorkloadRequest] | None = None, *,
     wall = time.perf_counter() - started
     ends = [r.end_time for r in records if r.end_time is not None]
     duration = (max(ends) - min(r.arrival for r in records)) if ends else 0.0
-    lp_mapes = [i.engine.perf_model.mape for i in simulation.instances
-                if i.core.role is Role.LP and i.engine.perf_model
-                and i.engine.perf_model.mape is not None]
+    lp_mapes = [i.core.perf_model.mape for i in simulation.instances
+                if i.core.role is Role.LP and i.core.perf_model
+                and i.core.perf_model.mape is not None]
     run_config = {"seed": seed,
                   "layout_modes": list(sim.layout_modes), "profile": sim.profile,
                   "slo": {"ttft_slo": sim.slo.ttft_slo, "tbt_slo": sim.slo.tbt_slo},
@@ -60,12 +60,12 @@ def per_instance(simulation: Simulation, records: list[RequestRecord], sim: SimC
     rows = []
     for inst in simulation.instances:
         mine = [r for r in records if r.instance == inst.instance_id and r.outcome == "completed"]
-        perf = inst.engine.perf_model
+        perf = inst.core.perf_model
         rows.append({
             "id": inst.instance_id, "role": inst.core.role.value, "served": len(mine),
             "offloaded_in": sum(1 for r in mine if r.offloaded),
             "steps": inst.core.num_steps, "busy_s": round(inst.executor.busy_time, 3),
-            "preemptions": inst.engine.scheduler.num_preemptions,
+            "preemptions": inst.core.scheduler.num_preemptions,
             "p99_ttft_s": percentiles([r.ttft() for r in mine]).p99,
             "mean_tbt_s": percentiles([r.mean_tbt() for r in mine if r.mean_tbt() is not None]).mean,
             "sched_delay_s": percentiles([r.sched_delay for r in mine

@@ -12,7 +12,7 @@ An instance follows its core's turn (engines/instance_core.py), as the instance 
 
     take the commands that reached it -> begin_step -> run the batch: its end is an event
     at now + the executor's predicted latency -> finish_step (the step's tokens, offloads,
-    drops, an HP's ticket) -> take ...
+    drops, an HP's ticket) -> take ...   (no batch: begin_step's outputs end the turn)
 
 so a submit that arrives during a step waits for the step's end, and what a step takes
 out of the queue reaches the controller after the step ran. The sim executor keeps no KV
@@ -54,7 +54,7 @@ class Simulation:
         self.config = config
         self.events = events if events is not None else EventHeap()
         self.stopped_early = False
-        self.instances = [build_instance(config, i, mode, clock=lambda: self.now)
+        self.instances = [build_instance(config, i, mode)
                           for i, mode in enumerate(config.layout_modes)]
         self.controller = ControllerCore({s.instance_id: s.core.role for s in self.instances},
                                          config.controller, config.slo,
@@ -144,12 +144,12 @@ class Simulation:
         while True:
             inbox, sim.inbox = sim.inbox, []
             self._to_controller(core.take(inbox, self.now))
-            batch = core.begin_step(self.now)
+            batch, outputs = core.begin_step(self.now)
             if batch:
                 self._start_step(sim, batch)
                 return
             # nothing to run: what left the queue (offloads, drops) and a ticket go at once
-            self._to_controller(core.finish_step(batch, [], 0.0, self.now))
+            self._to_controller(outputs)
             if not core.has_work:
                 return
 

@@ -1,11 +1,11 @@
 """Prefix caching on the real executor: TTFT of short questions after a shared system
 prompt, with caching and without, side by side.
 
-Two engines over two torch executors of the same model (default: the built-in tiny
+Two offline instances (engines/offline.py) over two torch executors of the same model (default: the built-in tiny
 model, on CPU), one with prefix caching and one without, get the same requests in
 turn: each request is a 1,000-token system prompt and a short question of its own, sent
-alone (no queueing: its TTFT is its prefill step) to one engine, then to the other, so
-any slowdown of the machine falls on both alike. The first request of each engine (the
+alone (no queueing: its TTFT is its prefill step) to one instance, then to the other, so
+any slowdown of the machine falls on both alike. The first request of each instance (the
 one that fills the cache) is reported apart and left out of the ratio.
 
     python -m bench.studies.prefix_ttft [--requests 30] [--system-prompt-len 1000]
@@ -22,8 +22,8 @@ import numpy as np
 
 from bench.json_file import write_json
 from bench.loadgen.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID
-from engines.engine import Engine
 from engines.executors.torch_executor import TorchExecutor
+from engines.offline import Offline
 from engines.scheduler_config import SchedulerConfig
 from ipc.params import SamplingParams
 
@@ -47,14 +47,14 @@ class PrefixTtft(msgspec.Struct, kw_only=True):
     mean_ratio: float
 
 
-def _ttft(engine: Engine, prompt: list[int], request_id: str) -> tuple[float, int]:
-    """Seconds from submit to the first token of `prompt`, alone on `engine`; and the
+def _ttft(offline: Offline, prompt: list[int], request_id: str) -> tuple[float, int]:
+    """Seconds from submit to the first token of `prompt`, alone on `offline`; and the
     prompt tokens it found cached."""
     start = time.perf_counter()
-    request = engine.add_request(prompt, SamplingParams(max_tokens=1, ignore_eos=True),
-                                 request_id=request_id)
-    while engine.has_work:
-        engine.step()
+    request = offline.add_request(prompt, SamplingParams(max_tokens=1, ignore_eos=True),
+                                  request_id=request_id)
+    while offline.core.has_work:
+        offline.step()
     return time.perf_counter() - start, request.num_cached_tokens or 0
 
 
@@ -77,15 +77,15 @@ def prefix_ttft(model: str, requests: int = 30, system_prompt_len: int = 1000,
     system = rng.integers(LOW_TOKEN_ID, HIGH_TOKEN_ID, size=system_prompt_len).tolist()
     prompts = [system + rng.integers(LOW_TOKEN_ID, HIGH_TOKEN_ID, size=int(rng.integers(
         question_len[0], question_len[1] + 1))).tolist() for _ in range(requests)]
-    engines = {caching: Engine(TorchExecutor(model, num_kv_blocks=num_kv_blocks, device="cpu",
-                                             num_threads=threads),
-                               SchedulerConfig(prefix_caching=caching))
+    engines = {caching: Offline(TorchExecutor(model, num_kv_blocks=num_kv_blocks, device="cpu",
+                                              num_threads=threads),
+                                SchedulerConfig(prefix_caching=caching))
                for caching in (True, False)}
     times = {True: [], False: []}
     cached = {True: [], False: []}
     for i, prompt in enumerate(prompts):
-        for caching, engine in engines.items():
-            seconds, hit = _ttft(engine, prompt, f"r{i}")
+        for caching, offline in engines.items():
+            seconds, hit = _ttft(offline, prompt, f"r{i}")
             times[caching].append(seconds)
             cached[caching].append(hit)
     on, off = (_side(c, times[c], cached[c], prompts) for c in (True, False))
