@@ -1,6 +1,6 @@
 """`ascendra` command line: one subcommand per job -- the top of the import graph.
 
-The daemon's own verbs (serve, generate, make-tiny-model) live in `daemon/*_cmd.py`, the
+The daemon's own verbs (serve, generate, profile, make-tiny-model) live in `daemon/*_cmd.py`, the
 evidence verbs (bench, simulate, capacity, plan, records, reproduce, chaos) in
 `bench/*_cmd.py`; only this file names them. It names them as text (`VERBS`) and imports a
 verb's module only when that verb runs or its `--help` is asked for: `ascendra serve`
@@ -28,8 +28,11 @@ class Verb(NamedTuple):
 VERBS: tuple[Verb, ...] = (
     Verb("serve", "run the daemon: OpenAI-compatible HTTP API over engine instances",
          "daemon.serve_cmd:add_arguments"),
-    Verb("generate", "complete prompts offline (continuous batching, one engine)",
+    Verb("generate", "complete prompts offline (continuous batching, one instance)",
          "daemon.generate_cmd:add_arguments"),
+    Verb("profile", "time this machine's executor over a grid of steps: a profile file for "
+                    "simulate/capacity/plan --profile FILE; --compare two profiles",
+         "daemon.profile_cmd:add_arguments"),
     Verb("bench", "load-test a server: open-loop arrivals from a trace, TTFT/TBT "
                   "percentiles, goodput", "bench.bench_cmd:add_arguments"),
     Verb("simulate", "simulate a layout on a GPU profile (virtual clock)",

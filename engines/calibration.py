@@ -40,11 +40,12 @@ def default_shapes(executor, token_budget: int, max_batch: int,
 
 
 def measure(executor, shapes: list[BatchShape], *, repeats: int = 1,
-            max_seconds: float = float("inf"), seed: int = 0, timer=None):
+            max_seconds: float = float("inf"), seed: int = 0, timer=None, progress=None):
     """Run each shape on `executor` `repeats` times, after one untimed warm-up batch.
     Returns ([(shape, seconds), ...], shapes skipped because they did not fit the KV cache
     or the model's context). Stops early once `max_seconds` have passed. `timer(executor,
-    batch) -> seconds` replaces the wall-clock timing (a sim executor states its latency)."""
+    batch) -> seconds` replaces the wall-clock timing (a sim executor states its latency);
+    `progress()` is called after each shape (a progress bar's update)."""
     timer = timer or _timed
     blocks = BlockManager(executor.num_kv_blocks, executor.block_size)
     vocab = executor.vocab_size or 2
@@ -53,6 +54,8 @@ def measure(executor, shapes: list[BatchShape], *, repeats: int = 1,
     start, timings, skipped, warm = time.perf_counter(), [], 0, False
     for shape in shapes:
         built = _build(shape, blocks, rng, vocab, max_len)
+        if progress is not None:
+            progress()
         if built is None:
             skipped += 1
             continue

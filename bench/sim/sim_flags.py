@@ -12,7 +12,7 @@ from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.ruler.ruler import RulerConfig, Subject
 from daemon.config import FLAT, SIMULATOR_SECTIONS, add_config_flags, load_config
 from daemon.layout import layout_modes
-from engines.executors.profiles.registry import profile_names
+from engines.executors.profiles.registry import get_profile, profile_names
 
 
 def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
@@ -21,7 +21,9 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     `--tenant-mix`'s weights are the tenants' unless `--tenant-weights` names them)."""
     if layout:
         p.add_argument("--layout", default="2L1H", help="e.g. 2L1H, 3xsarathi, 3xvllm-v1, 3xsglang")
-    p.add_argument("--profile", default="a100-llama3-8b", choices=profile_names())
+    p.add_argument("--profile", default="a100-llama3-8b", type=profile_argument,
+                   help=f"a GPU profile: one of {', '.join(profile_names())}, or a file "
+                        f"`ascendra profile` measured (default: %(default)s)")
     p.add_argument("--trace", default="sharegpt",
                    help="sharegpt, arxiv, azure-conv (with arrival times), or a CSV/JSONL path")
     p.add_argument("--burstiness", type=float, default=1.0,
@@ -35,6 +37,15 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV blocks per instance (default: what the profile's GPU holds)")
     add_config_flags(p, SIMULATOR_SECTIONS)
+
+
+def profile_argument(value: str) -> str:
+    """`--profile`'s type: a built-in name or a readable profile file."""
+    try:
+        get_profile(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:

@@ -51,6 +51,7 @@ def build_executor(config: ExecutorConfig):
         from engines.executors.sim_executor import SimExecutor
         from engines.executors.sim_vocabulary import model_text_token_ids
         vocabulary = model_text_token_ids(config.model_dir) if config.model_dir else (0,)
+        _check_profile_model(config)
         return SimExecutor(make_latency(config.latency),
                            num_kv_blocks=config.num_kv_blocks or _sim_kv_blocks(config),
                            block_size=config.block_size, max_model_len=_sim_max_model_len(config),
@@ -76,6 +77,20 @@ def _sim_max_model_len(config: ExecutorConfig) -> int:
             raw = json.loads((Path(config.model_dir) / "config.json").read_text())
             return int(raw.get("max_position_embeddings") or SIM_DEFAULT_MAX_MODEL_LEN)
     return SIM_DEFAULT_MAX_MODEL_LEN
+
+
+def _check_profile_model(config: ExecutorConfig) -> None:
+    """A measured profile (`profile:FILE`) must have been measured on the model folder's
+    shape: its step times are that model's."""
+    if not (config.latency.startswith("profile:") and config.model_dir):
+        return
+    from engines.executors.profiles.measured import MeasuredProfile, check_model
+    from engines.executors.profiles.registry import get_profile
+    from policies.perf.model_shape import ModelShape
+    profile = get_profile(config.latency.split(":", 1)[1])
+    if isinstance(profile, MeasuredProfile):
+        raw = json.loads((Path(config.model_dir) / "config.json").read_text())
+        check_model(profile, ModelShape.from_config(raw), config.model_dir)
 
 
 def _sim_kv_blocks(config: ExecutorConfig) -> int:

@@ -1,4 +1,5 @@
-"""The named GPU profiles: `profile:<name>` in a latency spec, `--profile <name>` on a CLI.
+"""The named GPU profiles: `profile:<name>` in a latency spec, `--profile <name>` on a CLI;
+or, in their place, a profile file `ascendra profile` measured (measured.py).
 
 Model shapes are the Hugging Face configs' sizes. Each profile takes its per-layer op
 times from the Vidur file of the same per-layer shape (see tables/README.md):
@@ -8,6 +9,7 @@ approximated by internlm-20b's layers (5120, 40/40 heads, FFN 13824) times 40.
 """
 from __future__ import annotations
 
+from engines.executors.profiles.measured import MeasuredProfile, is_profile_file, load_measured
 from engines.executors.profiles.profile import GpuProfile
 from policies.perf.hardware_spec import HARDWARE
 from policies.perf.model_shape import ModelShape
@@ -41,9 +43,14 @@ def profile_names() -> list[str]:
     return sorted(PROFILES)
 
 
-def get_profile(name: str) -> GpuProfile:
-    """The named profile; ValueError listing the names when there is none."""
+def get_profile(name: str) -> GpuProfile | MeasuredProfile:
+    """The named profile, or the measured one in the file `name` names; ValueError listing
+    the names when there is none (or saying what is wrong with the file)."""
+    if name.strip() not in PROFILES and is_profile_file(name):
+        return load_measured(name)
     profile = PROFILES.get(name.strip())
     if profile is None:
-        raise ValueError(f"unknown GPU profile {name!r}; choose one of {profile_names()}")
+        raise ValueError(f"unknown GPU profile {name!r}; choose one of {profile_names()} "
+                         f"or a file `ascendra profile` wrote")
     return profile
+

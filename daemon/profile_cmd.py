@@ -1,0 +1,148 @@
+"""`ascendra profile`: time this machine's executor over a grid of steps and write a
+profile file that `simulate`, `capacity` and `plan` take as `--profile FILE`; or
+(`--compare FILE [OTHER]`) set a file's measured steps beside its fit and beside a
+built-in profile or another file.
+
+    ascendra profile --model DIR --device cpu --out tiny-cpu.json [--quick]
+    ascendra profile --compare tiny-cpu.json [a100-llama3-8b | other.json]
+
+The grid is engines/executors/profiles/profile_grid.py's; each step runs `--repeats`
+times after one untimed warm-up (engines/calibration.py `measure`, the batches a
+daemon's instance times at start); the file format is engines/executors/profiles/measured.py's.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+
+from engines.executors.profiles.measured import (
+    PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, write_profile,
+)
+from engines.scheduler_config import SchedulerConfig
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    scheduler = SchedulerConfig()
+    p.add_argument("--model", help="Hugging Face model folder (default: the built-in tiny model)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--out", help="the profile file to write (JSON)")
+    p.add_argument("--quick", action="store_true", help="a coarser grid, fewer repetitions")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed runs of each step (default 3; --quick 2)")
+    p.add_argument("--chunk-size", type=int, default=scheduler.chunk_size,
+                   help="largest step in tokens: the scheduler's token budget (default: "
+                        "%(default)s)")
+    p.add_argument("--max-num-seqs", type=int, default=scheduler.resolved_max_num_seqs(),
+                   help="largest decode batch (default: %(default)s)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="longest context to time (default: the model's, as the KV cache allows)")
+    p.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV cache size in blocks (default: what the device's memory holds)")
+    p.add_argument("--block-size", type=int, default=16, help="KV block size (default 16)")
+    p.add_argument("--compare", nargs="+", metavar="FILE",
+                   help="FILE [OTHER]: FILE's measured steps beside its fit, and beside OTHER "
+                        "(a built-in profile name or another file) if given")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.compare:
+            return compare(args.compare, args.model)
+        if not args.out:
+            raise ValueError("--out FILE is needed (or --compare FILE)")
+        if args.tp != 1:
+            raise ValueError(f"--tp {args.tp}: this build runs one device per instance "
+                             f"(tensor parallelism is issue #55)")
+        return measure_profile(args)
+    except ValueError as exc:
+        print(f"ascendra profile: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def measure_profile(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from engines.executors.profiles.profile_grid import profile_grid
+    from engines.executors.torch_executor import TorchExecutor
+    from engines.hardware import hardware_for
+    from engines.models.builtin import builtin_tiny_model_dir
+    from policies.perf.model_shape import ModelShape
+
+    model_dir = args.model or builtin_tiny_model_dir()
+    executor = TorchExecutor(model_dir, block_size=args.block_size,
+                             num_kv_blocks=args.num_kv_blocks, device=args.device,
+                             max_model_len=args.max_model_len)
+    repeats = args.repeats or (2 if args.quick else 3)
+    max_context = executor.max_model_len
+    grid = profile_grid(args.chunk_size, max_context, args.max_num_seqs,
+                        (executor.num_kv_blocks - args.max_num_seqs) * executor.block_size,
+                        quick=args.quick)
+    with tqdm(total=len(grid), desc="profiling", unit="step", file=sys.stderr) as bar:
+        steps, skipped = timed_steps(executor, grid, repeats, progress=bar.update)
+    cuda = executor.device.type == "cuda"
+    profile = ProfileFile(
+        format=PROFILE_FORMAT,
+        device=(torch.cuda.get_device_name(executor.device) if cuda else
+                f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"),
+        torch_version=str(torch.__version__), driver_version=(torch.version.cuda or "") if cuda else "",
+        model_dir=str(model_dir),
+        model=ModelShape.from_config(executor.config, bytes_per_element=executor.dtype.itemsize),
+        dtype=str(executor.dtype).removeprefix("torch."), tp=args.tp,
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        block_size=executor.block_size, num_kv_blocks=executor.num_kv_blocks,
+        max_model_len=max_context, hardware=hardware_for(executor.device, executor.dtype),
+        repeats=repeats, steps=steps)
+    write_profile(args.out, profile)
+    fitted = load_measured(args.out)
+    print(f"wrote {args.out}: {len(steps)} steps x {repeats} ({skipped} did not fit), "
+          f"{profile.device}; the step-time fit is off by {fitted.fit_mape:.1%} on average")
+    return 0
+
+
+def timed_steps(executor, grid, repeats: int, timer=None, progress=None,
+                ) -> tuple[list[TimedStep], int]:
+    """Each (kind, shape) of `grid` run `repeats` times on `executor` (`timer`: as
+    engines/calibration.py `measure` takes it); the steps, and how many did not fit."""
+    from engines.calibration import measure
+    timings, skipped = measure(executor, [shape for _, shape in grid], repeats=repeats,
+                               timer=timer, progress=progress)
+    seconds: dict = {}
+    for shape, took in timings:
+        seconds.setdefault(shape, []).append(took)
+    return [TimedStep(kind, [tuple(p) for p in shape.prefills], list(shape.decodes),
+                      seconds[shape]) for kind, shape in grid if shape in seconds], skipped
+
+
+def compare(files: list[str], model: str | None) -> int:
+    """FILE's steps: measured (median, spread), its fit, and OTHER's prediction."""
+    from engines.executors.profiles.registry import get_profile
+
+    if len(files) > 2:
+        raise ValueError("--compare takes FILE and at most one OTHER")
+    measured = load_measured(files[0])
+    if model:
+        from policies.perf.model_shape import ModelShape
+        from engines.models.model_config import ModelConfig
+        check_model(measured, ModelShape.from_config(ModelConfig.from_pretrained(model)), model)
+    other = get_profile(files[1]) if len(files) == 2 else None
+    print(f"{measured.name}: {measured.data.device}, {measured.data.model_dir} "
+          f"({measured.data.dtype}, TP {measured.data.tp}), {measured.data.date}; "
+          f"fit off by {measured.fit_mape:.1%} on average")
+    head = f"{'kind':<8}{'prefills (c,l)':<22}{'decodes':<16}{'measured ms':>12}{'spread':>8}{'fit ms':>9}"
+    print(head + (f"{'other ms':>10}{'other/meas':>11}" if other else ""))
+    for step in measured.data.steps:
+        shape = step.shape()
+        decodes = f"{len(step.decodes)} x {max(step.decodes)}" if step.decodes else "-"
+        prefills = " ".join(f"{c},{l}" for c, l in step.prefills) or "-"
+        line = (f"{step.kind:<8}{prefills:<22}{decodes:<16}{step.median * 1e3:>12.2f}"
+                f"{step.spread:>8.0%}{measured.step_time(shape) * 1e3:>9.2f}")
+        if other is not None:
+            predicted = other.step_time(shape)
+            line += f"{predicted * 1e3:>10.2f}{predicted / step.median:>11.2f}"
+        print(line)
+    return 0

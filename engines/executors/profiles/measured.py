@@ -1,0 +1,213 @@
+"""A measured profile: this machine's executor timed over a grid of steps (`ascendra
+profile`), as a file, and the step-time model the simulator reads off it.
+
+The file (`ProfileFile`, msgspec JSON, `format` versioned) says what was measured -- the
+device, the torch and driver versions, the model's shape and dtype, the TP degree, the
+KV cache's size, the date -- and every timed step: its shape (prefill chunks of `c`
+tokens after `l` cached ones, decodes attending to `ctx` tokens) and the seconds of each
+repetition, so the spread is kept.
+
+`MeasuredProfile` stands where a built-in `GpuProfile` stands (`--profile FILE` beside
+the names, `profile:FILE` in a latency spec): its `step_time` is a non-negative linear
+fit, on relative error, of the median times over five costs a step pays --
+
+    t = a + b tokens + c sequences + d prefill attention (sum of c (l + (c+1)/2))
+          + e decode attention (sum of ctx)
+
+-- the per-step constant, the GEMMs' token count, the per-sequence work (sampling, the
+LM head), and the two attentions. It is fitted once when the file is read; `fit_mape`
+says how well it fits the grid. KV capacity is the profiled executor's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from engines.executors.profiles.kv_capacity import kv_bytes_per_token, weight_bytes
+from policies.perf.batch_shape import BatchShape
+from policies.perf.hardware_spec import HardwareSpec
+from policies.perf.model_shape import ModelShape
+from policies.perf.nnls import nnls
+
+#: The file format this code reads and writes; a file of another version is refused.
+PROFILE_FORMAT = 1
+STEP_KINDS = ("prefill", "decode", "mixed")
+FEATURE_NAMES = ("constant", "tokens", "sequences", "prefill_attention", "decode_attention")
+
+
+class TimedStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One grid point: a step's shape and the seconds each repetition took."""
+
+    kind: str
+    prefills: list[tuple[int, int]]   # (c new tokens, l cached before them) per chunk
+    decodes: list[int]                # context of each decode, its own token included
+    seconds: list[float]
+
+    def shape(self) -> BatchShape:
+        return BatchShape.of(self.prefills, self.decodes)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of its repetitions."""
+        return (max(self.seconds) - min(self.seconds)) / self.median
+
+
+class ProfileFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    format: int
+    device: str                 # "cpu (N threads)" or the GPU's name
+    torch_version: str
+    driver_version: str         # CUDA driver, "" on CPU
+    model_dir: str
+    model: ModelShape
+    dtype: str
+    tp: int
+    date: str                   # ISO 8601, UTC
+    block_size: int
+    num_kv_blocks: int          # the profiled executor's KV cache
+    max_model_len: int
+    hardware: HardwareSpec      # the roofline numbers the performance model starts from
+    repeats: int
+    steps: list[TimedStep]
+
+
+def write_profile(path: str | Path, profile: ProfileFile) -> None:
+    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(profile)) + b"\n")
+
+
+def read_profile(path: str | Path) -> ProfileFile:
+    """The file at `path`, checked; ValueError naming the file and what is wrong."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"profile file {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        version = msgspec.json.decode(raw, type=_Version).format
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"profile file {str(path)!r} is not a profile: {exc}") from None
+    if version != PROFILE_FORMAT:
+        raise ValueError(f"profile file {str(path)!r} has format {version}; this version of "
+                         f"Ascendra reads format {PROFILE_FORMAT} (run `ascendra profile` again)")
+    try:
+        profile = msgspec.json.decode(raw, type=ProfileFile)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"profile file {str(path)!r} is malformed: {exc}") from None
+    _check(profile, path)
+    return profile
+
+
+class _Version(msgspec.Struct):
+    format: int
+
+
+def _check(profile: ProfileFile, path) -> None:
+    where = f"profile file {str(path)!r}"
+    if not profile.steps:
+        raise ValueError(f"{where} has no timed steps")
+    for i, step in enumerate(profile.steps):
+        if step.kind not in STEP_KINDS:
+            raise ValueError(f"{where}: steps[{i}].kind {step.kind!r} is not one of {STEP_KINDS}")
+        if not step.seconds or min(step.seconds) <= 0:
+            raise ValueError(f"{where}: steps[{i}].seconds must be > 0, at least one")
+        if not step.prefills and not step.decodes:
+            raise ValueError(f"{where}: steps[{i}] runs nothing")
+        try:
+            step.shape()
+        except ValueError as exc:
+            raise ValueError(f"{where}: steps[{i}]: {exc}") from None
+    if min(profile.block_size, profile.num_kv_blocks, profile.max_model_len, profile.tp) < 1:
+        raise ValueError(f"{where}: block_size, num_kv_blocks, max_model_len and tp must be >= 1")
+
+
+def features(shape: BatchShape) -> np.ndarray:
+    """The five costs of `FEATURE_NAMES` for one step."""
+    prefill_attention = sum(c * (l + (c + 1) / 2) for c, l in shape.prefills)
+    return np.array([1.0, shape.num_tokens, shape.num_seqs, prefill_attention,
+                     shape.decode_context_sum], np.float64)
+
+
+class MeasuredProfile:
+    """A profile file as the simulator, capacity and plan read a `GpuProfile`."""
+
+    def __init__(self, path: str | Path, data: ProfileFile) -> None:
+        self.name = str(path)
+        self.data = data
+        self.model: ModelShape = data.model
+        self.hardware: HardwareSpec = data.hardware
+        self.description = f"measured: {data.device}, {data.model_dir}, {data.dtype}, {data.date}"
+        rows = np.stack([features(s.shape()) for s in data.steps])
+        medians = np.array([s.median for s in data.steps])
+        scale = 1.0 / medians  # relative error: a 5 ms decode matters as a 500 ms prefill
+        self.coefficients = nnls(rows * scale[:, None], np.ones_like(medians))
+        self.fit_mape = float(np.mean(np.abs(rows @ self.coefficients - medians) / medians))
+
+    @property
+    def ops(self) -> None:
+        """A built-in profile's operator table; a measured one has none to load."""
+        return None
+
+    def step_time(self, shape: BatchShape, num_sampling: int | None = None) -> float:
+        """Predicted seconds of one step running `shape` (`num_sampling` is part of the
+        per-sequence cost it measured)."""
+        if not shape.num_tokens:
+            return 0.0
+        return float(features(shape) @ self.coefficients)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return kv_bytes_per_token(self.model)
+
+    @property
+    def weight_bytes(self) -> int:
+        return weight_bytes(self.model)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.data.num_kv_blocks * self.data.block_size
+
+    def kv_capacity(self, max_num_batched_tokens: int | None = None,
+                    max_num_seqs: int | None = None) -> int:
+        """The profiled executor's KV cache, in tokens (its reserve was already taken)."""
+        return self.kv_capacity_tokens
+
+    def num_kv_blocks(self, block_size: int, max_num_batched_tokens: int | None = None,
+                      max_num_seqs: int | None = None) -> int:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        return self.kv_capacity_tokens // block_size
+
+
+def is_profile_file(name: str) -> bool:
+    """A `--profile` value naming a file rather than a built-in profile."""
+    return name.endswith(".json") or "/" in name or Path(name).is_file()
+
+
+@functools.lru_cache(maxsize=16)
+def _load(path: str, mtime_ns: int) -> MeasuredProfile:
+    return MeasuredProfile(path, read_profile(path))
+
+
+def load_measured(path: str | Path) -> MeasuredProfile:
+    """The measured profile in the file at `path` (read once while the file is unchanged)."""
+    try:
+        mtime = Path(path).stat().st_mtime_ns
+    except OSError as exc:
+        raise ValueError(f"profile file {str(path)!r}: {exc.strerror or exc}") from None
+    return _load(str(path), mtime)
+
+
+def check_model(profile: MeasuredProfile, model: ModelShape, model_dir: str) -> None:
+    """A profile measured on another model's shape is refused (its times are not this
+    one's); the element size is the executor's dtype, not the model's, and may differ."""
+    same_dtype = dataclasses.replace(model, bytes_per_element=profile.model.bytes_per_element)
+    if profile.model != same_dtype:
+        raise ValueError(f"profile {profile.name!r} was measured on a model of shape "
+                         f"{profile.model} ({profile.data.model_dir}); {model_dir} has shape {model}")
