@@ -20,6 +20,7 @@ import sys
 from engines.executors.profiles.measured import (
     PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, write_profile,
 )
+from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
 
@@ -89,7 +90,8 @@ def measure_profile(args: argparse.Namespace) -> int:
         format=PROFILE_FORMAT,
         device=(torch.cuda.get_device_name(executor.device) if cuda else
                 f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"),
-        torch_version=str(torch.__version__), driver_version=(torch.version.cuda or "") if cuda else "",
+        torch_version=str(torch.__version__),
+        driver_version=(torch.version.cuda or "") if cuda else "",
         model_dir=str(model_dir),
         model=ModelShape.from_config(executor.config, bytes_per_element=executor.dtype.itemsize),
         dtype=str(executor.dtype).removeprefix("torch."), tp=args.tp,
@@ -120,20 +122,19 @@ def timed_steps(executor, grid, repeats: int, timer=None, progress=None,
 
 def compare(files: list[str], model: str | None) -> int:
     """FILE's steps: measured (median, spread), its fit, and OTHER's prediction."""
-    from engines.executors.profiles.registry import get_profile
-
     if len(files) > 2:
         raise ValueError("--compare takes FILE and at most one OTHER")
     measured = load_measured(files[0])
     if model:
-        from policies.perf.model_shape import ModelShape
         from engines.models.model_config import ModelConfig
+        from policies.perf.model_shape import ModelShape
         check_model(measured, ModelShape.from_config(ModelConfig.from_pretrained(model)), model)
     other = get_profile(files[1]) if len(files) == 2 else None
     print(f"{measured.name}: {measured.data.device}, {measured.data.model_dir} "
           f"({measured.data.dtype}, TP {measured.data.tp}), {measured.data.date}; "
           f"fit off by {measured.fit_mape:.1%} on average")
-    head = f"{'kind':<8}{'prefills (c,l)':<22}{'decodes':<16}{'measured ms':>12}{'spread':>8}{'fit ms':>9}"
+    head = (f"{'kind':<8}{'prefills (c,l)':<22}{'decodes':<16}{'measured ms':>12}"
+            f"{'spread':>8}{'fit ms':>9}")
     print(head + (f"{'other ms':>10}{'other/meas':>11}" if other else ""))
     for step in measured.data.steps:
         shape = step.shape()

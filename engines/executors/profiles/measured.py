@@ -210,4 +210,5 @@ def check_model(profile: MeasuredProfile, model: ModelShape, model_dir: str) -> 
     same_dtype = dataclasses.replace(model, bytes_per_element=profile.model.bytes_per_element)
     if profile.model != same_dtype:
         raise ValueError(f"profile {profile.name!r} was measured on a model of shape "
-                         f"{profile.model} ({profile.data.model_dir}); {model_dir} has shape {model}")
+                         f"{profile.model} ({profile.data.model_dir}); {model_dir} has "
+                         f"shape {model}")

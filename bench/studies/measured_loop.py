@@ -1,0 +1,90 @@
+"""The loop closed on this machine: a live daemon with one torch instance under the real
+load generator, against `ascendra simulate --profile FILE` (the same machine's executor,
+profiled by `ascendra profile`) on the same requests, at a few rates.
+
+    python -m bench.studies.measured_loop --profile tiny-cpu.json [--rates 0.5,1.5]
+        [--num-requests 60] [--max-prompt-len 128] [--model DIR] [--out DIR]
+
+Both sides get the same layout (1xsarathi), model length, chunk size, sequence limit, KV
+cache size and SLOs. What differs is time: the daemon's steps are the executor's real
+ones (and the machine's other load), plus the scheduler's own CPU time, the event loop
+and the client; the simulator's are the profile's fit. It prints goodput, p50/p90 TTFT
+and mean TBT side by side and writes both result JSONs and `summary.json`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.daemon_launcher import ServeProcess
+from bench.results import read_result
+from engines.executors.profiles.measured import load_measured
+
+
+def _shared(profile_path: str, args) -> list[str]:
+    """Flags both the daemon and the simulator take, from the profile's executor."""
+    data = load_measured(profile_path).data
+    return ["--layout", "1xsarathi", "--max-model-len", str(args.max_model_len),
+            "--chunk-size", str(args.chunk_size), "--max-num-seqs", str(args.max_num_seqs),
+            "--num-kv-blocks", str(data.num_kv_blocks), "--ttft-slo", str(args.ttft_slo),
+            "--tbt-slo", str(args.tbt_slo)]
+
+
+def check(args, rate: float, out: Path) -> dict:
+    shared = _shared(args.profile, args)
+    load = ["--workload", "poisson", "--qps", str(rate), "--num-requests", str(args.num_requests),
+            "--seed", str(args.seed), "--max-prompt-len", str(args.max_prompt_len)]
+    live_json, sim_json = out / f"live_{rate}.json", out / f"sim_{rate}.json"
+    serve = ["--executor", "torch", "--device", "cpu", *shared,
+             *(["--model", args.model] if args.model else []),
+             "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
+    with ServeProcess(serve, start_timeout=300, log_path=out / f"daemon_{rate}.log") as daemon:
+        subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url, *load,
+                        "--max-model-len", str(args.max_model_len), "--json", str(live_json),
+                        "--disable-tqdm", "--max-error-rate", "1"],
+                       check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "bench.cli", "simulate", *shared, *load,
+                    "--profile", args.profile, "--json", str(sim_json)],
+                   check=True, stdout=subprocess.DEVNULL)
+    live, sim = read_result(live_json), read_result(sim_json)
+    return {"rate": rate, **{f"{k}_{side}": v for side, r in (("live", live), ("sim", sim))
+                            for k, v in (("goodput_pct", round(r.goodput_pct, 1)),
+                                         ("p50_ttft_s", r.ttft_s.p50), ("p90_ttft_s", r.ttft_s.p90),
+                                         ("mean_tbt_s", r.mean_tbt_s.mean),
+                                         ("completed", r.completed))}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.measured_loop",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", required=True, help="the file `ascendra profile` wrote")
+    parser.add_argument("--model", default=None, help="the profiled model (default: tiny)")
+    parser.add_argument("--rates", default="0.5,1.5", help="requests/s, comma-separated")
+    parser.add_argument("--num-requests", type=int, default=60)
+    parser.add_argument("--max-model-len", type=int, default=256)
+    parser.add_argument("--chunk-size", type=int, default=512)
+    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument("--ttft-slo", type=float, default=2.0)
+    parser.add_argument("--tbt-slo", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-prompt-len", type=int, default=128,
+                        help="trim ShareGPT's prompts to this (default %(default)s: a CPU)")
+    parser.add_argument("--out", default="measured_loop")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for rate in (float(r) for r in args.rates.split(",")):
+        row = check(args, rate, out)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    (out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
