@@ -116,8 +116,8 @@ CORES = _core_modules()
 
 def test_the_cores_are_found_whole():
     for module in ("daemon.core.controller_core", "daemon.core.ledger",
-                   "daemon.core.late_binding", "daemon.core.recovery",
-                   "daemon.core.recovery_plan", "daemon.core.handoffs", "daemon.core.prefixes",
+                   "daemon.core.core_view", "daemon.core.recovery",
+                   "daemon.core.recovery_plan", "daemon.core.handoffs", "daemon.core.backlogs",
                    "daemon.core.prefix_index", "daemon.core.waiting_room",
                    "daemon.core.admission_bounds", "daemon.core.request_state",
                    "daemon.core.events", "daemon.core.controller_config",
