@@ -69,7 +69,7 @@ from daemon.core.recovery import RECOVERY, Recovery
 from daemon.core.recovery_plan import recovery_target, reroute_offload
 from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
 from daemon.core.role_switch import Roles
-from daemon.core.waiting_room import OVERDUE, WaitingRoom
+from daemon.core.waiting_room import OVERDUE, Binding, WaitingRoom
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
     Abort,
@@ -190,14 +190,26 @@ class ControllerCore:
                                 tracked.original.prompt_token_ids, tracked.token_ids)
 
     def _bind(self, now: float, out: list[Action]) -> None:
-        """The waiting room binds what it can; the role evidence hears what it set aside."""
-        room = self.room
-        if room is None:
+        """The waiting room binds what it can."""
+        if self.room is not None:
+            self._apply(now, self.room.bind(now), out)
+
+    def _apply(self, now: float, binding: Binding | None, out: list[Action]) -> None:
+        """A plan of the waiting room, through the ledger: the shed end, the bound are
+        sent (a rescue or a reroute is a move); the role evidence hears what it set aside."""
+        if binding is None:
             return
-        aside = room.bind(now, out)
+        ledger = self.ledger
+        for tracked in binding.shed:
+            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                       "dropped: it was predicted to miss its TTFT SLO on every instance", out)
+        for tracked, target, submit, moved in binding.bound:
+            if moved:
+                out.append(Moved(tracked.request_id, submit.origin, None, target))
+            ledger.send_to(tracked, target, submit, out)
         self._follow()
-        if aside is not None and self.roles is not None:
-            self.roles.set_aside(now, aside)
+        if binding.aside is not None and self.roles is not None:
+            self.roles.set_aside(now, binding.aside)
 
     def _tick_roles(self, now: float, out: list[Action]) -> None:
         """`<n>A` layouts: the role component looks at its evidence; the waiting room hears
@@ -229,13 +241,13 @@ class ControllerCore:
         state = RequestState.QUEUED if room is None else RequestState.PENDING
         tracked = Tracked(event.request_id, now, submit, submit, state=state,
                           block_names=names, cached_on=cached_on, tenant=event.tenant)
-        ledger.add(tracked)
         if room is None:
+            ledger.add(tracked)
             ledger.send_to(tracked, target, submit, out)
             return
-        room.add(tracked)
-        room.watch_waits(now, out)
-        self._bind(now, out)
+        binding = room.arrived(tracked, now, out)   # it waits; a plan decides what goes
+        ledger.add(tracked)
+        self._apply(now, binding, out)
         if self.roles is not None:
             self.roles.arrived(now, ttft_slo)
             self._tick_roles(now, out)

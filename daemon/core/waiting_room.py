@@ -8,10 +8,11 @@ predicted prefill backlog is under `bind_steps` of its token budgets, rescues it
 HP that can still finish it in time, or sheds it; the core runs `bind` after every event
 that changes a backlog or the queue. An HP holding an open ticket takes one request
 first (`policies.ticket_pick`). `gated_hp` is the HP gate: the ready HP that can finish a
-request's prefill before its deadline, for rescues and LP offloads alike. A request
-that waits too long ends (`end_overdue`, on its OVERDUE timer). The room sends and ends
-through the ledger; the core then tells it what was sent and what ended (`sent`,
-`ended`), whoever sent or ended it, so its backlogs and queue follow.
+request's prefill before its deadline, for rescues and LP offloads alike. A plan's
+decisions come back as a `Binding` that the core carries out through the ledger; the
+core then tells the room what was sent and what ended (`sent`, `ended`), whoever sent or
+ended it, so its backlogs and queue follow. A request that waits too long ends
+(`end_overdue`, on its OVERDUE timer).
 
 A waiting request's own prefill on an LP is priced at the faster of the LPs' measured
 rate and one whole step's (`WaitingRoom.lp_prompt_rate`).
@@ -27,7 +28,7 @@ import msgspec
 
 from daemon.core.backlogs import Backlog, model_rate
 from daemon.core.controller_config import ControllerConfig
-from daemon.core.events import Action, Moved, Send, StartTimer, Timer
+from daemon.core.events import Action, Send, StartTimer, Timer
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Outcome, Tracked, Trigger
 from ipc.api_codes import EndCode
@@ -70,6 +71,22 @@ class SetAside(NamedTuple):
     """What a plan set aside, for an `<n>A` layout's role evidence (role_evidence.py)."""
     rescued_by: list[int]   # the HP each rescued request went to
     rescuable_late: int     # shed requests an idle HP would have finished in time
+
+
+class Bound(NamedTuple):
+    """A request the room let go of: to `target` as `submit`; `moved`: a rescue or a
+    reroute (its origin says which), not a new request's first binding."""
+    tracked: Tracked
+    target: int
+    submit: Submit
+    moved: bool
+
+
+class Binding(NamedTuple):
+    """What one plan decided, for the core to carry out in this order."""
+    shed: list[Tracked]       # predicted to miss their TTFT SLO everywhere: dropped
+    bound: list[Bound]        # rescues, then an HP's ticket, then the LPs'
+    aside: SetAside | None    # what it set aside, if anything
 
 
 class WaitingRoom:
@@ -208,12 +225,18 @@ class WaitingRoom:
         return self.seconds(instance_id, self.backlog_tokens(instance_id))
 
     # ---- binding -----------------------------------------------------------------------
-    def bind(self, now: float, out: list[Action]) -> SetAside | None:
-        """Apply a plan of the queue: shed, rescue on an HP, give an HP that holds a
-        ticket one request, bind the rest to LPs. A plan looks at the whole queue, so it
-        runs when it can bind something (an LP under its bound, an open ticket) or
-        `PLAN_INTERVAL` after the last one (for rescues and sheds), not on every event of
-        a busy queue. Returns what the plan set aside, if anything."""
+    def arrived(self, tracked: Tracked, now: float, out: list[Action]) -> Binding | None:
+        """A new request waits here; the OVERDUE timer runs; a plan binds what it can."""
+        self.add(tracked)
+        self.watch_waits(now, out)
+        return self.bind(now)
+
+    def bind(self, now: float) -> Binding | None:
+        """A plan of the queue: shed, rescue on an HP, give an HP that holds a ticket one
+        request, bind the rest to LPs; the bound leave the queue (the shed, once they
+        ended). A plan looks at the whole queue, so it runs when it can bind something
+        (an LP under its bound, an open ticket) or `PLAN_INTERVAL` after the last one (for
+        rescues and sheds), not on every event of a busy queue."""
         ledger = self.ledger
         if not len(self):
             return None
@@ -226,22 +249,23 @@ class WaitingRoom:
         if not lps and not hps:
             return None
         decided, by_id = self.plan(now, lps, hps, bound)
-        for w in decided.shed:
-            ledger.end(by_id[w.key], Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
-                       "dropped: it was predicted to miss its TTFT SLO on every instance", out)
-        for w, target in decided.to_hp:
-            self._bind(by_id[w.key], target, Origin.RESCUE, out, w.favoured)
-        ticketed = self._serve_ticket(decided, by_id, out)
+        bound_ = [self._bind(by_id[w.key], target, Origin.RESCUE, w.favoured)
+                  for w, target in decided.to_hp]
+        ticketed = self._serve_ticket(decided, by_id)
+        if ticketed is not None:
+            bound_.append(ticketed[1])
         for w, target in decided.to_lp:
-            if w is ticketed:
+            if ticketed is not None and w is ticketed[0]:
                 continue
             tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
-            self._bind(tracked, target, Origin.REROUTE if tracked.requeued else Origin.NEW, out,
-                       w.favoured)
-        if not (decided.to_hp or decided.shed):
-            return None
-        return SetAside([hp for _, hp in decided.to_hp],
-                        sum(1 for w in decided.shed if now + w.hp_cost <= w.deadline))
+            bound_.append(self._bind(tracked, target,
+                                     Origin.REROUTE if tracked.requeued else Origin.NEW,
+                                     w.favoured))
+        aside = None
+        if decided.to_hp or decided.shed:
+            aside = SetAside([hp for _, hp in decided.to_hp],
+                             sum(1 for w in decided.shed if now + w.hp_cost <= w.deadline))
+        return Binding([by_id[w.key] for w in decided.shed], bound_, aside)
 
     def watch_waits(self, now: float, out: list[Action]) -> None:
         """A request arrived: make sure the OVERDUE timer runs."""
@@ -269,8 +293,8 @@ class WaitingRoom:
         if self.watching:
             out.append(StartTimer(Timer(OVERDUE), now + OVERDUE_CHECK))
 
-    def _serve_ticket(self, decided: Plan, by_id: dict[str, Tracked], out: list[Action],
-                      ) -> Waiting | None:
+    def _serve_ticket(self, decided: Plan, by_id: dict[str, Tracked],
+                      ) -> tuple[Waiting, Bound] | None:
         """An HP holding a ticket is idle enough to start a new request now: it takes one
         before the LPs do (policies/ticket_pick.py picks which), else it would get only
         what the LPs' bound leaves over. Returns the request it took, if any."""
@@ -281,8 +305,7 @@ class WaitingRoom:
             return None
         hp = self.tickets.take()
         chosen = candidates[ticket_pick(candidates, hp)]
-        self._bind(by_id[chosen.key], hp, Origin.NEW, out, chosen.favoured)
-        return chosen
+        return chosen, self._bind(by_id[chosen.key], hp, Origin.NEW, chosen.favoured)
 
     def _worth_planning(self, now: float, lps: list[int], bound: int) -> bool:
         """Whether a plan now may bind something (an LP of `lps`, those serving, under
@@ -296,10 +319,10 @@ class WaitingRoom:
         lp = next((self.ledger.instances[i].ready for i in lps), None)
         return round(self.config.bind_steps * ((lp.token_budget if lp else 0) or 2048))
 
-    def _bind(self, tracked: Tracked, target: int, origin: Origin, out: list[Action],
-              favoured: bool = False) -> None:
-        """`favoured`: its tenant is under its share now; the instance serves it first in
-        its band."""
+    def _bind(self, tracked: Tracked, target: int, origin: Origin,
+              favoured: bool = False) -> Bound:
+        """It leaves the queue for `target`. `favoured`: its tenant is under its share
+        now; the instance serves it first in its band."""
         self._remove(tracked)
         tracked.advance(Trigger.BOUND)
         submit = tracked.submit
@@ -307,8 +330,7 @@ class WaitingRoom:
             submit = msgspec.structs.replace(submit, favoured=favoured)
         if origin is not Origin.NEW:
             submit = msgspec.structs.replace(submit, origin=origin)
-            out.append(Moved(tracked.request_id, origin, None, target))
-        self.ledger.send_to(tracked, target, submit, out)
+        return Bound(tracked, target, submit, origin is not Origin.NEW)
 
     # ---- the HP gate -------------------------------------------------------------------
     def gated_hp(self, now: float, submit: Submit, cached_on: dict[int, int] | None = None,
@@ -350,8 +372,9 @@ class WaitingRoom:
                                    favoured=t.tenant in favoured))
         lanes = [self._lane(i) for i in lps]
         hp_lanes = [self._lane(i) for i in hps]
+        allowance = self._shed_allowance(now)
         decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
-                       bound_tokens / lp_rate, self.shed, self._shed_allowance(now),
+                       bound_tokens / lp_rate, self.shed, allowance,
                        classes.protected(), shares,
                        now - self.last_saturated < SATURATION_MEMORY,
                        self._hp_whole_share(hps, hp_rate))
