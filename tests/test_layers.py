@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,20 @@ def test_a_core_does_no_io(module):
     for dependency in _closure(module):
         loops = {n.split(".")[0] for n in _imports(MODULES[dependency])} & LOOP_MODULES
         assert not loops, f"{module} depends on {dependency}, which imports {loops}"
+
+
+#: A controller core's components, as its attributes: code outside daemon/core/ that names
+#: one on a core reaches past its view (daemon/core/core_view.py).
+CORE_PARTS = r"(?<!daemon\.)\b(?:core|controller)\.(?:ledger|room|router|roles|recovery|handoffs|prefix_index)\b"
+
+
+def test_outside_the_controller_core_only_its_view_is_read():
+    """The daemon's driver, /health, /metrics, the gateway gauges and bench read a
+    controller core through `CoreView` (`core.view`), never through its components."""
+    reaching = [f"{name}: {match.group()}" for name, path in _modules().items()
+                if name.split(".")[0] in ("daemon", "bench") and not name.startswith(CORE_FOLDER)
+                for match in re.finditer(CORE_PARTS, path.read_text())]
+    assert reaching == []
 
 
 def test_policies_are_pure():

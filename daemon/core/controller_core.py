@@ -286,8 +286,7 @@ class ControllerCore:
                     self._bind(now, out)
                 self._tick_roles(now, out)
             case Heartbeat():
-                view.stats = message
-                view.reported(message.num_running, message.num_kv_blocks_used)
+                ledger.heartbeat(view, message)
             case Offload():
                 self._offloaded(now, view, message, out)
             case Handoff():
@@ -322,11 +321,8 @@ class ControllerCore:
         self._bind(now, out)
 
     def _ready(self, now: float, ready: Ready, out: list[Action]) -> None:
-        view = self.ledger.instances.get(ready.instance_id)
-        if view is None:
+        if self.ledger.ready(ready) is None:
             return  # a ghost: no instance of the layout has that id
-        view.ready, view.stats = ready, None
-        view.reported(0, 0)
         self.prefix_index.ready(ready)
         if self.roles is not None:
             self.roles.ready(now, ready)
@@ -462,11 +458,24 @@ class ControllerCore:
         if holder is not None:  # None: between instances, held by none
             out.append(Send(holder, Abort(request_id=request_id)))
 
+    def _end_overdue(self, now: float, out: list[Action]) -> None:
+        """What waited too long for a first token ends now (503); an instance that holds
+        one is told to abort it. The waiting room looks again while any request waits."""
+        ledger, multiple = self.ledger, self.config.max_wait_slo_multiple
+        for tracked in self.room.overdue(now):
+            holder = tracked.instance   # None: still in the waiting room
+            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
+                       f"dropped: it waited {now - tracked.arrival_time:.1f} s for its first "
+                       f"token, about {multiple:g} times its TTFT SLO", out)
+            if holder is not None:
+                out.append(Send(holder, Abort(request_id=tracked.request_id)))
+        self.room.look_again(now, ledger.bounds.requests > 0, out)
+
     def _timer_fired(self, now: float, timer: Timer, out: list[Action]) -> None:
         if timer.kind == RECOVERY:
             self.recovery.give_up(now, out)
         elif timer.kind == OVERDUE and self.room is not None:
-            self.room.end_overdue(now, out)
+            self._end_overdue(now, out)
         elif timer.kind == DRAIN:
             for tracked in list(self.ledger.requests.values()):
                 self.ledger.end(tracked, Outcome.ERRORED, EndCode.SHUTTING_DOWN,

@@ -151,7 +151,8 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """A request moved to another instance (`kind`: offload, resubmit, resume, reroute)."""
+    """A request moved to another instance (`kind`: offload, rescue, resubmit, resume,
+    reroute)."""
     request_id: str
     kind: Origin
     source: int | None

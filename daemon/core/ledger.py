@@ -4,8 +4,8 @@
 The ledger is the one place a request is taken on (`add`), sent to an instance
 (`send_to`), handed to a decode instance (`hand_off`), let go by one (`release`), counted
 out of the bounds (`unqueue`) and ended (`end`, which emits its `Settle`); and the one
-place an instance's role, and a role change under way, are written (`set_role`,
-`switching`). It knows no other component: each send and each end is also noted as a
+place an instance's readiness, role and a role change under way are written (`ready`,
+`down`, `heartbeat`, `set_role`, `start_switch`). It knows no other component: each send and each end is also noted as a
 `Sent` or an `Ended`, and the core takes those notes (`take_changes`) to tell the waiting
 room and the prefix index, whose structures follow every Submit and every end.
 Sans-I/O, like the core.
@@ -123,10 +123,37 @@ class Ledger:
         changes, self.changes = self.changes, []
         return changes
 
+    # ---- instances ---------------------------------------------------------------------
+    def ready(self, ready: Ready) -> InstanceView | None:
+        """An instance serves (again): its view, None for an id no instance of the layout has."""
+        view = self.instances.get(ready.instance_id)
+        if view is not None:
+            view.ready, view.stats = ready, None
+            view.reported(0, 0)
+        return view
+
+    def down(self, instance_id: int) -> InstanceView:
+        """An instance stopped serving (its process exited): its view, still holding what
+        it held."""
+        view = self.instances[instance_id]
+        view.ready = view.stats = None
+        return view
+
+    def heartbeat(self, view: InstanceView, beat: Heartbeat) -> None:
+        view.stats = beat
+        view.reported(beat.num_running, beat.num_kv_blocks_used)
+
     # ---- roles (`<n>A` layouts: daemon/core/role_switch.py) ------------------------------
     def set_role(self, instance_id: int, role: Role) -> None:
         self.roles[instance_id] = role
         self.instances[instance_id].role = role
+
+    def start_switch(self, instance_id: int) -> None:
+        """A role change is under way for it: nothing is bound or rescued to it."""
+        self.switching.add(instance_id)
+
+    def end_switch(self, instance_id: int) -> None:
+        self.switching.discard(instance_id)
 
     # ---- a request's bookkeeping -------------------------------------------------------
     def add(self, tracked: Tracked) -> None:

@@ -74,7 +74,7 @@ class Roles:
         """An instance serves (again), in the role its Ready names."""
         i = ready.instance_id
         self.pending.pop(i, None)
-        self.ledger.switching.discard(i)
+        self.ledger.end_switch(i)
         if i in self.stint:
             self._count(i, now)
         self.stint[i] = now
@@ -116,10 +116,8 @@ class Roles:
         """Start changing `instance_id` to `role`: nothing more is bound to it until its
         answer; an HP leaving holds no ticket from now."""
         self.pending[instance_id] = (role, reason)
-        self.ledger.switching.add(instance_id)
-        self.router.tickets.cancel(instance_id)
-        if instance_id in self.router.hp_ids:  # no ticket of it counts any more
-            self.router.hp_ids.remove(instance_id)
+        self.ledger.start_switch(instance_id)
+        self.router.leave_hp(instance_id)
         out.append(Send(instance_id, SetRole(role=role, mode=_MODE[role])))
 
     # ---- the answer --------------------------------------------------------------------
@@ -129,7 +127,7 @@ class Roles:
         it gave back, for the waiting room."""
         i = view.instance_id
         _, reason = self.pending.pop(i, (message.role, "asked elsewhere"))
-        self.ledger.switching.discard(i)
+        self.ledger.end_switch(i)
         old = self.ledger.roles[i]
         returned = self._take_back(view, message)
         if message.load is not None:  # its backlog without them
@@ -161,7 +159,7 @@ class Roles:
     def _set(self, instance_id: int, role: Role) -> None:
         ledger, router = self.ledger, self.router
         ledger.set_role(instance_id, role)
-        router.pool = sorted(i for i, r in ledger.roles.items() if r is Role.LP)
-        router.hp_ids = sorted(i for i, r in ledger.roles.items() if r is Role.HP)
+        router.set_roles([i for i, r in ledger.roles.items() if r is Role.LP],
+                         [i for i, r in ledger.roles.items() if r is Role.HP])
         if role is not Role.HP:
             router.tickets.cancel(instance_id)

@@ -11,8 +11,9 @@ first (`policies.ticket_pick`). `gated_hp` is the HP gate: the ready HP that can
 request's prefill before its deadline, for rescues and LP offloads alike. A plan's
 decisions come back as a `Binding` that the core carries out through the ledger; the
 core then tells the room what was sent and what ended (`sent`, `ended`), whoever sent or
-ended it, so its backlogs and queue follow. A request that waits too long ends
-(`end_overdue`, on its OVERDUE timer).
+ended it, so its backlogs and queue follow. The room reads the ledger and writes only
+its own state. On its OVERDUE timer it names the requests that waited too long
+(`overdue`), for the core to end.
 
 A waiting request's own prefill on an LP is priced at the faster of the LPs' measured
 rate and one whole step's (`WaitingRoom.lp_prompt_rate`).
@@ -28,11 +29,10 @@ import msgspec
 
 from daemon.core.backlogs import Backlog, model_rate
 from daemon.core.controller_config import ControllerConfig
-from daemon.core.events import Action, Send, StartTimer, Timer
+from daemon.core.events import Action, StartTimer, Timer
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Outcome, Tracked, Trigger
-from ipc.api_codes import EndCode
-from ipc.messages import Abort, InstanceLoad, Origin, Ready, Role, Submit
+from ipc.messages import InstanceLoad, Origin, Ready, Role, Submit
 from policies.admission import TicketBook
 from policies.class_floor import PromptClasses
 from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
@@ -273,24 +273,19 @@ class WaitingRoom:
             self.watching = True
             out.append(StartTimer(Timer(OVERDUE), now + OVERDUE_CHECK))
 
-    def end_overdue(self, now: float, out: list[Action]) -> None:
-        """The OVERDUE timer: a request without a first token that would pass
-        `max_wait_slo_multiple` times its TTFT SLO before the next look ends now (503) --
-        waiting here, or held by an instance, which is told to abort it: a band served
-        first at an LP, or an HP's long queue, must not keep it waiting for ever. Looks
-        again in OVERDUE_CHECK seconds while any request has no first token."""
-        ledger = self.ledger
+    def overdue(self, now: float) -> list[Tracked]:
+        """The OVERDUE timer: every request without a first token that would pass
+        `max_wait_slo_multiple` times its TTFT SLO before the next look -- waiting here,
+        or held by an instance: a band served first at an LP, or an HP's long queue, must
+        not keep it waiting for ever."""
         multiple, by = self.config.max_wait_slo_multiple, now + OVERDUE_CHECK
-        for tracked in self._waited_too_long(by, multiple) + ledger.waiting_too_long(
-                by, multiple):
-            holder = tracked.instance   # None: still waiting here
-            ledger.end(tracked, Outcome.DROPPED, EndCode.TTFT_SLO_MISSED,
-                       f"dropped: it waited {now - tracked.arrival_time:.1f} s for its first "
-                       f"token, about {multiple:g} times its TTFT SLO", out)
-            if holder is not None:
-                out.append(Send(holder, Abort(request_id=tracked.request_id)))
-        self.watching = ledger.bounds.requests > 0
-        if self.watching:
+        return self._waited_too_long(by, multiple) + self.ledger.waiting_too_long(by, multiple)
+
+    def look_again(self, now: float, any_waiting: bool, out: list[Action]) -> None:
+        """After a look: the next in OVERDUE_CHECK seconds, while any request has no first
+        token (`any_waiting`)."""
+        self.watching = any_waiting
+        if any_waiting:
             out.append(StartTimer(Timer(OVERDUE), now + OVERDUE_CHECK))
 
     def _serve_ticket(self, decided: Plan, by_id: dict[str, Tracked],
