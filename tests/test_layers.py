@@ -145,6 +145,18 @@ def test_a_core_does_no_io(module):
         assert not loops, f"{module} depends on {dependency}, which imports {loops}"
 
 
+#: What the controller core's ledger may import of the core: its own structures, no other
+#: component (the core tells the waiting room and the prefix index of its sends and ends).
+LEDGER_MAY_IMPORT = {"daemon.core.admission_bounds", "daemon.core.controller_config",
+                     "daemon.core.events", "daemon.core.request_state"}
+
+
+def test_the_ledger_imports_no_other_component():
+    imported = {m for m in _ours(_imports(MODULES["daemon.core.ledger"]))
+                if m.startswith(CORE_FOLDER)}
+    assert imported <= LEDGER_MAY_IMPORT, imported - LEDGER_MAY_IMPORT
+
+
 #: A controller core's components, as its attributes: code outside daemon/core/ that names
 #: one on a core reaches past its view (daemon/core/core_view.py).
 CORE_PARTS = r"(?<!daemon\.)\b(?:core|controller)\.(?:ledger|room|router|roles|recovery|handoffs|prefix_index)\b"
