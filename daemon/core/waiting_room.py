@@ -249,23 +249,23 @@ class WaitingRoom:
         if not lps and not hps:
             return None
         decided, by_id = self.plan(now, lps, hps, bound)
-        bound_ = [self._bind(by_id[w.key], target, Origin.RESCUE, w.favoured)
+        sends = [self._bind(by_id[w.key], target, Origin.RESCUE, w.favoured)
                   for w, target in decided.to_hp]
         ticketed = self._serve_ticket(decided, by_id)
         if ticketed is not None:
-            bound_.append(ticketed[1])
+            sends.append(ticketed[1])
         for w, target in decided.to_lp:
             if ticketed is not None and w is ticketed[0]:
                 continue
             tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
-            bound_.append(self._bind(tracked, target,
+            sends.append(self._bind(tracked, target,
                                      Origin.REROUTE if tracked.requeued else Origin.NEW,
                                      w.favoured))
         aside = None
         if decided.to_hp or decided.shed:
             aside = SetAside([hp for _, hp in decided.to_hp],
                              sum(1 for w in decided.shed if now + w.hp_cost <= w.deadline))
-        return Binding([by_id[w.key] for w in decided.shed], bound_, aside)
+        return Binding([by_id[w.key] for w in decided.shed], sends, aside)
 
     def watch_waits(self, now: float, out: list[Action]) -> None:
         """A request arrived: make sure the OVERDUE timer runs."""
