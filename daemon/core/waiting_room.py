@@ -258,9 +258,8 @@ class WaitingRoom:
             if ticketed is not None and w is ticketed[0]:
                 continue
             tracked = by_id[w.key]  # one an LP gave up before returns pinned: no ping-pong
-            sends.append(self._bind(tracked, target,
-                                     Origin.REROUTE if tracked.requeued else Origin.NEW,
-                                     w.favoured))
+            origin = Origin.REROUTE if tracked.requeued else Origin.NEW
+            sends.append(self._bind(tracked, target, origin, w.favoured))
         aside = None
         if decided.to_hp or decided.shed:
             aside = SetAside([hp for _, hp in decided.to_hp],
