@@ -59,14 +59,15 @@ class Controller:
         roles = {c.instance_id: c.resolved_role for c in configs}
         self.core = ControllerCore(roles, controller, slo, dynamic_roles=dynamic_roles,
                                    tenants=tenants)
+        #: What this driver, /health and /metrics read of the core.
+        self.view = view = self.core.view
         self.tenants = tenants   # the HTTP side reads objective priorities here
         self.metrics = Metrics(roles, tenants)
-        if self.core.roles is not None:
-            role_component = self.core.roles
-            self.metrics.watch_roles(lambda: role_component.role_seconds(self.clock()))
-        self.metrics.queued_requests.set_function(lambda: self.core.ledger.bounds.requests)
-        self.metrics.queued_tokens.set_function(lambda: self.core.ledger.bounds.tokens)
-        self.metrics.watch_gateway(model_name, lambda: gateway_view(self.core))
+        if view.dynamic_roles:
+            self.metrics.watch_roles(lambda: view.role_seconds(self.clock()))
+        self.metrics.queued_requests.set_function(lambda: view.queued_requests)
+        self.metrics.queued_tokens.set_function(lambda: view.queued_tokens)
+        self.metrics.watch_gateway(model_name, lambda: gateway_view(view))
         self.supervisor = Supervisor(configs, self._instance_exited, backoff_max)
         self.streams: dict[str, RequestHandle] = {}
         self.request_log = RequestLog(request_log) if request_log else None
@@ -88,11 +89,11 @@ class Controller:
         """Stop admitting; wait up to `timeout` for requests in flight (the core then ends
         the rest with an error naming the drain timeout)."""
         self._handle(Drain(self.clock(), timeout))
-        if self.core.ledger.requests:
+        if self.view.requests_in_flight:
             await self._drained.wait()
 
     async def stop(self) -> None:
-        for instance_id in self.core.ledger.ready_ids():
+        for instance_id in self.view.ready_ids():
             try:
                 await self.channel.send(instance_id, Shutdown())
             except InstanceUnreachable:
@@ -110,16 +111,16 @@ class Controller:
 
     @property
     def max_model_len(self) -> int:
-        return self.core.ledger.max_model_len
+        return self.view.max_model_len
 
     def health(self) -> Health:
-        return build_health(self.core, self.supervisor, self.model_name, self.clock())
+        return build_health(self.view, self.supervisor, self.model_name, self.clock())
 
     def liveness(self) -> Probe:
-        return liveness(self.core)
+        return liveness(self.view)
 
     def readiness(self) -> Probe:
-        return readiness(self.core)
+        return readiness(self.view)
 
     # ---- requests ----------------------------------------------------------------------
     async def submit(self, prompt_token_ids: list[int], sampling: SamplingParams, *, request_id: str,
@@ -183,7 +184,7 @@ class Controller:
                 case RoleSwitched(instance_id=i, old=old, new=new, reason=reason):
                     log.info("instance %d changed role %s -> %s (%s); %d waiting requests "
                              "bound again", i, old.value, new.value, reason, action.returned)
-        if self.core.draining and not self.core.ledger.requests:
+        if self.view.draining and not self.view.requests_in_flight:
             self._drained.set()
 
     def _stream(self, tokens: StepTokens) -> None:
@@ -233,14 +234,14 @@ class Controller:
                 if frames:  # not passed on (its client left): let them go
                     self._kv_frames.pop(message.request_id, None)
                 if isinstance(message, Heartbeat):
-                    view = self.core.ledger.instances.get(message.instance_id)
+                    view = self.view.instances.get(message.instance_id)
                     if view is not None and view.stats is message:
                         self.metrics.heartbeat(message)
             except Exception:  # one bad message must not stop the reader
                 log.exception("controller: failed to handle %r", message)
 
     def _instance_exited(self, slot: InstanceSlot, code: int) -> None:
-        held = len(self.core.ledger.instances[slot.instance_id].held)
+        held = len(self.view.instances[slot.instance_id].held)
         if held:
             log.warning("instance %d stopped holding %d requests; moving them",
                         slot.instance_id, held)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import msgspec
 
-from daemon.core.controller_core import ControllerCore
+from daemon.core.core_view import CoreView
 from daemon.core.ledger import InstanceView
 
 
@@ -32,13 +32,13 @@ class GatewayView(msgspec.Struct, frozen=True, kw_only=True):
     num_gpu_blocks: int         # vllm:cache_config_info{num_gpu_blocks}: the box's KV blocks
 
 
-def gateway_view(core: ControllerCore) -> GatewayView:
-    ready = [view for view in core.ledger.instances.values() if view.ready is not None]
+def gateway_view(core: CoreView) -> GatewayView:
+    ready = [view for view in core.instances.values() if view.ready is not None]
     running = sum(_running(view) for view in ready)
     total_blocks = sum(view.ready.num_kv_blocks for view in ready)
     used_blocks = sum(min(view.num_kv_blocks_used, view.ready.num_kv_blocks) for view in ready)
     return GatewayView(
-        num_requests_waiting=max(0, len(core.ledger.requests) - running),
+        num_requests_waiting=max(0, core.requests_in_flight - running),
         num_requests_running=running,
         kv_cache_usage_perc=used_blocks / total_blocks if total_blocks else 0.0,
         block_size=max((view.ready.block_size for view in ready), default=0),

@@ -20,7 +20,7 @@ from typing import Literal
 
 import msgspec
 
-from daemon.core.controller_core import ControllerCore
+from daemon.core.core_view import CoreView
 from daemon.supervisor import Supervisor
 
 Status = Literal["ok", "degraded", "draining"]
@@ -90,40 +90,40 @@ class Probe(msgspec.Struct, kw_only=True):
     instances: int
 
 
-def readiness(core: ControllerCore) -> Probe:
+def readiness(core: CoreView) -> Probe:
     if core.draining:
         why = "draining: the server is shutting down"
     elif not core.accepting:
         why = "starting: the instances are not all ready yet"
-    elif not core.ledger.ready_ids():
+    elif not core.ready_ids():
         why = "no instance is ready (restarting)"
     else:
         why = ""
     return _probe(core, why)
 
 
-def liveness(core: ControllerCore) -> Probe:
-    sound = core.draining or not core.accepting or core.ledger.ready_ids()
+def liveness(core: CoreView) -> Probe:
+    sound = core.draining or not core.accepting or core.ready_ids()
     return _probe(core, "" if sound else "no instance is ready (restarting)")
 
 
-def _probe(core: ControllerCore, why: str) -> Probe:
-    return Probe(ok=not why, reason=why, instances_ready=len(core.ledger.ready_ids()),
-                 instances=len(core.ledger.instances))
+def _probe(core: CoreView, why: str) -> Probe:
+    return Probe(ok=not why, reason=why, instances_ready=len(core.ready_ids()),
+                 instances=len(core.instances))
 
 
-def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str,
+def build_health(core: CoreView, supervisor: Supervisor, model_name: str,
                  now: float | None = None) -> Health:
     """`now`: the controller's clock (monotonic), for how long ago a role changed."""
     instances = []
     now = time.monotonic() if now is None else now
     for slot in supervisor.slots.values():
-        view = core.ledger.instances[slot.instance_id]
+        view = core.instances[slot.instance_id]
         beat, ready = view.stats, view.ready
-        switched = core.roles.last.get(slot.instance_id) if core.roles is not None else None
+        switched = core.last_role_change(slot.instance_id)
         instances.append(InstanceHealth(
             id=slot.instance_id, model=model_name, role=view.role.value,
-            mode=view.role.value if core.roles is not None else slot.config.scheduler.mode,
+            mode=view.role.value if core.dynamic_roles else slot.config.scheduler.mode,
             role_change=None if switched is None else RoleChangeHealth(
                 old=switched.old.value, new=switched.new.value, reason=switched.reason,
                 seconds_ago=round(max(now - switched.time, 0.0), 1)), pid=slot.pid, state=slot.state.value,
@@ -136,14 +136,13 @@ def build_health(core: ControllerCore, supervisor: Supervisor, model_name: str,
             preemptions=beat.num_preemptions if beat else 0,
             served=view.num_served, offloaded=beat.num_offloaded if beat else 0,
             dropped=beat.num_dropped if beat else 0,
-            ticket_open=core.router.tickets.is_open(slot.instance_id),
+            ticket_open=core.ticket_open(slot.instance_id),
             perf_model_mape=beat.perf_model_mape if beat else None))
     all_ready = all(i.state == "ready" for i in instances)
     status: Status = ("ok" if core.accepting and all_ready
                       else "degraded" if core.accepting else "draining")
-    ledger = core.ledger
-    health = Health(status=status, model=model_name, requests_in_flight=len(ledger.requests),
-                    queued_requests=ledger.bounds.requests, queued_tokens=ledger.bounds.tokens,
+    health = Health(status=status, model=model_name, requests_in_flight=core.requests_in_flight,
+                    queued_requests=core.queued_requests, queued_tokens=core.queued_tokens,
                     instances=instances)
     health.models = [_as_model(health)]
     return health

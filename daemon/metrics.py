@@ -54,7 +54,8 @@ class Metrics:
                               ["instance", "role"], registry=r)
         self.perf_model_mape = Gauge("ascendra_perf_model_mape", "Performance model held-out error "
                                      "(0.1 = 10%)", ["instance"], registry=r)
-        self.offloads = Counter("ascendra_offloads", "Requests moved from an LP to an HP instance",
+        self.offloads = Counter("ascendra_offloads", "Requests sent to an HP instance before "
+                                "their prefill: an LP's offload or the waiting room's rescue",
                                 registry=r)
         self.tickets = Counter("ascendra_tickets", "Tickets opened by HP instances", registry=r)
         self.dropped = Counter("ascendra_dropped", "Requests refused or dropped before their "
@@ -101,7 +102,7 @@ class Metrics:
             case Refuse(refusal=refusal):
                 self.dropped.labels(refusal.value).inc()
             case Moved(kind=kind):
-                if kind is Origin.OFFLOAD:
+                if kind in (Origin.OFFLOAD, Origin.RESCUE):
                     self.offloads.inc()
                 else:
                     self.recovered.labels(kind.value).inc()

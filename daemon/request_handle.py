@@ -4,9 +4,10 @@ passes on, in order.
 The controller puts tokens in (`put`) or ends it with an error (`fail`); the handler
 reads one at a time with `first()` / `tokens()`, or everything queued at once with
 `take()` (waking on `ready`, an asyncio.Event the handles of one response may share:
-`listen`), and calls `close(outcome)` when it is done for any reason -- which tells the
-controller core the client left (it aborts the request on its instance if it had not
-finished). The request's state lives in the core (`daemon/core/request_state.py`); a
+`listen`), and calls `close(outcome)` when it is done for any reason. Only a request the
+core has not settled yet -- the client left early, or stopped at a stop string -- is
+then reported to the core as left (it aborts the request on its instance); a request
+that ended (`settled`) is not. The request's state lives in the core (`daemon/core/request_state.py`); a
 request that moves between instances keeps its stream, so the client's stream and its
 detokenizer simply go on.
 """
@@ -81,8 +82,10 @@ class RequestHandle:
             item = await self.first()
 
     def close(self, outcome: Outcome | str = Outcome.CANCELLED) -> None:
-        """The reader is done: `outcome` says why if the request had not finished
-        (COMPLETED after a stop string, CANCELLED when the client left)."""
+        """The reader is done: `outcome` says why if the request had not ended
+        (COMPLETED after a stop string, CANCELLED when the client left). Only then is the
+        controller told (`on_close`): of a settled request the core has no more to do."""
         if not self.closed:
             self.closed = True
-            self._on_close(self, Outcome(outcome))
+            if self.settled is None:
+                self._on_close(self, Outcome(outcome))

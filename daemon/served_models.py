@@ -59,7 +59,7 @@ class ServedModels:
 
     def serving(self) -> bool:
         """Every model has an instance that serves (what the systemd watchdog is fed on)."""
-        return all(c.core.ledger.ready_ids() for c in self.controllers)
+        return all(c.view.ready_ids() for c in self.controllers)
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

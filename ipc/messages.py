@@ -55,7 +55,8 @@ class Origin(str, enum.Enum):
     """How a Submit came to be: what an instance may still do with the request."""
 
     NEW = "new"                # a new request from a client (it uses an HP's open ticket)
-    OFFLOAD = "offload"        # moved from an LP instance before its prefill started
+    OFFLOAD = "offload"        # an LP gave it up before its prefill started; on to an HP
+    RESCUE = "rescue"          # the controller's waiting room sent it to an HP, late for an LP
     RESUBMIT = "resubmit"      # its instance died before its first token
     RESUME = "resume"          # its instance died mid-decode: the prompt holds its output so far
     REROUTE = "reroute"        # an offload no HP could take, back on an LP

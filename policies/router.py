@@ -56,3 +56,13 @@ class Router:
     def forget(self, instance_id: int) -> None:
         """An instance went down: its ticket is void."""
         self.tickets.cancel(instance_id)
+
+    def set_roles(self, pool: Sequence[int], hp_ids: Sequence[int]) -> None:
+        """The instances' roles changed (`<n>A` layouts): the pool and the HPs now."""
+        self.pool, self.hp_ids = sorted(pool), sorted(hp_ids)
+
+    def leave_hp(self, instance_id: int) -> None:
+        """An HP is changing role: its ticket is void and no new one counts."""
+        self.tickets.cancel(instance_id)
+        if instance_id in self.hp_ids:
+            self.hp_ids.remove(instance_id)

@@ -1,4 +1,4 @@
-"""Which waiting request an HP's ticket takes (the global queue; daemon/core/late_binding.py).
+"""Which waiting request an HP's ticket takes (the global queue; daemon/core/waiting_room.py).
 
 An HP with room asks for one new request (a ticket). Giving it the head of the queue is
 right when prompts cost the same everywhere; with prefix caching they do not. A later

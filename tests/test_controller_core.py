@@ -354,8 +354,8 @@ def test_a_request_the_lps_cannot_serve_in_time_is_rescued_by_the_hp_at_once():
     report(core, LP1, 0.5, accepted=0, queued_seconds=5.0)
     actions = arrive(core, "urgent", now=1.0, prompt=[5] * 100)
     [(target, submit)] = sends(actions)
-    assert target == HP and submit.origin is Origin.OFFLOAD
-    assert Moved("urgent", Origin.OFFLOAD, None, HP) in actions and core.ledger.requests["urgent"].offloaded
+    assert target == HP and submit.origin is Origin.RESCUE  # the controller's, not an LP's offload
+    assert Moved("urgent", Origin.RESCUE, None, HP) in actions and core.ledger.requests["urgent"].offloaded
 
 
 def test_with_drop_a_request_no_instance_can_serve_in_time_ends_at_once():
@@ -395,7 +395,7 @@ def test_a_long_prompt_an_lp_runs_whole_in_time_is_bound_not_shed(tokens, bound)
         measured_at(core, i, 0.5, prefill_rate=500.0)
     target, origin, outcome = where_it_went(arrive(core, "long", now=1.0, prompt=[5] * tokens))
     if bound:
-        assert target in (LP0, LP1) and origin is not Origin.OFFLOAD
+        assert target in (LP0, LP1) and origin is not Origin.RESCUE
     else:
         assert outcome is Outcome.DROPPED
 
@@ -412,7 +412,7 @@ def test_a_long_prompt_an_hp_runs_whole_in_time_is_rescued_not_shed(tokens, resc
     measured_at(core, HP, 0.5, prefill_rate=500.0)
     target, origin, outcome = where_it_went(arrive(core, "long", now=1.0, prompt=[5] * tokens))
     if rescued:
-        assert target == HP and origin is Origin.OFFLOAD
+        assert target == HP and origin is Origin.RESCUE
     else:
         assert outcome is Outcome.DROPPED
 
@@ -480,7 +480,7 @@ def test_a_pending_request_whose_client_leaves_ends_without_an_abort():
     assert core.ledger.requests["a"].state is RequestState.PENDING
     assert core.handle(ClientLeft(1.5, "a")) == [Settle("a", Outcome.CANCELLED, None, "", None, None,
                                                               prompt_tokens=100)]
-    assert core.ledger.bounds.requests == 0 and not len(core.late_binding.room)
+    assert core.ledger.bounds.requests == 0 and not len(core.room)
 
 
 def test_an_hp_ticket_takes_a_new_request_before_lps_with_room_do():

@@ -116,7 +116,7 @@ def test_the_gateway_sees_what_gateway_view_computes_from_each_box():
     while fleet.events and fleet.events.now < 0.5:
         fleet.events.run_next()
     fleet._scrape()
-    assert fleet.views() == [gateway_view(box.controller) for box in fleet.boxes]
+    assert fleet.views() == [gateway_view(box.controller.view) for box in fleet.boxes]
     assert sum(v.num_requests_waiting + v.num_requests_running for v in fleet.views()) > 0
 
 

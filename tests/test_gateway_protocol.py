@@ -56,7 +56,7 @@ def _step(instance_id: int, num_running: int, kv_used: int, *outputs, now: float
 
 
 def test_an_idle_box_shows_nothing_waiting_or_running_and_its_kv_layout():
-    view = gateway_view(_core({0: Role.PEER, 1: Role.PEER}))
+    view = gateway_view(_core({0: Role.PEER, 1: Role.PEER}).view)
     assert view == GatewayView(num_requests_waiting=0, num_requests_running=0,
                                kv_cache_usage_perc=0.0, block_size=16, num_gpu_blocks=200)
 
@@ -65,9 +65,9 @@ def test_running_is_what_the_instances_report_and_the_rest_of_the_box_waits():
     core = _core({0: Role.PEER})
     for request_id in "abc":
         _arrive(core, request_id)
-    assert gateway_view(core).num_requests_waiting == 3  # sent, not yet in a batch
+    assert gateway_view(core.view).num_requests_waiting == 3  # sent, not yet in a batch
     core.handle(_step(0, 2, 30, TokenOutput("a", 9), TokenOutput("b", 9)))
-    view = gateway_view(core)
+    view = gateway_view(core.view)
     assert (view.num_requests_running, view.num_requests_waiting) == (2, 1)
     assert view.kv_cache_usage_perc == pytest.approx(0.3)
 
@@ -78,14 +78,14 @@ def test_a_request_the_client_left_leaves_the_running_count_at_once():
         _arrive(core, request_id)
     core.handle(_step(0, 2, 4, TokenOutput("a", 9), TokenOutput("b", 9)))
     core.handle(ClientLeft(3.0, "a", Outcome.CANCELLED))  # its batch drops it next step only
-    view = gateway_view(core)
+    view = gateway_view(core.view)
     assert (view.num_requests_running, view.num_requests_waiting) == (1, 0)
 
 
 def test_kv_usage_is_over_every_ready_instance_of_an_lp_hp_box():
     core = _core({0: Role.LP, 1: Role.HP})
     core.handle(_step(0, 0, 50))
-    assert gateway_view(core).kv_cache_usage_perc == pytest.approx(50 / 200)
+    assert gateway_view(core.view).kv_cache_usage_perc == pytest.approx(50 / 200)
 
 
 def test_requests_waiting_at_the_controller_count_as_waiting():
@@ -94,9 +94,9 @@ def test_requests_waiting_at_the_controller_count_as_waiting():
         arrive(core, f"r{i}", now=1.0, prompt=[5] * 100)
     pending = sum(t.state is RequestState.PENDING for t in core.ledger.requests.values())
     assert pending == 4
-    assert gateway_view(core).num_requests_waiting == 8
+    assert gateway_view(core.view).num_requests_waiting == 8
     core.handle(_step(LP0, 1, 7, TokenOutput("r0", 9), accepted=2))
-    view = gateway_view(core)
+    view = gateway_view(core.view)
     assert (view.num_requests_running, view.num_requests_waiting) == (1, 7)
 
 

@@ -32,7 +32,8 @@ def test_an_idle_hp_holds_one_ticket_until_a_new_request_uses_it():
     hp = driver.core
     assert hp.ask_for_work() == [Ticket(instance_id=7)]
     assert hp.ask_for_work() == []                       # one at a time
-    hp.handle(submit("moved", Origin.OFFLOAD), now=0.5)  # an offload does not use it
+    hp.handle(submit("moved", Origin.OFFLOAD), now=0.5)  # an offload does not use it,
+    hp.handle(submit("rescued", Origin.RESCUE), now=0.55)  # nor a rescue
     assert hp.ticket_open
     hp.handle(submit("new"), now=0.6)
     assert not hp.ticket_open

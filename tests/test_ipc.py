@@ -26,6 +26,8 @@ TO_INSTANCE = [
            arrival_time=12.5, deadline=13.5, ttft_slo=1.0, tbt_slo=0.15, priority=2,
            origin=Origin.OFFLOAD),
     Submit(request_id="r2", prompt_token_ids=[1], sampling=SamplingParams(), arrival_time=0.0),
+    Submit(request_id="r4", prompt_token_ids=[1], sampling=SamplingParams(), arrival_time=0.0,
+           origin=Origin.RESCUE),
     Abort(request_id="r1"),
     Ping(ping_id=7),
     Shutdown(),
@@ -83,6 +85,7 @@ BAD_FRAMES = {
     "bad sampling": raw(**{**GOOD_SUBMIT, "sampling": {"max_tokens": 0}}),
     "missing field": raw(type="submit", request_id="r"),
     "unknown field": raw(type="abort", request_id="r", extra=1),
+    "unknown origin": raw(**{**GOOD_SUBMIT, "origin": "rescued"}),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -116,8 +117,8 @@ CORES = _core_modules()
 
 def test_the_cores_are_found_whole():
     for module in ("daemon.core.controller_core", "daemon.core.ledger",
-                   "daemon.core.late_binding", "daemon.core.recovery",
-                   "daemon.core.recovery_plan", "daemon.core.handoffs", "daemon.core.prefixes",
+                   "daemon.core.core_view", "daemon.core.recovery",
+                   "daemon.core.recovery_plan", "daemon.core.handoffs", "daemon.core.backlogs",
                    "daemon.core.prefix_index", "daemon.core.waiting_room",
                    "daemon.core.admission_bounds", "daemon.core.request_state",
                    "daemon.core.events", "daemon.core.controller_config",
@@ -142,6 +143,32 @@ def test_a_core_does_no_io(module):
     for dependency in _closure(module):
         loops = {n.split(".")[0] for n in _imports(MODULES[dependency])} & LOOP_MODULES
         assert not loops, f"{module} depends on {dependency}, which imports {loops}"
+
+
+#: What the controller core's ledger may import of the core: its own structures, no other
+#: component (the core tells the waiting room and the prefix index of its sends and ends).
+LEDGER_MAY_IMPORT = {"daemon.core.admission_bounds", "daemon.core.controller_config",
+                     "daemon.core.events", "daemon.core.request_state"}
+
+
+def test_the_ledger_imports_no_other_component():
+    imported = {m for m in _ours(_imports(MODULES["daemon.core.ledger"]))
+                if m.startswith(CORE_FOLDER)}
+    assert imported <= LEDGER_MAY_IMPORT, imported - LEDGER_MAY_IMPORT
+
+
+#: A controller core's components, as its attributes: code outside daemon/core/ that names
+#: one on a core reaches past its view (daemon/core/core_view.py).
+CORE_PARTS = r"(?<!daemon\.)\b(?:core|controller)\.(?:ledger|room|router|roles|recovery|handoffs|prefix_index)\b"
+
+
+def test_outside_the_controller_core_only_its_view_is_read():
+    """The daemon's driver, /health, /metrics, the gateway gauges and bench read a
+    controller core through `CoreView` (`core.view`), never through its components."""
+    reaching = [f"{name}: {match.group()}" for name, path in _modules().items()
+                if name.split(".")[0] in ("daemon", "bench") and not name.startswith(CORE_FOLDER)
+                for match in re.finditer(CORE_PARTS, path.read_text())]
+    assert reaching == []
 
 
 def test_policies_are_pure():

@@ -215,8 +215,8 @@ def test_a_completed_conversation_turn_is_known_with_its_output():
         tokens=StepTokens.of([TokenOutput("t1", t) for t in replies[:-1]]
                              + [TokenOutput("t1", replies[-1], FinishReason.LENGTH)]))))
     # the instance computed the prompt and every reply token but the last: 3 full blocks
-    names = core.prefixes.index.names(list(range(50, 58)) + replies + [70, 71])
-    assert core.prefixes.index.cached_tokens(names, 15) == {first: 12}
+    names = core.prefix_index.names(list(range(50, 58)) + replies + [70, 71])
+    assert core.prefix_index.cached_tokens(names, 15) == {first: 12}
 
 
 # ---- metrics and usage ----------------------------------------------------------------------

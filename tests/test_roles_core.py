@@ -79,7 +79,7 @@ def test_a_switching_instance_gets_nothing_and_its_given_back_requests_bind_agai
     assert back.instance != 0 and not back.requeued
     assert back.state in (RequestState.PENDING, RequestState.QUEUED)
     if back.state is RequestState.QUEUED:  # bound again at once: as a new request or rescue
-        assert back.submit.origin in (Origin.NEW, Origin.OFFLOAD)
+        assert back.submit.origin in (Origin.NEW, Origin.RESCUE)
     # every request is still tracked: none lost, none ended
     assert len(core.ledger.requests) == 8
     assert not any(isinstance(a, Settle) for a in actions)
@@ -89,11 +89,11 @@ def test_the_answer_carries_the_backlog_left_once_the_returned_requests_are_gone
     core = core_3a()
     for k in range(2):
         arrive(core, f"r{k}", now=1.0)
-    assert core.late_binding.room.backlog_tokens(0) > 0
+    assert core.room.backlog_tokens(0) > 0
     core.roles.switch(0, Role.HP, "test", [])
     core.handle(FromInstance(1.1, RoleChanged(instance_id=0, role=Role.HP, mode="hp",
                                               load=InstanceLoad(2, 0, 0.0, 0))))
-    assert core.late_binding.room.backlog_tokens(0) == 0
+    assert core.room.backlog_tokens(0) == 0
 
 
 def test_an_hp_leaving_gives_up_its_ticket_at_once_and_a_restart_resets_its_role():
@@ -168,7 +168,7 @@ def test_a_class_floor_gives_way_to_hps_while_arrivals_come_in_bursts():
     """Under a class floor the core tells the waiting room when arrivals come in bursts
     (no class is protected then) and lets bursts take two HPs of three, not one."""
     core = core_3a(class_floor=0.8)
-    classes = core.late_binding.room.classes
+    classes = core.room.classes
     assert core.roles.params.burst_hp_share == FAIR_BURST_HP_SHARE
     assert core_3a().roles.params.burst_hp_share < FAIR_BURST_HP_SHARE
     for k in range(100):  # steady: one every 0.2 s

@@ -23,7 +23,7 @@ def test_health_shows_each_instances_role_and_its_last_change():
     core = core_3a()
     core.roles.switch(1, Role.HP, "a tight class", [])
     changed(core, 1, Role.HP, 5.0)
-    health = build_health(core, supervisor(3), "m", now=8.0)
+    health = build_health(core.view, supervisor(3), "m", now=8.0)
     roles = {i.id: (i.role, i.mode) for i in health.instances}
     assert roles == {0: ("lp", "lp"), 1: ("hp", "hp"), 2: ("lp", "lp")}
     change = health.instances[1].role_change
@@ -38,7 +38,7 @@ def test_metrics_count_role_changes_and_seconds_per_role():
     core.roles.switch(1, Role.HP, "why", [])
     for action in changed(core, 1, Role.HP, 5.0):
         metrics.observe(action)
-    metrics.watch_roles(lambda: core.roles.role_seconds(8.0))
+    metrics.watch_roles(lambda: core.view.role_seconds(8.0))
     metrics.observe(Settle("a", Outcome.COMPLETED, instance=1))
     text = metrics.render().decode()
     assert 'ascendra_role_changes_total{from="lp",to="hp"} 1.0' in text

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.core.events import Tokens
+from daemon.core.events import Settle, Tokens
+from daemon.core.request_state import Outcome
 from daemon.detokenizer import IncrementalDetokenizer
 from daemon.errors import ApiError
 from daemon.metrics import LATENCY_BUCKETS, Metrics
@@ -325,6 +326,22 @@ async def test_take_returns_everything_queued_and_a_shared_event_wakes():
     assert [o.token_id for o in handles[0].take()] == [1]
     assert [o.token_id for o in handles[1].take()] == [2, 3]
     assert list(handles[1].take()) == []
+
+
+def test_only_a_request_the_core_has_not_settled_is_reported_as_left():
+    """A stream the core ended (its Settle came) tells it nothing when it closes; one the
+    client leaves early, or stops at a stop string, does -- with why."""
+    left: list[tuple[str, Outcome]] = []
+    on_close = lambda h, outcome: left.append((h.request_id, outcome))  # noqa: E731
+    finished, early, stopped = (RequestHandle(r, on_close) for r in ("finished", "early", "stopped"))
+    finished.put(TokenOutput("finished", 1, "length"))
+    finished.settled = Settle("finished", Outcome.COMPLETED)
+    early.put(TokenOutput("early", 1))
+    for handle, outcome in ((finished, Outcome.CANCELLED), (early, Outcome.CANCELLED),
+                            (stopped, Outcome.COMPLETED)):
+        handle.close(outcome)
+        handle.close(outcome)  # a second close says nothing more
+    assert left == [("early", Outcome.CANCELLED), ("stopped", Outcome.COMPLETED)]
 
 
 def test_batch_histogram_exposes_what_a_histogram_would():

@@ -53,7 +53,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "KV blocks and prefix index": (
         "name_full_blocks", "_take_many", "BlockManager.free", "BlockManager._take ",
         "BlockManager.allocate", "BlockManager._lookup", "claim_prefix", "_Held.",
-        "PrefixIndex.", "Prefixes."),
+        "PrefixIndex."),
     "workload prompts": ("prompt_token_ids ", "request_prompt "),
 }
 REST = "the rest (kept as it is)"

@@ -87,7 +87,7 @@ class Fleet:
 
     # ---- the gateway -------------------------------------------------------------------
     def _scrape(self) -> None:
-        self._views = [gateway_view(box.controller) for box in self.boxes]
+        self._views = [gateway_view(box.controller.view) for box in self.boxes]
         self._scraped_at = self.events.now
         self._view_sums += [(v.num_requests_waiting, v.num_requests_running,
                              v.kv_cache_usage_perc) for v in self._views]

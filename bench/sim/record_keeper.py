@@ -88,7 +88,7 @@ class RecordKeeper:
             case Moved(request_id=request_id, kind=kind, target=target):
                 record = self.records[request_id]
                 record.instances = [*record.instances, target]
-                if kind in (Origin.OFFLOAD, Origin.REROUTE):
+                if kind in (Origin.OFFLOAD, Origin.RESCUE, Origin.REROUTE):
                     record.offloaded = True
             case RoleSwitched():
                 self.role_switches.append(action)

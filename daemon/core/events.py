@@ -59,7 +59,8 @@ class InstanceDown:
 
 @dataclass(frozen=True, slots=True)
 class ClientLeft:
-    """The client is done with a request before its end (it left, or a stop string)."""
+    """The client is done with a request before its end (it left, or a stop string): the
+    daemon sends it only for a request not settled yet."""
     now: float
     request_id: str
     outcome: Outcome = Outcome.CANCELLED
@@ -150,7 +151,8 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """A request moved to another instance (`kind`: offload, resubmit, resume, reroute)."""
+    """A request moved to another instance (`kind`: offload, rescue, resubmit, resume,
+    reroute)."""
     request_id: str
     kind: Origin
     source: int | None

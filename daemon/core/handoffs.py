@@ -34,11 +34,8 @@ class Handoffs:
             self.recovery.lose(now, [tracked], "no decode instance was ready to take it over "
                                                f"from prefill instance {view.instance_id}", out)
             return
-        ledger.release(tracked)
         tracked.advance(Trigger.HANDED_OFF)
-        tracked.instance = target
-        tracked.instances.append(target)
-        ledger.instances[target].held[tracked.request_id] = tracked
+        ledger.hand_off(tracked, target)
         out.append(Send(target, SubmitPrefilled(
             submit=tracked.submit, token_ids=message.token_ids,
             num_computed_tokens=message.num_computed_tokens, kv=message.kv)))

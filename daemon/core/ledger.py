@@ -2,11 +2,13 @@
 (`InstanceView`) and the admission bounds over the requests without a first token.
 
 The ledger is the one place a request is taken on (`add`), sent to an instance
-(`send_to`), let go by one (`release`), counted out of the bounds (`unqueue`) and ended
-(`end`, which emits its `Settle`). Two structures of the other components follow every
-Submit and every end, so the ledger is handed them and keeps them in step: the waiting
-room (its backlogs, and its queue a request leaves when it ends; docs/design.md §5.6)
-and the prefix index (what each instance is known to cache). Sans-I/O, like the core.
+(`send_to`), handed to a decode instance (`hand_off`), let go by one (`release`), counted
+out of the bounds (`unqueue`) and ended (`end`, which emits its `Settle`); and the one
+place an instance's readiness, role and a role change under way are written (`ready`,
+`down`, `heartbeat`, `set_role`, `start_switch`). It knows no other component: each send and each end is also noted as a
+`Sent` or an `Ended`, and the core takes those notes (`take_changes`) to tell the waiting
+room and the prefix index, whose structures follow every Submit and every end.
+Sans-I/O, like the core.
 """
 from __future__ import annotations
 
@@ -16,14 +18,12 @@ from dataclasses import dataclass, field
 from daemon.core.admission_bounds import AdmissionBounds, retry_after
 from daemon.core.controller_config import ControllerConfig
 from daemon.core.events import Action, Send, Settle
-from daemon.core.prefixes import Prefixes
 from daemon.core.request_state import Outcome, Tracked, Trigger
-from daemon.core.waiting_room import WaitingRoom
 from ipc.api_codes import EndCode
 from ipc.messages import CachedPrompt, Heartbeat, Origin, Ready, Role, Submit
 
 #: The origins of a Submit that moved a request off an LP before its prefill started.
-OFFLOADED_ORIGINS = (Origin.OFFLOAD, Origin.REROUTE)
+OFFLOADED_ORIGINS = (Origin.OFFLOAD, Origin.RESCUE, Origin.REROUTE)
 
 
 @dataclass(slots=True)
@@ -51,19 +51,35 @@ class InstanceView:
         self.num_running, self.num_kv_blocks_used = num_running, num_kv_blocks_used
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A note: `tracked` was sent to `target` as `submit`."""
+    tracked: Tracked
+    target: int
+    submit: Submit
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A note: `tracked` had its terminal answer, `outcome`, last held by `holder`."""
+    tracked: Tracked
+    holder: int | None
+    outcome: Outcome
+
+
 class Ledger:
-    def __init__(self, roles: Mapping[int, Role], config: ControllerConfig, ttft_slo: float,
-                 room: WaitingRoom | None, prefixes: Prefixes) -> None:
+    def __init__(self, roles: Mapping[int, Role], config: ControllerConfig,
+                 ttft_slo: float) -> None:
         self.roles = dict(roles)
         self.instances = {i: InstanceView(i, role) for i, role in sorted(roles.items())}
         self.requests: dict[str, Tracked] = {}
         self.bounds = AdmissionBounds(config.max_queued_requests, config.max_queued_tokens)
         self.ttft_slo = ttft_slo  # the default, for a dropped request's Retry-After
-        self.room = room          # the late-binding component's (None: no late binding)
-        self.prefixes = prefixes
         #: Instances a role change is under way for (`<n>A` layouts): nothing is bound to
         #: them until it took effect (daemon/core/role_switch.py).
         self.switching: set[int] = set()
+        #: Sends and ends since the core last took them, in order.
+        self.changes: list[Sent | Ended] = []
 
     # ---- views -------------------------------------------------------------------------
     def ready_ids(self) -> list[int]:
@@ -102,6 +118,43 @@ class Ledger:
         """The request if `view`'s instance holds it now (not a former holder)."""
         return view.held.get(request_id)
 
+    def take_changes(self) -> list[Sent | Ended]:
+        """The sends and ends noted since the last call, in order."""
+        changes, self.changes = self.changes, []
+        return changes
+
+    # ---- instances ---------------------------------------------------------------------
+    def ready(self, ready: Ready) -> InstanceView | None:
+        """An instance serves (again): its view, None for an id no instance of the layout has."""
+        view = self.instances.get(ready.instance_id)
+        if view is not None:
+            view.ready, view.stats = ready, None
+            view.reported(0, 0)
+        return view
+
+    def down(self, instance_id: int) -> InstanceView:
+        """An instance stopped serving (its process exited): its view, still holding what
+        it held."""
+        view = self.instances[instance_id]
+        view.ready = view.stats = None
+        return view
+
+    def heartbeat(self, view: InstanceView, beat: Heartbeat) -> None:
+        view.stats = beat
+        view.reported(beat.num_running, beat.num_kv_blocks_used)
+
+    # ---- roles (`<n>A` layouts: daemon/core/role_switch.py) ------------------------------
+    def set_role(self, instance_id: int, role: Role) -> None:
+        self.roles[instance_id] = role
+        self.instances[instance_id].role = role
+
+    def start_switch(self, instance_id: int) -> None:
+        """A role change is under way for it: nothing is bound or rescued to it."""
+        self.switching.add(instance_id)
+
+    def end_switch(self, instance_id: int) -> None:
+        self.switching.discard(instance_id)
+
     # ---- a request's bookkeeping -------------------------------------------------------
     def add(self, tracked: Tracked) -> None:
         """An accepted request: tracked, and counted against the admission bounds."""
@@ -118,14 +171,18 @@ class Ledger:
         else:
             tracked.instances.append(target)
             tracked.offloaded |= submit.origin in OFFLOADED_ORIGINS
-        if self.room is not None:  # what it will compute: its prompt less a cached prefix
-            self.room.sent(target, len(submit.prompt_token_ids) - tracked.cached_on.get(target, 0),
-                           submit.priority < 0)
         view.held[tracked.request_id] = tracked
         if tracked.waiting:
             view.waiting[tracked.request_id] = None
-        self.prefixes.sent(tracked, target)
+        self.changes.append(Sent(tracked, target, submit))
         out.append(Send(target, submit))
+
+    def hand_off(self, tracked: Tracked, target: int) -> None:
+        """P/D: a prefilled request moves to decode instance `target` (its Submit stays)."""
+        self.release(tracked)
+        tracked.instance = target
+        tracked.instances.append(target)
+        self.instances[target].held[tracked.request_id] = tracked
 
     def release(self, tracked: Tracked) -> None:
         if tracked.instance is not None:
@@ -159,11 +216,6 @@ class Ledger:
             out: list[Action]) -> None:
         """Its one terminal answer: forgotten everywhere, and its `Settle` emitted."""
         holder = tracked.instance
-        if self.room is not None:
-            self.room.remove(tracked)
-            self.room.ended(tracked)
-            if outcome is Outcome.DROPPED and tracked.first_token_time is None:
-                self.room.answered(tracked, met=False)
         self.unqueue(tracked)
         self.release(tracked)
         tracked.advance(Trigger.ENDED)
@@ -171,7 +223,7 @@ class Ledger:
         e2e = (tracked.last_token_time - tracked.arrival_time
                if tracked.last_token_time is not None else None)
         again = retry_after(self.ttft_slo) if outcome is Outcome.DROPPED else None
-        self.prefixes.completed(tracked, holder if outcome is Outcome.COMPLETED else None)
+        self.changes.append(Ended(tracked, holder, outcome))
         if outcome is Outcome.COMPLETED and holder is not None:
             self.instances[holder].num_served += 1
         started = tracked.prefill_start

@@ -5,8 +5,15 @@ forgotten first once an instance's count passes its KV blocks (llm-d's approxima
 prefix-cache scorer: no message from the instances, only what the controller routed).
 
 It answers one question, for routing and the HP gate: how many prompt tokens of a
-request each instance would find cached. Sans-I/O; the core's prefixes component
-(daemon/core/prefixes.py) owns it.
+request each instance would find cached. A new request's prompt is named block by block
+when it arrives and looked up (`look_up`): routing (`policies.routing.prefix_aware`, the
+waiting room's `Waiting.cost_on`) and the HP gate then count only the tokens an instance
+would still have to compute. The core tells it every Submit (`record`: the prompt's
+blocks, for its instance) and every completed request (`completed`: its output's too; a
+conversation's next turn starts with both). What an instance actually found arrives with
+the step that admitted the request (`StepOutputs.cached`, `Ledger.found_cached`) and ends
+up in its `Settle` (OpenAI's `usage.prompt_tokens_details.cached_tokens`). Sans-I/O; one
+of the controller core's components (daemon/core/controller_core.py).
 """
 from __future__ import annotations
 
@@ -102,6 +109,21 @@ class PrefixIndex:
             self.block_size = ready.block_size
         if ready.block_size == self.block_size:  # one block size names blocks alike
             self._held[ready.instance_id] = _Held(ready.num_kv_blocks)
+
+    def look_up(self, prompt: Sequence[int]) -> tuple[list[bytes], dict[int, int]]:
+        """A new prompt's block names, and the prompt tokens each instance would find."""
+        if not self.active:
+            return [], {}
+        names = self.names(prompt)
+        return names, self.cached_tokens(names, len(prompt))
+
+    def completed(self, instance_id: int, names: list[bytes], prompt: list[int],
+                  output: list[int]) -> None:
+        """A request completed on `instance_id`, its prompt's blocks named `names`: the
+        instance keeps its prompt and output blocks (until it needs the memory), all but
+        the last token's, which no step computed."""
+        if self.active:
+            self.record(instance_id, self.extended(names, prompt + output[:-1]))
 
     def names(self, token_ids: Sequence[int]) -> list[bytes]:
         """The names of the full blocks of `token_ids` ([] when no instance caches)."""

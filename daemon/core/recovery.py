@@ -32,9 +32,7 @@ class Recovery:
 
     def instance_down(self, now: float, instance_id: int, exit_code: int | None,
                       out: list[Action]) -> None:
-        view = self.ledger.instances[instance_id]
-        view.ready = view.stats = None
-        held = list(view.held.values())
+        held = list(self.ledger.down(instance_id).held.values())
         self.lose(now, held, f"instance {instance_id} stopped (exit code {exit_code}) while "
                              "serving this request", out)
 
