@@ -74,6 +74,10 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size()
 
+    def to_json(self) -> str:
+        """The tokenizer as `tokenizer.json` text (what the grammar library reads)."""
+        return self._tok.to_str()
+
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Token ids of `text`; `add_bos` adds the special tokens the tokenizer's
         post-processor adds (BOS for Llama-style tokenizers, nothing for Qwen2)."""
