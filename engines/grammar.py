@@ -67,9 +67,12 @@ def choice_lark(options: list[str]) -> str:
 
 @dataclass
 class MatcherState:
-    """One request's matcher and how many of its generated tokens it has consumed."""
+    """One request's matcher: `seen` of its generated tokens accounted for, the first
+    `consumed` of them fed to the matcher (the rest came after the grammar was complete:
+    its EOS, and with `ignore_eos` whatever follows, which no grammar reads)."""
     matcher: llguidance.LLMatcher
     consumed: int = 0
+    seen: int = 0
 
 
 class Grammars:
@@ -80,6 +83,7 @@ class Grammars:
                  cache_size: int = CACHE_SIZE, threads: int | None = None) -> None:
         self.vocab_size = vocab_size
         self.eos_token_ids = sorted(eos_token_ids)
+        self.tokenizer_json = tokenizer_json
         self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size,
                                                 eos_token=self.eos_token_ids or None)
         self.words = (vocab_size + 31) // 32
@@ -123,17 +127,25 @@ class Grammars:
     # -- each step ------------------------------------------------------------------------
 
     def sync(self, request) -> llguidance.LLMatcher:
-        """The request's matcher, having consumed exactly its generated tokens."""
+        """The request's matcher, having consumed exactly its generated tokens (up to the
+        end of its grammar)."""
         state = request.grammar_state
         if state is None:
             state = request.grammar_state = MatcherState(self.matcher(request.sampling.grammar))
         generated = request.generated_token_ids
-        if state.consumed > len(generated):
-            state.matcher.rollback(state.consumed - len(generated))
-            state.consumed = len(generated)
-        if state.consumed < len(generated):
-            state.matcher.consume_tokens(generated[state.consumed:])
-            state.consumed = len(generated)
+        if state.seen > len(generated):  # tokens were taken back: so is the matcher
+            if state.consumed > len(generated):
+                state.matcher.rollback(state.consumed - len(generated))
+                state.consumed = len(generated)
+            state.seen = len(generated)
+        if state.seen < len(generated):
+            if not state.matcher.is_stopped():
+                new = generated[state.seen:]
+                taken = state.matcher.try_consume_tokens(new)
+                state.consumed += taken
+                if taken < len(new) and not state.matcher.is_stopped():
+                    state.matcher.consume_tokens(new[taken:])  # not allowed: the error says why
+            state.seen = len(generated)
         return state.matcher
 
     def compute(self, requests) -> "GrammarMask | None":
@@ -147,7 +159,7 @@ class Grammars:
         for k, i in enumerate(rows):
             try:
                 matcher = self.sync(requests[i])
-                error = matcher.get_error() if matcher.is_error() else ""
+                error = matcher.get_error().split("\n")[0] if matcher.is_error() else ""
             except GrammarError as exc:  # the daemon checks specs: a client of the wire's
                 error = str(exc)
             if error:  # it cannot go on: it may only end

@@ -31,6 +31,8 @@ from engines.models.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 CPU_KV_CACHE_BYTES = 256 * 2**20
+#: From this many constrained rows in a step their masks are computed on the mask thread.
+MASK_THREAD_MIN_ROWS = 8
 
 
 @dataclass
@@ -210,14 +212,20 @@ class TorchExecutor:
         return logits, step.sampling
 
     def _start_masks(self, batch: Batch):
-        """The batch's grammar masks, computing on the mask thread (None: nothing to do)."""
+        """The batch's grammar masks: a future computing them on the mask thread while the
+        forward pass runs; with few constrained rows, a plain function run after it (the
+        thread hand-off costs more than their masks; on CUDA the forward runs
+        asynchronously anyway). None: nothing constrained."""
         requests = batch.sampling_requests()
-        if not any(r.sampling.grammar is not None for r in requests):
+        constrained = sum(r.sampling.grammar is not None for r in requests)
+        if not constrained:
             return None
         if self.grammars is None:
             raise ValueError(f"{self.config.model_type}: no tokenizer.json in the model folder,"
                              " so no output can be constrained")
-        return self._mask_thread.submit(self.grammars.compute, requests)
+        if constrained < MASK_THREAD_MIN_ROWS:
+            return lambda: self.grammars.compute(requests)
+        return self._mask_thread.submit(self.grammars.compute, requests).result
 
     @torch.inference_mode()
     def execute(self, batch: Batch) -> list[int]:
@@ -227,4 +235,4 @@ class TorchExecutor:
         logits, requests = self.compute_logits(batch)
         if not requests:
             return []
-        return self.sampler(logits, requests, masks.result() if masks is not None else None)
+        return self.sampler(logits, requests, masks() if masks is not None else None)
