@@ -206,7 +206,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = _parse(await _read_json_body(request), ChatCompletionRequest)
     controller = request.app[MODELS].pick(body.model)
     try:
-        tools = plan_tools(body.tools, body.tool_choice, controller.tokenizer.chat_template)
+        tools = plan_tools(body.tools, body.tool_choice,
+                           controller.tokenizer.chat_template if body.tools else None)
     except ToolError as exc:
         raise BadRequest(str(exc), exc.param) from None
     text = _render_chat(controller.tokenizer, [template_message(m) for m in body.messages], tools)
@@ -267,6 +268,8 @@ def _render_chat(tokenizer, messages: list[dict], tools: ToolPlan | None = None)
     elif tools is not None:
         messages = [system_tools_message(tools.tools), *messages]
     try:
+        if template_tools is None:
+            return tokenizer.apply_chat_template(messages)
         return tokenizer.apply_chat_template(messages, tools=template_tools)
     except ValueError as exc:  # e.g. a model without a chat template
         raise BadRequest(f"messages: {exc}", "messages") from None

@@ -90,7 +90,7 @@ def plan_tools(tools: list[dict[str, Any]] | None, tool_choice, template: str | 
         return None
     names = []
     for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
+        function = tool.get("function")
         if tool.get("type", "function") != "function" or not isinstance(function, dict):
             raise ToolError(f"tools[{i}]", 'a tool is {"type": "function", "function": {...}}')
         name = function.get("name")
