@@ -109,6 +109,7 @@ def executor(tiny_models):
     return TorchExecutor(tiny_models["llama"], device="cpu", num_kv_blocks=24, block_size=4)
 
 
+@pytest.mark.slow  # a minute of CPU decoding
 def test_constrained_and_free_requests_share_batches_through_preemption(executor, tokenizer):
     prompts = [tokenizer.encode(f"pet number {i}") for i in range(8)]
     free = [SamplingParams(max_tokens=24) for _ in prompts[::2]]
@@ -143,3 +144,37 @@ def test_sim_executor_draws_constrained_tokens_from_the_grammar(tokenizer, gramm
         else:
             assert _valid(text) if c.finish_reason == "stop" else len(c.token_ids) == 30
     assert done[6].finish_reason == "length" and len(done[6].token_ids) == 5
+
+
+def test_the_grammar_crosses_the_wire_and_a_decode_instance_continues_it(grammars, tokenizer):
+    """A P/D hand-off: the decode instance gets the spec in the Submit's sampling and the
+    tokens so far, and its matcher (rebuilt from them) allows what the prefill's would."""
+    from engines.handoff import prefilled_request
+    from ipc.codec import Encoder, instance_decoder
+    from ipc.messages import Submit, SubmitPrefilled
+    prompt = tokenizer.encode("hi")
+    generated = tokenizer.encode('{"kind":"', add_bos=False)
+    submit = Submit(request_id="r", prompt_token_ids=prompt, arrival_time=0.0,
+                    sampling=SamplingParams(max_tokens=16, grammar=SPEC))
+    message = SubmitPrefilled(submit=submit, token_ids=prompt + generated,
+                              num_computed_tokens=len(prompt + generated) - 1)
+    received = instance_decoder().decode(Encoder().encode(message))
+    assert received == message and received.submit.sampling.grammar == SPEC
+    request = prefilled_request(received, deadline=float("inf"))
+    assert _allowed_text(grammars, tokenizer, request) == _allowed_text(
+        grammars, tokenizer, _request(tokenizer, generated='{"kind":"'))
+
+
+@pytest.mark.slow  # 200 requests of CPU decoding
+def test_every_reply_that_stops_matches_the_schema(tiny_models, tokenizer):
+    """The issue's target: 200 requests under a schema with nested objects, arrays, enums
+    and required fields; each ending with `stop` is schema-valid JSON, the others `length`."""
+    executor = TorchExecutor(tiny_models["llama"], device="cpu")
+    engine = Engine(executor, SchedulerConfig(chunk_size=2048))
+    done = engine.generate([tokenizer.encode(f"Pet {i} as JSON:") for i in range(200)],
+                           [SamplingParams(max_tokens=80, temperature=1.0, seed=i, grammar=SPEC)
+                            for i in range(200)])
+    stopped = [c for c in done if c.finish_reason == "stop"]
+    assert len(stopped) > 150
+    assert all(_valid(tokenizer.decode(c.token_ids)) for c in stopped)
+    assert all(len(c.token_ids) == 80 for c in done if c.finish_reason == "length")
