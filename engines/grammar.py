@@ -84,8 +84,7 @@ class Grammars:
         self.vocab_size = vocab_size
         self.eos_token_ids = sorted(eos_token_ids)
         self.tokenizer_json = tokenizer_json
-        self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size,
-                                                eos_token=self.eos_token_ids or None)
+        self._tokenizer: llguidance.LLTokenizer | None = None  # made at first use
         self.words = (vocab_size + 31) // 32
         self._pool = llguidance.LLExecutor(threads)
         self._compiled: OrderedDict[GrammarSpec, llguidance.LLMatcher] = OrderedDict()
@@ -98,6 +97,17 @@ class Grammars:
         (the model's, maybe over the tokenizer's)."""
         return cls(tokenizer.to_json(), vocab_size or tokenizer.vocab_size,
                    tokenizer.eos_token_ids)
+
+    @property
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        """The vocabulary as llguidance reads it, made at first use (about a second for a
+        128k vocabulary, so an instance that constrains nothing never pays it)."""
+        with self._lock:
+            if self._tokenizer is None:
+                self._tokenizer = llguidance.LLTokenizer(
+                    self.tokenizer_json, n_vocab=self.vocab_size,
+                    eos_token=self.eos_token_ids or None)
+            return self._tokenizer
 
     # -- compiling ------------------------------------------------------------------------
 

@@ -113,7 +113,8 @@ def report_compile(executor, repeats: int = 50) -> None:
         grammars.check(spec)
         times.append(time.perf_counter() - start)
     start = time.perf_counter()
-    Grammars(executor.grammars.tokenizer_json, executor.config.vocab_size, executor.eos_token_ids)
+    Grammars(executor.grammars.tokenizer_json, executor.config.vocab_size,
+             executor.eos_token_ids).tokenizer
     tokenizer = time.perf_counter() - start
     print(f"compile: schema median {statistics.median(times) * 1e3:.2f} ms, max "
           f"{max(times) * 1e3:.2f} ms over {repeats} distinct schemas; the tokenizer "
