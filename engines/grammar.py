@@ -142,20 +142,21 @@ class Grammars:
         state = request.grammar_state
         if state is None:
             state = request.grammar_state = MatcherState(self.matcher(request.sampling.grammar))
-        generated = request.generated_token_ids
-        if state.seen > len(generated):  # tokens were taken back: so is the matcher
-            if state.consumed > len(generated):
-                state.matcher.rollback(state.consumed - len(generated))
-                state.consumed = len(generated)
-            state.seen = len(generated)
-        if state.seen < len(generated):
+        tokens = request.token_ids  # the generated ones: the last `n` (no copy of them all)
+        n = len(tokens) - request.num_prompt_tokens + request.generated_before
+        if state.seen > n:  # tokens were taken back: so is the matcher
+            if state.consumed > n:
+                state.matcher.rollback(state.consumed - n)
+                state.consumed = n
+            state.seen = n
+        if state.seen < n:
             if not state.matcher.is_stopped():
-                new = generated[state.seen:]
+                new = tokens[len(tokens) - (n - state.seen):]
                 taken = state.matcher.try_consume_tokens(new)
                 state.consumed += taken
                 if taken < len(new) and not state.matcher.is_stopped():
                     state.matcher.consume_tokens(new[taken:])  # not allowed: the error says why
-            state.seen = len(generated)
+            state.seen = n
         return state.matcher
 
     def compute(self, requests) -> "GrammarMask | None":
