@@ -66,7 +66,8 @@ def _candidates(body):
 def _schema(schema: dict[str, Any] | str | bool | None) -> GrammarSpec | None:
     if schema is None:
         return None
-    text = schema if isinstance(schema, str) else json.dumps(schema)  # its key order is the output's
+    # not sorted: the order of its properties is the order they are written in
+    text = schema if isinstance(schema, str) else json.dumps(schema)
     return GrammarSpec("json_schema", text)
 
 

@@ -98,7 +98,8 @@ def report_steps(executor, batches: list[int], steps: int, rounds: int) -> None:
         t = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         print(f"  {batch:5d} | {t['free']:12.2f} | {t['constrained']:19.2f} | "
               f"{t['free_cpu']:11.2f} | {t['constrained_cpu']:18.2f} | "
-              f"{t['free'] / t['constrained']:23.2f} | {t['free_cpu'] / t['constrained_cpu']:5.2f} |"
+              f"{t['free'] / t['constrained']:23.2f} | "
+              f"{t['free_cpu'] / t['constrained_cpu']:5.2f} |"
               f" {inside:.0%}")
 
 

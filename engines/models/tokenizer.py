@@ -128,7 +128,7 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:
         if tools:
-            raise RuntimeError("rendering tools needs jinja2 (pip install jinja2)") from None
+            raise ValueError("rendering tools needs jinja2 on the server") from None
         return _render_without_jinja(template, messages, add_generation_prompt, **specials)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=["jinja2.ext.loopcontrols"])
