@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import logging
 import os
 import re
@@ -42,7 +43,12 @@ from daemon.responses import ResponseBuilder, error_body, model_object
 from daemon.core.admission_bounds import RESTARTING_RETRY_AFTER
 from daemon.served_models import ServedModels, model_not_found
 from daemon.slo_headers import BadSloHeader, with_header_slos
+from daemon.structured import CHECKS, GrammarFieldError, requested_grammar
 from daemon.tenant_headers import BadIdentityHeader, identity
+from daemon.tool_calls import (
+    ToolError, ToolPlan, plan_tools, renders_tools, system_tools_message, template_message,
+)
+from ipc.params import GrammarSpec
 
 log = logging.getLogger(__name__)
 MODELS = web.AppKey("models", ServedModels)
@@ -191,17 +197,47 @@ async def completions(request: web.Request) -> web.StreamResponse:
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     prompts = [_prompt(controller, field, prompt, body.echo) for field, prompt in entries]
+    grammar = await _grammar(controller, body, None)
     return await _serve(request, body, prompts, ResponseBuilder(
-        f"cmpl-{uuid.uuid4().hex}", controller.model_name, chat=False))
+        f"cmpl-{uuid.uuid4().hex}", controller.model_name, chat=False), grammar)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = _parse(await _read_json_body(request), ChatCompletionRequest)
     controller = request.app[MODELS].pick(body.model)
-    text = _render_chat(controller.tokenizer, [m.for_template() for m in body.messages])
+    try:
+        tools = plan_tools(body.tools, body.tool_choice,
+                           controller.tokenizer.chat_template if body.tools else None)
+    except ToolError as exc:
+        raise BadRequest(str(exc), exc.param) from None
+    text = _render_chat(controller.tokenizer, [template_message(m) for m in body.messages], tools)
     prompt = Prompt("messages", controller.tokenizer.encode(text, add_bos=False))
+    grammar = await _grammar(controller, body, tools)
     return await _serve(request, body, [prompt], ResponseBuilder(
-        f"chatcmpl-{uuid.uuid4().hex}", controller.model_name, chat=True))
+        f"chatcmpl-{uuid.uuid4().hex}", controller.model_name, chat=True), grammar, tools)
+
+
+async def _grammar(controller, body, tools: ToolPlan | None) -> GrammarSpec | None:
+    """What the output must match (daemon/structured.py, a forced tool call), compiled off
+    the event loop; a 400 naming the field that cannot be."""
+    try:
+        found = requested_grammar(body)
+        for i, tool in enumerate(tools.tools if tools else ()):
+            parameters = tool["function"].get("parameters")
+            if parameters is not None:
+                await CHECKS.check(controller.tokenizer, f"tools[{i}].function.parameters",
+                                   GrammarSpec("json_schema", json.dumps(parameters)))
+        forced = tools.grammar() if tools else None
+        if forced is not None and found is not None:
+            raise GrammarFieldError(found[0], "cannot be combined with a forced tool call "
+                                              "(tool_choice)")
+        if forced is not None:
+            found = ("tools", forced)
+        if found is not None:
+            await CHECKS.check(controller.tokenizer, *found)
+    except GrammarFieldError as exc:
+        raise BadRequest(str(exc), exc.param) from None
+    return found[1] if found else None
 
 
 async def tokenize(request: web.Request) -> web.Response:
@@ -212,7 +248,7 @@ async def tokenize(request: web.Request) -> web.Response:
         raise BadRequest("give exactly one of prompt and messages", "prompt")
     controller = request.app[MODELS].pick(body.model)
     if body.messages is not None:
-        text = _render_chat(controller.tokenizer, [m.for_template() for m in body.messages])
+        text = _render_chat(controller.tokenizer, [template_message(m) for m in body.messages])
         tokens = controller.tokenizer.encode(text, add_bos=False)
     else:
         tokens = controller.tokenizer.encode(body.prompt)
@@ -221,11 +257,20 @@ async def tokenize(request: web.Request) -> web.Response:
         content_type="application/json")
 
 
-def _render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
-    """The chat as prompt text; a template that refuses the messages is the client's 400
-    (e.g. Llama's "roles must alternate user/assistant"), not a server error."""
+def _render_chat(tokenizer, messages: list[dict], tools: ToolPlan | None = None) -> str:
+    """The chat as prompt text, with the tools where the template puts them (a template
+    that does not render tools gets them as a first system message); a template that
+    refuses the messages is the client's 400 (e.g. Llama's "roles must alternate
+    user/assistant"), not a server error."""
+    template_tools = None
+    if tools is not None and renders_tools(tokenizer.chat_template):
+        template_tools = tools.tools
+    elif tools is not None:
+        messages = [system_tools_message(tools.tools), *messages]
     try:
-        return tokenizer.apply_chat_template(messages)
+        if template_tools is None:
+            return tokenizer.apply_chat_template(messages)
+        return tokenizer.apply_chat_template(messages, tools=template_tools)
     except ValueError as exc:  # e.g. a model without a chat template
         raise BadRequest(f"messages: {exc}", "messages") from None
     except Exception as exc:
@@ -255,7 +300,8 @@ def _prompt(controller, field: str, prompt: str | list[int], echo: bool) -> Prom
     return Prompt(field, prompt, controller.tokenizer.decode(prompt) if echo else "")
 
 
-async def _serve(request: web.Request, body, prompts: list[Prompt], builder: ResponseBuilder):
+async def _serve(request: web.Request, body, prompts: list[Prompt], builder: ResponseBuilder,
+                 grammar: GrammarSpec | None = None, tools: ToolPlan | None = None):
     controller, config = request.app[MODELS].pick(body.model), request.app[LIMITS]
     if controller.max_model_len <= 0:  # no instance has said it is ready (one restarting)
         raise ApiError(503, "no instance is ready; try again shortly", "unavailable",
@@ -268,14 +314,14 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
     try:
         choices = plan_choices(body, prompts, Limits(
             controller.max_model_len, controller.vocab_size, config.default_max_tokens,
-            config.max_tokens_limit))
+            config.max_tokens_limit), grammar)
         stops = body.stop_strings()
     except ValueError as exc:
         raise BadRequest(str(exc), getattr(exc, "param", None)) from None
     handles = await submit(controller, choices, builder.id, body, who)
     token_text = token_text_for(controller.tokenizer) if body.num_logprobs() is not None else None
-    running = [RunningChoice(choice, handle, controller.tokenizer, stops, token_text, builder.chat)
-               for choice, handle in zip(choices, handles)]
+    running = [RunningChoice(choice, handle, controller.tokenizer, stops, token_text, builder.chat,
+                             tools) for choice, handle in zip(choices, handles)]
     serving = body.return_serving_info
     try:
         if body.stream:

@@ -30,6 +30,7 @@ from daemon.core.request_state import Outcome
 from daemon.responses import ResponseBuilder, usage
 from daemon.tenant_headers import Identity
 from daemon.stream_events import DONE, StreamEvents
+from daemon.tool_calls import ToolCallStream, ToolPlan
 from ipc.serving_info import ChoiceServing, ServingInfo
 
 
@@ -37,7 +38,7 @@ class RunningChoice:
     """One choice in flight: its stream from the controller, text and log-probabilities."""
 
     def __init__(self, choice: Choice, handle, tokenizer, stops: list[str],
-                 token_text: TokenText | None, chat: bool) -> None:
+                 token_text: TokenText | None, chat: bool, tools: ToolPlan | None = None) -> None:
         self.index = choice.index
         self.handle = handle
         self.echo = choice.prompt.text
@@ -47,6 +48,8 @@ class RunningChoice:
         self.finish: str | None = None
         self.started = False
         self.logprobs = None
+        #: With tools: which of its text is content and which is calls (daemon/tool_calls.py)
+        self.tool_calls = ToolCallStream(tools) if tools is not None else None
         if token_text is not None:
             self.logprobs = ChatLogprobs(token_text) if chat else \
                 CompletionLogprobs(token_text, offset=len(self.echo))
@@ -66,6 +69,14 @@ class RunningChoice:
 
     def close(self) -> None:
         self.handle.close(Outcome.COMPLETED if self.detok.stopped else Outcome.CANCELLED)
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's: "tool_calls" for a reply that made calls and ended on its own."""
+        finish = self.finish or "length"
+        if finish == "stop" and self.tool_calls is not None and self.tool_calls.calls:
+            return "tool_calls"
+        return finish
 
 
 async def submit(controller, choices: list[Choice], request_id: str, body,
@@ -138,13 +149,20 @@ async def complete(running: list[RunningChoice], choices: list[Choice],
     finally:
         for r in running:
             r.close()
-    bodies = [builder.choice(r.index, r.text, r.finish or "length",
-                             r.logprobs.whole() if r.logprobs is not None else None)
-              for r in running]
+    bodies = [_choice_body(builder, r) for r in running]
     body = builder.full(bodies, *usage_counts(running, choices))
     if serving:
         body["serving_info"] = msgspec.to_builtins(serving_info(running))
     return web.json_response(body)
+
+
+def _choice_body(builder: ResponseBuilder, r: RunningChoice) -> dict:
+    logprobs = r.logprobs.whole() if r.logprobs is not None else None
+    if r.tool_calls is None:
+        return builder.choice(r.index, r.text, r.finish_reason, logprobs)
+    r.tool_calls.add(r.text, final=True)
+    return builder.choice(r.index, r.tool_calls.content(), r.finish_reason, logprobs,
+                          r.tool_calls.calls)
 
 
 def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
@@ -161,7 +179,16 @@ def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
         logprobs = choice.logprobs.take() if choice.logprobs is not None else None
         # one event per token, even when its text is still held back (a partial
         # character, a possible stop string): clients time tokens by events
-        events.token(out, choice.index, text, choice.finish, first, logprobs)
+        if choice.tool_calls is None:
+            events.token(out, choice.index, text, choice.finish, first, logprobs)
+            continue
+        text, calls = choice.tool_calls.add(text, final=bool(choice.finish))
+        finish = choice.finish_reason if choice.finish else None
+        events.token(out, choice.index, text, None if calls else finish, first, logprobs)
+        if calls:
+            events.tool_calls(out, choice.index, calls)
+            if finish:
+                events.token(out, choice.index, "", finish)
     if choice.finish:
         choice.close()
 

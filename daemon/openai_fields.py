@@ -2,8 +2,9 @@
 leaves the answer as it would be without it (docs/api.md lists every field).
 
 Three kinds: OpenAI fields the structs declare but we do not implement (`check_supported`:
-guided decoding, tools, audio, reasoning, fill-in-the-middle, best_of > n, prompt
-log-probabilities); fields of other servers' dialects -- vLLM's sampling extensions --
+the deprecated `functions`, audio, reasoning, fill-in-the-middle, best_of > n, prompt
+log-probabilities; structured outputs and tools are daemon/structured.py's and
+daemon/tool_calls.py's); fields of other servers' dialects -- vLLM's sampling extensions --
 that change the answer (`check_undeclared`: refused unless at their neutral value); and
 any other field no struct declares, which is ignored and logged once per name, as vLLM
 does (clients send extras such as `stream_options` variants freely).
@@ -25,8 +26,7 @@ FOREIGN_FIELDS: dict[str, tuple] = {
     "stop_token_ids": ([], None), "bad_words": ([], None), "allowed_token_ids": (None,),
     "include_stop_str_in_output": (False, None), "skip_special_tokens": (True, None),
     "spaces_between_special_tokens": (True, None), "truncate_prompt_tokens": (None,),
-    "prompt_logprobs": (None,), "guided_json": (None,), "guided_regex": (None,),
-    "guided_choice": (None,), "guided_grammar": (None,), "structured_outputs": (None,),
+    "prompt_logprobs": (None,), "guided_grammar": (None,),
     "guided_decoding_backend": (None,), "add_special_tokens": (None,),
 }
 CHAT_FOREIGN_FIELDS: dict[str, tuple] = {
@@ -74,9 +74,6 @@ def check_supported(body: CompletionRequest | ChatCompletionRequest) -> None:
 
 
 def _rules(body):
-    fmt = body.response_format
-    yield ("response_format", fmt is not None and fmt.type != "text",
-           'only {"type": "text"} is supported (no guided decoding for JSON output)')
     if isinstance(body, CompletionRequest):
         yield ("suffix", bool(body.suffix), "not supported (no fill-in-the-middle); leave it empty")
         yield ("best_of", body.best_of not in (None, body.n),
@@ -87,9 +84,8 @@ def _rules(body):
     yield ("top_logprobs", body.top_logprobs is not None and not body.logprobs,
            "needs logprobs: true")
     for i, message in enumerate(body.messages):
-        yield (f"messages[{i}].tool_calls", bool(message.tool_calls),
-               "tool calling is not supported")
-    yield from _unused("tools", body.tools, "tool_choice", body.tool_choice, "tool calling")
+        yield (f"messages[{i}].content", message.content is None and not message.tool_calls,
+               "only an assistant message with tool_calls may leave out its content")
     yield from _unused("functions", body.functions, "function_call", body.function_call,
                        "function calling")
     yield ("audio", body.audio is not None, "audio output is not supported")

@@ -35,9 +35,24 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(msgspec.Struct, kw_only=True):
+    """`response_format.json_schema`: the output is JSON matching `schema`."""
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = msgspec.field(default=None, name="schema")
+    strict: bool | None = None  # the output always matches: strict or not
+
+
 class ResponseFormat(msgspec.Struct):
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(msgspec.Struct, kw_only=True):
+    """vLLM's `structured_outputs`: exactly one of these constrains the output."""
+    json: dict[str, Any] | str | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
 
 
 class _Common(msgspec.Struct, kw_only=True):
@@ -57,6 +72,11 @@ class _Common(msgspec.Struct, kw_only=True):
     logit_bias: Annotated[dict[str, Annotated[float, Meta(ge=-100.0, le=100.0)]],
                           Meta(max_length=MAX_LOGIT_BIAS)] | None = None
     response_format: ResponseFormat | None = None
+    # vLLM's structured outputs (daemon/structured.py)
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    structured_outputs: StructuredOutputs | None = None
     user: str | None = None
     # Ascendra extensions
     ignore_eos: bool = False
@@ -137,11 +157,14 @@ class TextPart(msgspec.Struct):
 
 class ChatMessage(msgspec.Struct):
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[TextPart]
+    content: str | list[TextPart] | None = None      # None: an assistant's tool calls only
     name: str | None = None                          # passed to the chat template
-    tool_calls: list[dict[str, Any]] | None = None   # refused: no tool calling
+    tool_calls: list[dict[str, Any]] | None = None   # an assistant's earlier calls
+    tool_call_id: str | None = None                  # a tool result's call
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
@@ -158,7 +181,8 @@ class ChatCompletionRequest(_Common, kw_only=True):
     max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
-    # Tools, audio and reasoning: refused unless unused (daemon/openai_fields.py)
+    # Tools (daemon/tool_calls.py); functions, audio and reasoning: refused unless unused
+    # (daemon/openai_fields.py)
     tools: list[dict[str, Any]] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None

@@ -9,8 +9,9 @@ reason the schema cannot express: a text prompt (or chat) longer than the contex
 one with `max_tokens` that does not fit beside it (the schema bounds each alone), more
 than MAX_CHOICES choices (n x prompts), a chat the model's template refuses, an integer
 written as a float (`1.0` is a JSON Schema integer; the decoder is strict), an
-overloaded server. Fields served only when unused (tools, guided decoding, ...) show the
-values that are served. One that does not fit gets a 4xx in OpenAI's error shape (or is
+overloaded server. Fields served only when unused (functions, audio, ...) show the
+values that are served; those whose served values no schema bounds -- a JSON schema, regex
+or tool that must compile (docs/api.md#structured-outputs-and-tools) -- show a subset. One that does not fit gets a 4xx in OpenAI's error shape (or is
 served: the description is at most as wide as the server).
 """
 from __future__ import annotations
@@ -72,15 +73,21 @@ def _branch(prop: dict, kind: str) -> dict:
 
 _NULL = {"type": "null"}
 #: Declared for compatibility, served only when unused (daemon/openai_fields.py): the schema
-#: shows the values that are served.
+#: shows the values that are served. Grammars and tools are served, but whether one
+#: compiles no schema says: these show a subset that always does.
 _UNUSED_ONLY = {
     "suffix": {"anyOf": [{"type": "string", "maxLength": 0}, _NULL], "default": None},
     "best_of": {"type": "null", "default": None, "description": "null, or equal to n"},
     "response_format": {"anyOf": [{"type": "object", "required": ["type"], "properties": {
-        "type": {"enum": ["text"]}}}, _NULL], "default": None},
+        "type": {"enum": ["text", "json_object"]}}}, _NULL], "default": None,
+        "description": "also json_schema with a schema that compiles"},
     "tools": {"anyOf": [{"type": "array", "maxItems": 0}, _NULL], "default": None,
-              "description": "any, with tool_choice \"none\""},
-    "tool_choice": {"enum": ["none", "auto", None], "default": None},
+              "description": "functions whose parameters schemas compile"},
+    "tool_choice": {"enum": ["none", "auto", None], "default": None,
+                    "description": "also required, or a function of tools"},
+    **{field: {"type": "null", "default": None,
+               "description": "a JSON schema / regex / choices that compile"}
+       for field in ("guided_json", "guided_regex", "guided_choice", "structured_outputs")},
     "functions": {"anyOf": [{"type": "array", "maxItems": 0}, _NULL], "default": None},
     "function_call": {"enum": ["none", "auto", None], "default": None},
     "modalities": {"anyOf": [{"type": "array", "items": {"enum": ["text"]}}, _NULL],
@@ -130,7 +137,9 @@ def _server_limits(components: dict, model_names: list[str] | None,
                 "pattern": _integers_up_to(vocab_size - 1)}
         props["n"]["description"] = f"n x prompts at most {MAX_CHOICES}"
         props.update({k: v for k, v in _UNUSED_ONLY.items() if k in props})
-    components["ChatMessage"]["properties"]["tool_calls"] = _UNUSED_ONLY["functions"]
+    message = components["ChatMessage"]
+    message["properties"]["tool_calls"] = _UNUSED_ONLY["functions"]  # a subset: see _UNUSED_ONLY
+    message["required"] = sorted({*message.get("required", []), "content"})  # without calls
     components["ChatCompletionRequest"].update(_CHAT_RULES)
     components["CompletionRequest"].update(_COMPLETION_RULES)
     ids: dict = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from daemon.openai_fields import check_supported
 from daemon.openai_schema import MAX_CHOICES, ChatCompletionRequest, CompletionRequest
-from ipc.params import SamplingParams
+from ipc.params import GrammarSpec, SamplingParams
 
 
 class FieldError(ValueError):
@@ -47,9 +47,10 @@ class Limits:
 
 
 def plan_choices(body: CompletionRequest | ChatCompletionRequest, prompts: list[Prompt],
-                 limits: Limits) -> list[Choice]:
-    """The choices of `body` over `prompts`; FieldError (or ValueError "field: ...") for
-    anything this server will not serve."""
+                 limits: Limits, grammar: GrammarSpec | None = None) -> list[Choice]:
+    """The choices of `body` over `prompts`, each constrained by `grammar` when given
+    (daemon/structured.py); FieldError (or ValueError "field: ...") for anything this
+    server will not serve."""
     check_supported(body)
     if len(prompts) * body.n > MAX_CHOICES:
         raise FieldError("n", f"n: {len(prompts)} prompts x n={body.n} is {len(prompts) * body.n}"
@@ -57,7 +58,8 @@ def plan_choices(body: CompletionRequest | ChatCompletionRequest, prompts: list[
     base = {"temperature": body.temperature, "top_p": body.top_p, "top_k": max(body.top_k, 0),
             "ignore_eos": body.ignore_eos, "presence_penalty": body.presence_penalty,
             "frequency_penalty": body.frequency_penalty,
-            "logit_bias": body.logit_bias_ids(limits.vocab_size), "logprobs": body.num_logprobs()}
+            "logit_bias": body.logit_bias_ids(limits.vocab_size), "logprobs": body.num_logprobs(),
+            "grammar": grammar}
     choices = []
     for prompt in prompts:
         max_tokens = _max_tokens(body, prompt, limits)

@@ -39,12 +39,17 @@ class ResponseBuilder:
         self.chat = chat
         self.created = int(time.time())
 
-    def choice(self, index: int, text: str, finish_reason: str | None,
-               logprobs: dict | None = None) -> dict:
+    def choice(self, index: int, text: str | None, finish_reason: str | None,
+               logprobs: dict | None = None, tool_calls: list[dict] | None = None) -> dict:
+        """`tool_calls`: daemon/tool_calls.py's (their stream `index` is left out here)."""
         if not self.chat:
             return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
-        return {"index": index, "message": {"role": "assistant", "content": text},
-                "logprobs": logprobs, "finish_reason": finish_reason}
+        message = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"}
+                                     for c in tool_calls]
+        return {"index": index, "message": message, "logprobs": logprobs,
+                "finish_reason": finish_reason}
 
     def full(self, choices: list[dict], prompt_tokens: int, completion_tokens: int,
              cached_tokens: int | None = None) -> dict:

@@ -39,6 +39,7 @@ class _TextChoice(msgspec.Struct):
 class _Delta(msgspec.Struct, omit_defaults=True):
     role: str | msgspec.UnsetType = msgspec.UNSET
     content: str | msgspec.UnsetType = msgspec.UNSET
+    tool_calls: list[dict] | msgspec.UnsetType = msgspec.UNSET
 
 
 class _ChatChoice(msgspec.Struct):
@@ -78,6 +79,14 @@ class StreamEvents:
             choice = _ChatChoice(index, delta, logprobs, finish_reason)
         else:
             choice = _TextChoice(index, text, logprobs, finish_reason)
+        out += self._open
+        self._encoder.encode_into(choice, out, -1)
+        out += self._close
+
+    def tool_calls(self, out: bytearray, index: int, calls: list[dict]) -> None:
+        """A chat choice's chunk of complete tool calls (daemon/tool_calls.py): each with
+        its `index`, id, name and all its arguments at once, as OpenAI's deltas allow."""
+        choice = _ChatChoice(index, _Delta(tool_calls=calls), None, None)
         out += self._open
         self._encoder.encode_into(choice, out, -1)
         out += self._close

@@ -30,6 +30,7 @@ class Request:
         "finish_reason", "num_preemptions", "first_token_time", "rng", "max_total_tokens",
         "tbt_slo", "pinned", "generated_before", "sampled_logprobs",
         "block_hashes", "prefix_hit", "num_named_blocks", "num_cached_tokens",
+        "grammar_state",
     )
 
     def __init__(
@@ -67,6 +68,9 @@ class Request:
         self.num_preemptions = 0
         self.first_token_time: float | None = None
         self.rng = None  # the executor's per-request sampling state (seeded requests)
+        #: The executor's grammar matcher of a constrained request (engines/grammar.py):
+        #: rebuilt from its generated tokens wherever it runs, so never sent anywhere.
+        self.grammar_state = None
         #: The executor's log-probabilities of the token it just sampled (when
         #: `sampling.logprobs` is set); the scheduler moves them into that token's output.
         self.sampled_logprobs = None

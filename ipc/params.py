@@ -5,16 +5,28 @@ wire between controller and instances, and is read by the executor's sampler.
 Penalties and `logit_bias` change the logits a token is chosen from (as OpenAI and vLLM
 define them); `logprobs` asks for the sampled token's log-probability under the model's
 raw distribution and that many top alternatives (engines/executors/sampler.py).
+`grammar` constrains the output (engines/grammar.py); it travels with the request, so an
+instance it is offloaded, handed off or resumed to compiles it again from this text.
 """
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 #: The most top alternatives one token's log-probabilities may list (OpenAI's chat limit).
 MAX_LOGPROBS = 20
+
+
+class GrammarSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the output must match, as the client gave it (compiled by engines/grammar.py).
+
+    json_schema: `source` is the schema as JSON text (json_object: `{"type": "object"}`);
+    regex: a regular expression; choice: a JSON list of the strings allowed; lark: a
+    llguidance Lark grammar (tool calls: daemon/tool_calls.py builds it)."""
+    kind: Literal["json_schema", "regex", "choice", "lark"]
+    source: str
 
 
 class SamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -33,6 +45,8 @@ class SamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     logit_bias: dict[Annotated[int, Meta(ge=0)], Annotated[float, Meta(ge=-100.0, le=100.0)]] = {}
     #: None: no log-probabilities; k: the sampled token's and the k most likely tokens'.
     logprobs: Annotated[int, Meta(ge=0, le=MAX_LOGPROBS)] | None = None
+    #: None: any output; else each token is picked from those the grammar still allows.
+    grammar: GrammarSpec | None = None
 
     @property
     def greedy(self) -> bool:

@@ -117,7 +117,8 @@ FIELDS = st.sampled_from(["prompt", "messages", "max_tokens", "max_completion_to
                           "ignore_eos", "echo", "logprobs", "top_logprobs", "role", "content",
                           "presence_penalty", "frequency_penalty", "logit_bias", "best_of",
                           "suffix", "response_format", "tools", "tool_choice", "functions",
-                          "modalities", "audio", "min_p", "user"])
+                          "modalities", "audio", "min_p", "user", "guided_json", "guided_regex",
+                          "guided_choice", "structured_outputs"])
 BODIES = st.dictionaries(FIELDS, JSON_VALUES, max_size=6).map(json.dumps).map(str.encode) \
     | st.binary(max_size=256)
 

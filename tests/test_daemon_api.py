@@ -184,12 +184,12 @@ def test_chat_streaming(client, chat_expected):
 def test_fields_we_cannot_honour_are_refused_naming_them(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4,
-                                       response_format={"type": "json_object"})
-    assert info.value.status_code == 400 and info.value.param == "response_format"
+                                       reasoning_effort="high")
+    assert info.value.status_code == 400 and info.value.param == "reasoning_effort"
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4, tools=[
-            {"type": "function", "function": {"name": "f", "parameters": {}}}])
-    assert info.value.param == "tools" and re.search(r"\btool", info.value.message)
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=4,
+                                       functions=[{"name": "f", "parameters": {}}])
+    assert info.value.param == "functions" and re.search(r"\bfunction", info.value.message)
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, suffix="end")
     assert info.value.param == "suffix"

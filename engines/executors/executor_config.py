@@ -55,7 +55,7 @@ def build_executor(config: ExecutorConfig):
         return SimExecutor(make_latency(config.latency),
                            num_kv_blocks=config.num_kv_blocks or _sim_kv_blocks(config),
                            block_size=config.block_size, max_model_len=_sim_max_model_len(config),
-                           vocabulary=vocabulary)
+                           vocabulary=vocabulary, grammars=_sim_grammars(config.model_dir))
     from engines.executors.torch_executor import TorchExecutor
     from engines.models.builtin import builtin_tiny_model_dir
     model_dir = config.model_dir or builtin_tiny_model_dir()
@@ -63,6 +63,15 @@ def build_executor(config: ExecutorConfig):
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None,
                          max_model_len=config.max_model_len,
                          cuda_graph_max_batch=config.cuda_graph_max_batch)
+
+
+def _sim_grammars(model_dir: str):
+    """The grammars of a sim executor's model (its tokenizer), None without one."""
+    if not model_dir or not (Path(model_dir) / "tokenizer.json").is_file():
+        return None
+    from engines.grammar import Grammars
+    from engines.models.tokenizer import Tokenizer
+    return Grammars.for_tokenizer(Tokenizer(model_dir))
 
 
 def _sim_max_model_len(config: ExecutorConfig) -> int:

@@ -8,12 +8,18 @@ generated c[j] times so far (its prompt does not count),
 and then `logit_bias[j]` is added. Greedy takes the argmax of the adjusted logits;
 sampling divides them by the temperature. Rows of requests that ask for none of this
 are left as they are.
+
+A constrained request's grammar (engines/grammar.py) then leaves it only the tokens its
+mask allows: `apply_mask`, one masked_fill over the constrained rows of the batch.
 """
 from __future__ import annotations
 
 import torch
 
+from engines.grammar import GrammarMask
 from engines.request import Request
+
+_SHIFTS = torch.arange(32, dtype=torch.int32)
 
 
 def adjust_logits(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
@@ -69,3 +75,20 @@ def _bias(logits: torch.Tensor, rows: list[tuple[int, Request]]) -> None:
                            torch.tensor(index_tokens, device=device)),
                           torch.tensor(values, dtype=logits.dtype, device=device),
                           accumulate=True)
+
+
+def apply_mask(logits: torch.Tensor, mask: GrammarMask) -> torch.Tensor:
+    """`logits` [rows, vocab] with every token a constrained row may not pick at -inf, in
+    place. The packed bits go to the logits' device and are unpacked there (32 tokens per
+    int32 word); logits past the tokenizer's vocabulary (padding) are disallowed too."""
+    device, width = logits.device, logits.shape[-1]
+    bits = torch.from_numpy(mask.bits).to(device, non_blocking=True)
+    allowed = ((bits.unsqueeze(-1) >> _SHIFTS.to(device)) & 1).bool().flatten(1)
+    allowed = allowed[:, :min(width, mask.vocab_size)]
+    if allowed.shape[-1] < width:
+        allowed = torch.nn.functional.pad(allowed, (0, width - allowed.shape[-1]), value=False)
+    if len(mask.rows) == logits.shape[0]:
+        return logits.masked_fill_(~allowed, float("-inf"))
+    at = torch.tensor(mask.rows, device=device)
+    logits[at] = logits[at].masked_fill(~allowed, float("-inf"))
+    return logits

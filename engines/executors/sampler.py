@@ -8,7 +8,8 @@ one noise tensor and one argmax. A seeded request draws its noise from its own
 own logits, never on what else is in the batch.
 
 Before either, a request's penalties and logit bias adjust its row
-(engines/executors/logit_adjust.py). A request that asks for log-probabilities gets
+(engines/executors/logit_adjust.py), then a constrained request's grammar mask sets the
+tokens it may not pick to -inf (engines/grammar.py). A request that asks for log-probabilities gets
 them from the model's raw logits (vLLM's default: before penalties, bias, temperature
 and cuts) in `request.sampled_logprobs`: the chosen token's and the top k.
 """
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from engines.executors.logit_adjust import adjust_logits
+from engines.executors.logit_adjust import adjust_logits, apply_mask
+from engines.grammar import GrammarMask
 from engines.request import Request
 from ipc.messages import TokenLogprobs
 
@@ -59,12 +61,18 @@ def record_logprobs(logits: torch.Tensor, tokens: torch.Tensor, requests: list[R
 
 
 class Sampler:
-    def __call__(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
-        """logits: [len(requests), vocab] -> one token id per request."""
+    def __call__(self, logits: torch.Tensor, requests: list[Request],
+                 mask: GrammarMask | None = None) -> list[int]:
+        """logits: [len(requests), vocab] -> one token id per request; `mask`: the
+        constrained rows' allowed tokens."""
         params = [r.sampling for r in requests]
         adjusted = logits
         if any(p.changes_logits for p in params):
             adjusted = adjust_logits(logits.float(), requests)
+        if mask is not None:
+            if adjusted is logits and any(p.logprobs is not None for p in params):
+                adjusted = logits.clone()  # log-probabilities come from the raw logits
+            adjusted = apply_mask(adjusted, mask)
         if all(p.temperature == 0.0 for p in params):
             tokens = adjusted.argmax(dim=-1)
         else:

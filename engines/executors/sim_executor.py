@@ -5,7 +5,9 @@ The daemon uses it to run without a GPU (overhead benchmarks, tests, third-party
 testers); a simulator can pass a `sleep` that advances a virtual clock instead of waiting.
 Its tokens come from `vocabulary`: the daemon gives it the model's text tokens
 (engines.executors.sim_vocabulary), so streams carry real text; without one it emits
-token 0, which is all a simulator needs.
+token 0, which is all a simulator needs. Given the model's grammars (engines/grammar.py),
+a constrained request's tokens are drawn from those its grammar allows, and its EOS ends it
+once the grammar is complete (no unconstrained request is ever given EOS).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ _MASK64 = (1 << 64) - 1
 class SimExecutor:
     def __init__(self, latency_fn: LatencyFn, num_kv_blocks: int = 4096, block_size: int = 16,
                  max_model_len: int = 4096, sleep: Callable[[float], object] = time.sleep,
-                 vocabulary: Sequence[int] = (0,)) -> None:
+                 vocabulary: Sequence[int] = (0,), grammars=None) -> None:
         if not vocabulary:
             raise ValueError("the sim executor needs at least one token id to emit")
         self.latency_fn = latency_fn
@@ -35,8 +37,11 @@ class SimExecutor:
         self.sleep = sleep
         #: The token ids it emits, each request drawing its own sequence of them.
         self.vocabulary: tuple[int, ...] = tuple(vocabulary)
-        #: No EOS: only max_tokens (or max_model_len) ends a request.
-        self.eos_token_ids: frozenset[int] = frozenset()
+        #: engines.grammar.Grammars of the model, or None: nothing can be constrained.
+        self.grammars = grammars
+        #: Only a constrained request is given EOS; others end at max_tokens (or
+        #: max_model_len).
+        self.eos_token_ids: frozenset[int] = frozenset(grammars.eos_token_ids if grammars else ())
         self.vocab_size = None  # it runs no model: any prompt id will do
         self.device = None
         self.carries_kv = False
@@ -81,7 +86,22 @@ class SimExecutor:
             tokens[i] = token = self._token_for(request)
             if request.sampling.logprobs is not None:
                 request.sampled_logprobs = self._certain(token, request.sampling.logprobs)
+        if any(r.sampling.grammar is not None for r in requests):
+            self._constrain(requests, tokens)
         return tokens
+
+    def _constrain(self, requests: list[Request], tokens: list[int]) -> None:
+        """Replace each constrained request's token by one its grammar allows, picked by
+        its seed (else prompt) and position as `_token_for` picks."""
+        if self.grammars is None:
+            raise ValueError("this sim executor has no tokenizer (model_dir): no output "
+                             "can be constrained")
+        mask = self.grammars.compute(requests)
+        for k, i in enumerate(mask.rows):
+            allowed = mask.allowed_ids(k)
+            request = requests[i]
+            tokens[i] = int(allowed[_mix(_request_key(request), request.num_tokens)
+                                    % len(allowed)])
 
     def _certain(self, token: int, k: int) -> TokenLogprobs:
         """Its token had probability 1 (logprob 0); the k - 1 alternatives listed after it

@@ -5,11 +5,14 @@ then longest context first: the layout the attention backend wants), runs one fo
 pass that writes every chunk's K/V into its request's blocks, and samples one token for
 each chunk that reaches its request's newest token, returned in `batch.chunks` order.
 On CUDA a step of decodes only replays a captured CUDA graph instead
-(engines/executors/decode_graphs.py).
+(engines/executors/decode_graphs.py). A constrained request's allowed tokens
+(engines/grammar.py) are computed on a worker thread while the forward pass runs, and
+applied to the whole batch's logits at once before sampling.
 """
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,14 +21,18 @@ import torch
 from engines.batch import Batch, Chunk
 from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH
 from engines.executors.sampler import Sampler
+from engines.grammar import Grammars
 from engines.models.attention import SeqSpec, select_attention
 from engines.models.model_config import ModelConfig, generation_eos_ids
 from engines.models.loader import default_dtype, load_model
 from engines.models.kv_transfer import export_blocks, import_blocks
+from engines.models.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 CPU_KV_CACHE_BYTES = 256 * 2**20
+#: From this many constrained rows in a step their masks are computed on the mask thread.
+MASK_THREAD_MIN_ROWS = 8
 
 
 @dataclass
@@ -70,6 +77,11 @@ class TorchExecutor:
                                                                     cpu_kv_cache_bytes)
         self.kv_caches = self._allocate_kv_cache()
         self.sampler = Sampler()
+        #: None for a model folder without tokenizer.json (nothing can be constrained)
+        self.grammars = (Grammars(Tokenizer(model_dir).to_json(), config.vocab_size,
+                                  self.eos_token_ids)
+                         if (Path(model_dir) / "tokenizer.json").is_file() else None)
+        self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
         self.graphs = self._capture_graphs(cuda_graph_max_batch) if self.uses_graphs else None
         log.info("torch executor: %s on %s (%s), attention %s, %d KV blocks of %d tokens, %s",
                  config.model_type, self.device, self.dtype, self.attention.name,
@@ -199,11 +211,28 @@ class TorchExecutor:
                             step.logits_indices)
         return logits, step.sampling
 
+    def _start_masks(self, batch: Batch):
+        """The batch's grammar masks: a future computing them on the mask thread while the
+        forward pass runs; with few constrained rows, a plain function run after it (the
+        thread hand-off costs more than their masks; on CUDA the forward runs
+        asynchronously anyway). None: nothing constrained."""
+        requests = batch.sampling_requests()
+        constrained = sum(r.sampling.grammar is not None for r in requests)
+        if not constrained:
+            return None
+        if self.grammars is None:
+            raise ValueError(f"{self.config.model_type}: no tokenizer.json in the model folder,"
+                             " so no output can be constrained")
+        if constrained < MASK_THREAD_MIN_ROWS:
+            return lambda: self.grammars.compute(requests)
+        return self._mask_thread.submit(self.grammars.compute, requests).result
+
     @torch.inference_mode()
     def execute(self, batch: Batch) -> list[int]:
         if not batch.chunks:
             return []
+        masks = self._start_masks(batch)
         logits, requests = self.compute_logits(batch)
         if not requests:
             return []
-        return self.sampler(logits, requests)
+        return self.sampler(logits, requests, masks() if masks is not None else None)

@@ -74,6 +74,10 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size()
 
+    def to_json(self) -> str:
+        """The tokenizer as `tokenizer.json` text (what the grammar library reads)."""
+        return self._tok.to_str()
+
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Token ids of `text`; `add_bos` adds the special tokens the tokenizer's
         post-processor adds (BOS for Llama-style tokenizers, nothing for Qwen2)."""
@@ -99,12 +103,13 @@ class Tokenizer:
                 pass
         return self.decode([token_id], skip_special_tokens=False).encode("utf-8")
 
-    def apply_chat_template(self, messages: list[dict[str, str]],
-                            add_generation_prompt: bool = True) -> str:
-        """The chat rendered as text, as `AutoTokenizer.apply_chat_template` renders it."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        """The chat rendered as text, as `AutoTokenizer.apply_chat_template` renders it;
+        `tools`: OpenAI tool definitions, for templates that render them."""
         if not self.chat_template:
             raise ValueError("this tokenizer has no chat_template")
-        return render_chat(self.chat_template, messages, add_generation_prompt,
+        return render_chat(self.chat_template, messages, add_generation_prompt, tools=tools,
                            bos_token=self.bos_token or "", eos_token=self.eos_token or "")
 
     def encode_chat(self, messages: list[dict[str, str]],
@@ -115,17 +120,39 @@ class Tokenizer:
                            add_bos=False)
 
 
-def render_chat(template: str, messages: list[dict[str, str]], add_generation_prompt: bool,
-                **specials: str) -> str:
+def render_chat(template: str, messages: list[dict], add_generation_prompt: bool,
+                tools: list[dict] | None = None, **specials: str) -> str:
+    """As transformers renders chat templates: the same jinja settings, `tojson` without
+    HTML escaping or key sorting, `raise_exception` and `strftime_now`."""
     try:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:
+        if tools:
+            raise ValueError("rendering tools needs jinja2 on the server") from None
         return _render_without_jinja(template, messages, add_generation_prompt, **specials)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+    variables = {"tools": tools} if tools else {}
     return env.from_string(template).render(messages=messages,
                                             add_generation_prompt=add_generation_prompt,
-                                            **specials)
+                                            **variables, **specials)
+
+
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _raise_exception(message: str):
+    from jinja2.exceptions import TemplateError
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    import datetime
+    return datetime.datetime.now().strftime(fmt)
 
 
 def _render_without_jinja(template, messages, add_generation_prompt, *, bos_token, eos_token):
