@@ -6,8 +6,9 @@ daemon/health.py), GET /metrics, GET /openapi.json (the OpenAPI 3.1
 description). A request's `model` picks the controller of that model
 (daemon/served_models.py); it becomes one engine request per choice
 (daemon/request_plan.py), served together as one response (daemon/choices.py). Its
-latency targets may also come from the `x-slo-ttft-ms` / `x-slo-tpot-ms` headers, the
-body's fields winning (daemon/slo_headers.py).
+latency targets may also come from the `x-llm-d-slo-ttft-ms` / `x-llm-d-slo-tpot-ms`
+headers (or their old `x-slo-*` names), the body's fields winning (daemon/slo_headers.py);
+a queue TTL from `x-llm-d-inference-ttl` (daemon/ttl_header.py).
 
 Every error the application answers is JSON in OpenAI's error shape, its message (and
 `param`) naming the field. Limits: bodies over `max_body_bytes` get 413, prompts must
@@ -43,6 +44,7 @@ from daemon.core.admission_bounds import RESTARTING_RETRY_AFTER
 from daemon.served_models import ServedModels, model_not_found
 from daemon.slo_headers import BadSloHeader, with_header_slos
 from daemon.tenant_headers import BadIdentityHeader, identity
+from daemon.ttl_header import header_ttl
 
 log = logging.getLogger(__name__)
 MODELS = web.AppKey("models", ServedModels)
@@ -263,6 +265,7 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
     try:
         body = with_header_slos(body, request.headers)
         who = identity(body, request.headers, controller.tenants)
+        ttl = header_ttl(request.headers)
     except (BadSloHeader, BadIdentityHeader) as exc:
         raise BadRequest(str(exc), exc.param) from None
     try:
@@ -272,7 +275,7 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
         stops = body.stop_strings()
     except ValueError as exc:
         raise BadRequest(str(exc), getattr(exc, "param", None)) from None
-    handles = await submit(controller, choices, builder.id, body, who)
+    handles = await submit(controller, choices, builder.id, body, who, ttl)
     token_text = token_text_for(controller.tokenizer) if body.num_logprobs() is not None else None
     running = [RunningChoice(choice, handle, controller.tokenizer, stops, token_text, builder.chat)
                for choice, handle in zip(choices, handles)]

@@ -31,6 +31,7 @@ from daemon.responses import ResponseBuilder, usage
 from daemon.tenant_headers import Identity
 from daemon.stream_events import DONE, StreamEvents
 from ipc.serving_info import ChoiceServing, ServingInfo
+from ipc.tenancy import QUEUE_DURATION_HEADER
 
 
 class RunningChoice:
@@ -69,21 +70,28 @@ class RunningChoice:
 
 
 async def submit(controller, choices: list[Choice], request_id: str, body,
-                 who: Identity = Identity()) -> list:
+                 who: Identity = Identity(), ttl: float | None = None) -> list:
     """Every choice's handle, in order; a refusal cancels those already accepted. `who`:
-    its tenant and priority band (daemon/tenant_headers.py)."""
+    its tenant and priority band (daemon/tenant_headers.py); `ttl`: its queue TTL, s."""
     handles = []
     try:
         for choice in choices:
             handles.append(await controller.submit(
                 choice.prompt.token_ids, choice.sampling, ttft_slo=body.ttft_slo,
-                tbt_slo=body.tbt_slo, priority=who.priority, tenant=who.tenant,
+                tbt_slo=body.tbt_slo, priority=who.priority, tenant=who.tenant, ttl=ttl,
                 request_id=request_id if len(choices) == 1 else f"{request_id}-{choice.index}"))
     except BaseException:
         for handle in handles:
             handle.close(Outcome.CANCELLED)
         raise
     return handles
+
+
+def queue_header(running: list[RunningChoice]) -> dict[str, str]:
+    """x-llm-d-flow-queue-duration-ms: integer ms from arrival to the start of its
+    prefill (the longest of its choices'); absent when none has started."""
+    delays = [r.handle.queue_delay for r in running if r.handle.queue_delay is not None]
+    return {QUEUE_DURATION_HEADER: str(round(1000 * max(delays)))} if delays else {}
 
 
 def usage_counts(running: list[RunningChoice], choices: list[Choice]) -> tuple[int, int, int]:
@@ -144,7 +152,7 @@ async def complete(running: list[RunningChoice], choices: list[Choice],
     body = builder.full(bodies, *usage_counts(running, choices))
     if serving:
         body["serving_info"] = msgspec.to_builtins(serving_info(running))
-    return web.json_response(body)
+    return web.json_response(body, headers=queue_header(running))
 
 
 def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
@@ -175,7 +183,8 @@ async def stream(request: web.Request, running: list[RunningChoice], choices: li
     try:
         firsts = await _all(r.handle.first() for r in running)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+                                               "Cache-Control": "no-cache",
+                                               **queue_header(running)})
         await response.prepare(request)
         events, out = StreamEvents(builder), bytearray()
         ready = asyncio.Event()  # any choice has tokens queued

@@ -57,6 +57,7 @@ from daemon.core.handoffs import Handoffs
 from daemon.core.late_binding import OVERDUE, LateBinding
 from daemon.core.ledger import InstanceView, Ledger
 from daemon.core.prefixes import Prefixes
+from daemon.core.queue_ttl import TTL, QueueTtl
 from daemon.core.recovery import RECOVERY, Recovery
 from daemon.core.recovery_plan import recovery_target, reroute_offload
 from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
@@ -132,6 +133,7 @@ class ControllerCore:
                       if dynamic_roles and self.late_binding is not None else None)
         self.recovery = Recovery(self.ledger, config)
         self.handoffs = Handoffs(self.ledger, self.recovery)
+        self.queue_ttl = QueueTtl(self.ledger)
         self.accepting = self.draining = False
         self.drain_timeout = 0.0
 
@@ -187,6 +189,7 @@ class ControllerCore:
         tracked = Tracked(event.request_id, now, submit, submit, state=state,
                           block_names=names, cached_on=cached_on, tenant=event.tenant)
         ledger.add(tracked)
+        self.queue_ttl.arrived(tracked, event.ttl, out)
         if late_binding is None:
             ledger.send_to(tracked, target, submit, out)
             return
@@ -401,6 +404,8 @@ class ControllerCore:
             self.recovery.give_up(now, out)
         elif timer.kind == OVERDUE and self.late_binding is not None:
             self.late_binding.end_overdue(now, out)
+        elif timer.kind == TTL:
+            self.queue_ttl.end_expired(now, out)
         elif timer.kind == DRAIN:
             for tracked in list(self.ledger.requests.values()):
                 self.ledger.end(tracked, Outcome.ERRORED, EndCode.SHUTTING_DOWN,
