@@ -130,7 +130,7 @@ async def test_bench_save_result_writes_vllms_file_and_goodput_sets_our_slos(tmp
         "--num-prompts", "6", "--goodput", "ttft:5000", "tpot:1000", "e2el:9000",
         "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--result-dir", str(tmp_path / "vllm"), "--result-filename", "r.json",
-        "--json", str(ours), "--disable-tqdm"])
+        "--json", str(ours), "--report", "br0.2", "--disable-tqdm"])
     try:
         from bench.loadgen.bench_cli import run
         assert await asyncio.to_thread(run, args) == 0
@@ -140,5 +140,42 @@ async def test_bench_save_result_writes_vllms_file_and_goodput_sets_our_slos(tmp
     assert saved["completed"] == 6 and saved["failed"] == 0 and saved["model_id"] == "fake"
     assert saved["request_goodput"] == pytest.approx(saved["request_throughput"])
     assert {"p50_ttft_ms", "p99_tpot_ms", "median_e2el_ms"} <= set(saved)
+    report = json.loads((tmp_path / "vllm" / "benchmark_report_br0.2.json").read_text())
+    assert report["results"]["request_performance"]["aggregate"]["requests"]["total"] == 6
     result = read_result(ours)
     assert (result.ttft_slo_s, result.tbt_slo_s, result.e2el_slo_s) == (5.0, 1.0, 9.0)
+
+
+# ---- llm-d-benchmark's benchmark report (schema 0.2) -------------------------------------------
+
+#: What br_v0_2_json_schema.json requires of the parts written (llm-d-benchmark 8bc9f1dd):
+#: a Statistics object has `units` (one of its Units) and `mean`.
+SCHEMA_UNITS = {"count", "ms", "s", "ms/token", "s/token", "tokens/s", "queries/s"}
+
+
+def _check_statistics(stats: dict) -> None:
+    assert stats["units"] in SCHEMA_UNITS and isinstance(stats["mean"], float)
+    assert set(stats) <= {"units", "mean", "mode", "stddev", "min", "p0p1", "p1", "p5", "p10",
+                          "p25", "p50", "p75", "p90", "p95", "p99", "p99p9", "max"}
+
+
+def test_the_br02_report_has_the_shape_its_schema_requires():
+    from datetime import UTC, datetime
+
+    from bench.br_report import br02_report
+    report = br02_report(RECORDS, 2.0, end=datetime(2026, 11, 28, 12, 0, 2, tzinfo=UTC))
+    assert report["version"] == "0.2" and isinstance(report["run"]["uid"], str)
+    assert report["run"]["time"] == {"start": "2026-11-28T12:00:00+00:00",
+                                     "end": "2026-11-28T12:00:02+00:00", "duration": "PT2.000S"}
+    aggregate = report["results"]["request_performance"]["aggregate"]
+    assert aggregate["requests"]["total"] == 4 and aggregate["requests"]["failures"] == 1
+    latency = aggregate["latency"]
+    assert latency["time_to_first_token"]["p50"] == pytest.approx(200.0)
+    assert latency["time_per_output_token"]["mean"] == pytest.approx(35.0)
+    assert aggregate["throughput"]["request_rate"] == {"units": "queries/s", "mean": 1.5}
+    for part in ("latency", "throughput"):
+        for stats in aggregate[part].values():
+            _check_statistics(stats)
+    for name in ("input_length", "output_length"):
+        _check_statistics(aggregate["requests"][name])
+    assert set(report) == {"version", "run", "results"}

@@ -20,6 +20,7 @@ import asyncio
 import math
 import os
 import sys
+from pathlib import Path
 
 import aiohttp
 import msgspec
@@ -33,6 +34,8 @@ from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.records import RequestRecord
 from bench.records_file import record_rows, write_records
+from bench.br_report import br02_report
+from bench.br_report import now as report_now
 from bench.results import RunResult, print_summary, summarize, write_result
 from bench.vllm_result import (
     DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS, parse_goodput,
@@ -46,6 +49,9 @@ DEFAULT_NUM_REQUESTS = 1000
 #: The daemon's own default SLOs: a run with no --ttft-slo/--tbt-slo measures against them.
 DEFAULT_SLO = SloConfig()
 DEFAULT_MAX_ERROR_RATE = 0.1
+#: `--report` formats, and the file one is written to unless told.
+REPORT_FORMATS = ("br0.2",)
+REPORT_FILE = "benchmark_report_br0.2.json"
 #: Tokens a chat template adds around a message (role headers, BOS/EOS): the room a chat
 #: run leaves in the context beyond the prompt's words and the output.
 CHAT_TEMPLATE_TOKENS = 32
@@ -54,7 +60,7 @@ ERRORS_SHOWN = 5
 #: Flags left out of the result's `config` (secrets, output choices).
 NOT_CONFIG = ("api_key", "json", "save_detailed", "progress", "run", "command",
               "max_error_rate", "records", "save_result", "result_dir", "result_filename",
-              "goodput_ms", "percentile_names", "percentile_values")
+              "goodput_ms", "percentile_names", "percentile_values", "report", "report_file")
 DESCRIPTION = ("Send a trace's requests open-loop to an OpenAI-compatible server (streaming) "
                "and report TTFT, TBT, goodput and throughput.")
 
@@ -126,6 +132,12 @@ def add_vllm_result_flags(p: argparse.ArgumentParser) -> None:
                         "vLLM names it unless --result-filename")
     p.add_argument("--result-dir", help="folder of the --save-result file (default: here)")
     p.add_argument("--result-filename", help="name of the --save-result file")
+    p.add_argument("--report", choices=REPORT_FORMATS,
+                   help="also write llm-d-benchmark's benchmark report (schema 0.2) to "
+                        "--report-file")
+    p.add_argument("--report-file", default=None,
+                   help="the --report file (default benchmark_report_br0.2.json in "
+                        "--result-dir, else here)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,6 +157,14 @@ def run(args: argparse.Namespace) -> int:
     if args.save_result:
         path = save_vllm_result(args, result, records)
         print(f"vllm bench serve result written to {path}")
+    if args.report:
+        path = Path(args.report_file or Path(args.result_dir or ".") / REPORT_FILE)
+        report = br02_report(records, result.duration_s, end=report_now(),
+                             description=f"ascendra bench {result.config.get('workload', {})}"
+                                         .strip()[:500])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(msgspec.json.encode(report))
+        print(f"benchmark report ({args.report}) written to {path}")
     if args.records:
         write_records(args.records, record_rows(records, args.ttft_slo, args.tbt_slo))
         print(f"records written to {args.records}")
