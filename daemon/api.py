@@ -282,8 +282,10 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
     serving = body.return_serving_info
     try:
         if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return await stream(request, running, choices, builder, include_usage, serving)
+            options = body.stream_options
+            include_usage = bool(options and options.include_usage)
+            return await stream(request, running, choices, builder, include_usage, serving,
+                                bool(options and options.continuous_usage_stats))
         return await complete(running, choices, builder, serving)
     except ApiError as exc:  # it ended before its first token (e.g. dropped): a status
         if not serving:

@@ -169,14 +169,14 @@ def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
         logprobs = choice.logprobs.take() if choice.logprobs is not None else None
         # one event per token, even when its text is still held back (a partial
         # character, a possible stop string): clients time tokens by events
-        events.token(out, choice.index, text, choice.finish, first, logprobs)
+        events.token(out, choice.index, text, choice.finish, first, logprobs, choice.count)
     if choice.finish:
         choice.close()
 
 
 async def stream(request: web.Request, running: list[RunningChoice], choices: list[Choice],
                  builder: ResponseBuilder, include_usage: bool,
-                 serving: bool = False) -> web.StreamResponse:
+                 serving: bool = False, continuous_usage: bool = False) -> web.StreamResponse:
     """`serving`: `serving_info` in a last chunk with no choices (the usage chunk, when
     `include_usage`), or beside the error of a stream that fails."""
     response = None
@@ -186,7 +186,8 @@ async def stream(request: web.Request, running: list[RunningChoice], choices: li
                                                "Cache-Control": "no-cache",
                                                **queue_header(running)})
         await response.prepare(request)
-        events, out = StreamEvents(builder), bytearray()
+        prompt_tokens = usage_counts(running, choices)[0] if continuous_usage else None
+        events, out = StreamEvents(builder, prompt_tokens), bytearray()
         ready = asyncio.Event()  # any choice has tokens queued
         for choice in running:
             choice.handle.listen(ready)

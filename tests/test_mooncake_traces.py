@@ -84,3 +84,19 @@ def test_inference_perfs_trace_replay_csv_reads_as_a_timed_trace(tmp_path):
     rows = load_rows(str(path))
     assert [(r.prompt_len, r.output_len) for r in rows] == [(374, 44), (396, 109)]
     assert rows[1].arrival - rows[0].arrival == pytest.approx(0.5)
+
+
+def test_the_interop_studys_trace_is_well_formed_mooncake_with_shared_prefixes():
+    """Each row has one block id per 512 tokens (the last partial), as aiperf and guidellm
+    rebuild prompts from them; rows of a group share their first two blocks."""
+    import math
+
+    from bench.studies.interop_check import mooncake_trace
+    rows = mooncake_trace(60, rate=2.0)
+    times = [r["timestamp"] for r in rows]
+    assert times[0] == 0 and times == sorted(times)
+    assert all(len(r["hash_ids"]) == math.ceil(r["input_length"] / 512) for r in rows)
+    prefixes = {tuple(r["hash_ids"][:2]) for r in rows}
+    assert len(prefixes) == 6
+    own = [i for r in rows for i in r["hash_ids"][2:]]
+    assert len(own) == len(set(own))      # the rest of each prompt is its own
