@@ -17,7 +17,10 @@ written to DIR/mooncake.jsonl. Each tool gets the file as it is (`ascendra bench
 TTFT) / (output tokens - 1) -- which aiperf calls inter-token latency and guidellm
 `inter_token_latency_ms` (guidellm's `time_per_output_token_ms` is latency / tokens,
 first token included). A request is good within `--ttft-ms` and `--tpot-ms`.
-A tool that is not installed is left out, and the table says so.
+A tool that is not installed is left out, and the table says so. Beside each tool's
+figures, the daemon's own (its --request-log) for the same requests: a gap between the
+two is the client's; a change in both is the server's (e.g. slowed by the tool's own CPU
+use on a small machine).
 """
 from __future__ import annotations
 
@@ -158,9 +161,26 @@ def run_guidellm(url: str, trace: Path, out: Path, a: argparse.Namespace, folder
                _good(ttft, tpot, a.ttft_ms, a.tpot_ms), None)
 
 
+def server_side(log: Path) -> dict:
+    """The daemon's own view of the same requests (its --request-log): TTFT and TPOT
+    percentiles, ms, over completed requests -- what the server did, whatever the client
+    saw."""
+    from daemon.request_log import read_request_log
+    done = [e for e in read_request_log(str(log)) if e.outcome == "completed"
+            and e.ttft is not None and e.e2e is not None]
+    ttft = [1000 * e.ttft for e in done]
+    tpot = [1000 * (e.e2e - e.ttft) / (e.output_tokens - 1) for e in done if e.output_tokens > 1]
+    p = (lambda v, q: float(np.percentile(v, q)) if v else None)
+    return {"server_ttft_p50": p(ttft, 50), "server_ttft_p90": p(ttft, 90),
+            "server_tpot_p50": p(tpot, 50)}
+
+
 def one(tool: str, trace: Path, out: Path, a: argparse.Namespace) -> dict:
-    """`tool`'s row, run against a daemon of its own (a cold prefix cache each)."""
-    with ServeProcess(SERVE_ARGS, start_timeout=180, log_path=out / f"daemon_{tool}.log") as d:
+    """`tool`'s row, run against a daemon of its own (a cold prefix cache each), with the
+    daemon's own percentiles beside the tool's."""
+    log = out / f"requests_{tool}.jsonl"
+    with ServeProcess([*SERVE_ARGS, "--request-log", str(log)], start_timeout=180,
+                      log_path=out / f"daemon_{tool}.log") as d:
         model_info = json.loads(urllib.request.urlopen(d.url + "/v1/models").read())["data"][0]
         model, folder = model_info["id"], str(Path.home() / ".cache" / "ascendra" / model_info["id"])
         if tool == "ascendra":
@@ -170,18 +190,21 @@ def one(tool: str, trace: Path, out: Path, a: argparse.Namespace) -> dict:
         else:
             result = run_guidellm(d.url, trace, out, a, folder)
         result["cached_pct"] = _cached_pct(d.url)
+    result.update(server_side(log))
     return result
 
 
 def table(rows: list[dict]) -> str:
     fmt = (lambda v: "-" if v is None else f"{v:.1f}")
     lines = ["| tool | requests | completed | TTFT p50 / p90 / p99 ms | TPOT p50 / p90 ms | "
-             "goodput % | prompt cached % |", "|---|---|---|---|---|---|---|"]
+             "goodput % | prompt cached % | daemon's TTFT p50 / p90, TPOT p50 ms |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['tool']} | {r['requests']} | {r['completed']} | "
                      f"{fmt(r['ttft_p50'])} / {fmt(r['ttft_p90'])} / {fmt(r['ttft_p99'])} | "
                      f"{fmt(r['tpot_p50'])} / {fmt(r['tpot_p90'])} | {fmt(r['goodput_pct'])} | "
-                     f"{fmt(r['cached_pct'])} |")
+                     f"{fmt(r['cached_pct'])} | {fmt(r.get('server_ttft_p50'))} / "
+                     f"{fmt(r.get('server_ttft_p90'))}, {fmt(r.get('server_tpot_p50'))} |")
     return "\n".join(lines)
 
 
