@@ -116,10 +116,10 @@ TenantWeight = Annotated[float, Meta(gt=0)]
 
 
 class TenantsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Who is asking: a request's tenant is its x-llm-d-inference-fairness-id header (or the old x-gateway-inference-fairness-id),
-    else the body's `user`, else "default" (docs/design.md §5.11). Under saturation the
-    waiting room shares service among the tenants with requests in it by weight; without
-    saturation tenants change nothing."""
+    """Who is asking: a request's tenant is its x-llm-d-inference-fairness-id header (or
+    the old x-gateway-inference-fairness-id), else the body's `user`, else "default"
+    (docs/design.md §5.11). Under saturation the waiting room shares service among the
+    tenants with requests in it by weight; without saturation tenants change nothing."""
 
     fair_share: Annotated[bool, Meta(description=(
         "With the global queue, when requests would miss their targets each tenant gets "
@@ -132,8 +132,9 @@ class TenantsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         "--tenant-weights team-a=2,team-b=1); a tenant not named weighs 1."))] = {}
     objective_priorities: Annotated[dict[str, int], Meta(description=(
         "The priority of each Gateway API Inference Extension objective (the "
-        "x-llm-d-inference-objective header, or the old x-gateway-inference-objective, names one), as its InferenceObjective's "
-        "priority; a request's own priority (body or x-ascendra-priority header) wins."
+        "x-llm-d-inference-objective header, or the old x-gateway-inference-objective, "
+        "names one), as its InferenceObjective's priority; a request's own priority (body "
+        "or x-ascendra-priority header) wins."
         ))] = {}
     metrics_tenants: Annotated[int, Meta(ge=0, le=1000, description=(
         "/metrics labels per-tenant series with the tenants that sent the most requests, "
