@@ -184,6 +184,8 @@ class RunResult(msgspec.Struct, kw_only=True):
     duration_s: float
     ttft_slo_s: float
     tbt_slo_s: float
+    #: `--goodput e2el:MS`: a good request also ended within this (absent without one).
+    e2el_slo_s: float | msgspec.UnsetType = msgspec.UNSET
     goodput_pct: float                 # share of all requests that met both targets, %
     #: share of all requests' prompt + output tokens that belonged to good requests, %
     token_goodput_pct: float = 0.0

@@ -36,9 +36,15 @@ def percentiles(values) -> Percentiles:
     return Percentiles(float(data.mean()), float(p50), float(p90), float(p99))
 
 
-def is_good(record: RequestRecord, ttft_slo: float, tbt_slo: float) -> bool:
-    """Completed within both targets (the record's own targets win over the run's)."""
+def is_good(record: RequestRecord, ttft_slo: float, tbt_slo: float,
+            e2el_slo: float | None = None) -> bool:
+    """Completed within both targets (the record's own targets win over the run's), and
+    within `e2el_slo` seconds from arrival to its last answer when one is given
+    (`ascendra bench --goodput e2el:MS`, vLLM's end-to-end target)."""
     if record.outcome != "completed" or record.ttft() is None:
+        return False
+    if e2el_slo is not None and (record.end_time is None
+                                 or record.end_time - record.arrival > e2el_slo):
         return False
     ttft_target = record.ttft_slo if record.ttft_slo is not None else ttft_slo
     tbt_target = record.tbt_slo if record.tbt_slo is not None else tbt_slo
@@ -47,20 +53,21 @@ def is_good(record: RequestRecord, ttft_slo: float, tbt_slo: float) -> bool:
 
 
 def token_goodput_pct(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float,
-                      ) -> float:
+                      e2el_slo: float | None = None) -> float:
     """Share of the requests' prompt + output tokens (as asked) that belonged to requests
     meeting their targets, %."""
     total = good = 0
     for r in records:
         size = r.prompt_len + r.output_len
         total += size
-        good += size if is_good(r, ttft_slo, tbt_slo) else 0
+        good += size if is_good(r, ttft_slo, tbt_slo, e2el_slo) else 0
     return 100.0 * good / total if total else 0.0
 
 
 def summarize(records: list[RequestRecord], config: dict, duration_s: float,
               ttft_slo: float, tbt_slo: float, per_instance: list[dict] | None = None,
-              perf_model_mape: float | None = None, keep_records: bool = False) -> RunResult:
+              perf_model_mape: float | None = None, keep_records: bool = False,
+              e2el_slo: float | None = None) -> RunResult:
     """Everything a run reports, from its records. Rates are per `duration_s`.
 
     Warm-up requests (`RequestRecord.warmup`: a multi-turn run's earlier turns, sent to
@@ -74,14 +81,14 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         duration_s = max(ends) - min(r.arrival for r in records) if ends else 0.0
     done = [r for r in records if r.outcome == "completed"]
     counts = {o: sum(1 for r in records if r.outcome == o) for o in OUTCOMES}
-    good = sum(1 for r in records if is_good(r, ttft_slo, tbt_slo))
+    good = sum(1 for r in records if is_good(r, ttft_slo, tbt_slo, e2el_slo))
     tbt = percentiles(_all_gaps(done))
     per_second = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: 0.0)
     return RunResult(
         config=config, num_requests=len(records), duration_s=duration_s,
         ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo,
         goodput_pct=100.0 * good / len(records) if records else 0.0,
-        token_goodput_pct=token_goodput_pct(records, ttft_slo, tbt_slo),
+        token_goodput_pct=token_goodput_pct(records, ttft_slo, tbt_slo, e2el_slo),
         goodput_rps=per_second(good), throughput_rps=per_second(counts["completed"]),
         output_tok_s=per_second(sum(r.output_tokens() for r in records)),
         ttft_s=percentiles([r.ttft() for r in done if r.ttft() is not None]),
@@ -91,8 +98,9 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         good=good, **counts, offloaded=sum(1 for r in records if r.offloaded),
         perf_model_mape=perf_model_mape, per_instance=list(per_instance or []),
         prompt_cached_pct=cached_share(done),
-        per_class=per_class(records, ttft_slo, tbt_slo),
-        per_tenant=per_tenant(records, ttft_slo, tbt_slo),
+        per_class=per_class(records, ttft_slo, tbt_slo, e2el_slo),
+        per_tenant=per_tenant(records, ttft_slo, tbt_slo, e2el_slo),
+        e2el_slo_s=msgspec.UNSET if e2el_slo is None else e2el_slo,
         primed=primed, records=list(everything) if keep_records else msgspec.UNSET)
 
 
@@ -102,12 +110,13 @@ def cached_share(records: list[RequestRecord]) -> float:
     return 100.0 * sum(r.cached_tokens for r in records) / prompt if prompt else 0.0
 
 
-def per_class(records: list[RequestRecord], ttft_slo: float, tbt_slo: float) -> list[ClassResult]:
+def per_class(records: list[RequestRecord], ttft_slo: float, tbt_slo: float,
+              e2el_slo: float | None = None) -> list[ClassResult]:
     """Goodput per SLO class, in order of first appearance; none when no record has a class
     (records without one are counted as class "default")."""
     rows = []
     for name, members in _grouped(records, "slo_class", "default").items():
-        good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo))
+        good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo, e2el_slo))
         first = members[0]
         rows.append(ClassResult(
             slo_class=name, num_requests=len(members), good=good,
@@ -118,13 +127,13 @@ def per_class(records: list[RequestRecord], ttft_slo: float, tbt_slo: float) -> 
 
 
 def per_tenant(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float,
-               ) -> list[TenantResult]:
+               e2el_slo: float | None = None) -> list[TenantResult]:
     """What each tenant got, in order of first appearance; none when no record names a
     tenant (records without one are counted as tenant "default", as the daemon counts a
     request that names none)."""
     rows = []
     for name, members in _grouped(records, "tenant", DEFAULT_TENANT).items():
-        good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo))
+        good = sum(1 for r in members if is_good(r, ttft_slo, tbt_slo, e2el_slo))
         done = [r for r in members if r.outcome == "completed"]
         rows.append(TenantResult(
             tenant=name, priority=members[0].priority, num_requests=len(members), good=good,
@@ -132,7 +141,7 @@ def per_tenant(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float
             served_tokens=sum(r.prompt_len + r.output_tokens() for r in done),
             dropped=sum(1 for r in members if r.outcome == "dropped"),
             p99_ttft_s=percentiles([r.ttft() for r in done if r.ttft() is not None]).p99,
-            token_goodput_pct=token_goodput_pct(members, ttft_slo, tbt_slo)))
+            token_goodput_pct=token_goodput_pct(members, ttft_slo, tbt_slo, e2el_slo)))
     return rows
 
 

@@ -6,8 +6,9 @@ daemon/health.py), GET /metrics, GET /openapi.json (the OpenAPI 3.1
 description). A request's `model` picks the controller of that model
 (daemon/served_models.py); it becomes one engine request per choice
 (daemon/request_plan.py), served together as one response (daemon/choices.py). Its
-latency targets may also come from the `x-slo-ttft-ms` / `x-slo-tpot-ms` headers, the
-body's fields winning (daemon/slo_headers.py).
+latency targets may also come from the `x-llm-d-slo-ttft-ms` / `x-llm-d-slo-tpot-ms`
+headers (or their old `x-slo-*` names), the body's fields winning (daemon/slo_headers.py);
+a queue TTL from `x-llm-d-inference-ttl` (daemon/ttl_header.py).
 
 Every error the application answers is JSON in OpenAI's error shape, its message (and
 `param`) naming the field. Limits: bodies over `max_body_bytes` get 413, prompts must
@@ -48,6 +49,7 @@ from daemon.tenant_headers import BadIdentityHeader, identity
 from daemon.tool_calls import (
     ToolError, ToolPlan, plan_tools, renders_tools, system_tools_message, template_message,
 )
+from daemon.ttl_header import header_ttl
 from ipc.params import GrammarSpec
 
 log = logging.getLogger(__name__)
@@ -309,6 +311,7 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
     try:
         body = with_header_slos(body, request.headers)
         who = identity(body, request.headers, controller.tenants)
+        ttl = header_ttl(request.headers)
     except (BadSloHeader, BadIdentityHeader) as exc:
         raise BadRequest(str(exc), exc.param) from None
     try:
@@ -318,15 +321,17 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
         stops = body.stop_strings()
     except ValueError as exc:
         raise BadRequest(str(exc), getattr(exc, "param", None)) from None
-    handles = await submit(controller, choices, builder.id, body, who)
+    handles = await submit(controller, choices, builder.id, body, who, ttl)
     token_text = token_text_for(controller.tokenizer) if body.num_logprobs() is not None else None
     running = [RunningChoice(choice, handle, controller.tokenizer, stops, token_text, builder.chat,
                              tools) for choice, handle in zip(choices, handles)]
     serving = body.return_serving_info
     try:
         if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return await stream(request, running, choices, builder, include_usage, serving)
+            options = body.stream_options
+            include_usage = bool(options and options.include_usage)
+            return await stream(request, running, choices, builder, include_usage, serving,
+                                bool(options and options.continuous_usage_stats))
         return await complete(running, choices, builder, serving)
     except ApiError as exc:  # it ended before its first token (e.g. dropped): a status
         if not serving:

@@ -32,6 +32,7 @@ from daemon.tenant_headers import Identity
 from daemon.stream_events import DONE, StreamEvents
 from daemon.tool_calls import ToolCallStream, ToolPlan
 from ipc.serving_info import ChoiceServing, ServingInfo
+from ipc.tenancy import QUEUE_DURATION_HEADER
 
 
 class RunningChoice:
@@ -80,21 +81,28 @@ class RunningChoice:
 
 
 async def submit(controller, choices: list[Choice], request_id: str, body,
-                 who: Identity = Identity()) -> list:
+                 who: Identity = Identity(), ttl: float | None = None) -> list:
     """Every choice's handle, in order; a refusal cancels those already accepted. `who`:
-    its tenant and priority band (daemon/tenant_headers.py)."""
+    its tenant and priority band (daemon/tenant_headers.py); `ttl`: its queue TTL, s."""
     handles = []
     try:
         for choice in choices:
             handles.append(await controller.submit(
                 choice.prompt.token_ids, choice.sampling, ttft_slo=body.ttft_slo,
-                tbt_slo=body.tbt_slo, priority=who.priority, tenant=who.tenant,
+                tbt_slo=body.tbt_slo, priority=who.priority, tenant=who.tenant, ttl=ttl,
                 request_id=request_id if len(choices) == 1 else f"{request_id}-{choice.index}"))
     except BaseException:
         for handle in handles:
             handle.close(Outcome.CANCELLED)
         raise
     return handles
+
+
+def queue_header(running: list[RunningChoice]) -> dict[str, str]:
+    """x-llm-d-flow-queue-duration-ms: integer ms from arrival to the start of its
+    prefill (the longest of its choices'); absent when none has started."""
+    delays = [r.handle.queue_delay for r in running if r.handle.queue_delay is not None]
+    return {QUEUE_DURATION_HEADER: str(round(1000 * max(delays)))} if delays else {}
 
 
 def usage_counts(running: list[RunningChoice], choices: list[Choice]) -> tuple[int, int, int]:
@@ -153,7 +161,7 @@ async def complete(running: list[RunningChoice], choices: list[Choice],
     body = builder.full(bodies, *usage_counts(running, choices))
     if serving:
         body["serving_info"] = msgspec.to_builtins(serving_info(running))
-    return web.json_response(body)
+    return web.json_response(body, headers=queue_header(running))
 
 
 def _choice_body(builder: ResponseBuilder, r: RunningChoice) -> dict:
@@ -180,31 +188,34 @@ def _add_events(choice: RunningChoice, items: Iterable, events: StreamEvents,
         # one event per token, even when its text is still held back (a partial
         # character, a possible stop string): clients time tokens by events
         if choice.tool_calls is None:
-            events.token(out, choice.index, text, choice.finish, first, logprobs)
+            events.token(out, choice.index, text, choice.finish, first, logprobs, choice.count)
             continue
         text, calls = choice.tool_calls.add(text, final=bool(choice.finish))
         finish = choice.finish_reason if choice.finish else None
-        events.token(out, choice.index, text, None if calls else finish, first, logprobs)
+        events.token(out, choice.index, text, None if calls else finish, first, logprobs,
+                     choice.count)
         if calls:
             events.tool_calls(out, choice.index, calls)
             if finish:
-                events.token(out, choice.index, "", finish)
+                events.token(out, choice.index, "", finish, completion_tokens=choice.count)
     if choice.finish:
         choice.close()
 
 
 async def stream(request: web.Request, running: list[RunningChoice], choices: list[Choice],
                  builder: ResponseBuilder, include_usage: bool,
-                 serving: bool = False) -> web.StreamResponse:
+                 serving: bool = False, continuous_usage: bool = False) -> web.StreamResponse:
     """`serving`: `serving_info` in a last chunk with no choices (the usage chunk, when
     `include_usage`), or beside the error of a stream that fails."""
     response = None
     try:
         firsts = await _all(r.handle.first() for r in running)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
+                                               "Cache-Control": "no-cache",
+                                               **queue_header(running)})
         await response.prepare(request)
-        events, out = StreamEvents(builder), bytearray()
+        prompt_tokens = usage_counts(running, choices)[0] if continuous_usage else None
+        events, out = StreamEvents(builder, prompt_tokens), bytearray()
         ready = asyncio.Event()  # any choice has tokens queued
         for choice in running:
             choice.handle.listen(ready)

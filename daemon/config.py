@@ -206,6 +206,10 @@ SECTIONS: dict[str, type] = {
 SIMULATOR_SECTIONS = ("scheduler", "slo", "controller", "tenants")
 #: Fields no one sets by hand: the layout sets each instance's scheduler mode.
 NOT_SETTABLE = {("scheduler", "mode")}
+#: vLLM's spelling of a setting's flag, accepted beside ours (`vllm serve` bounds its
+#: waiting queue with these two; a 503 answers a request past either, as here).
+VLLM_FLAG_ALIASES = {"max_queued_requests": ("--max-num-queued-reqs",),
+                     "max_queued_tokens": ("--max-num-queued-tokens",)}
 
 
 def load_config(path: str | None = None, overrides: dict | None = None) -> ServeConfig:
@@ -333,7 +337,8 @@ def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
                                 metavar="TEXT", action=_Repeated)
         else:
             choices = _choices(kind)
-            parser.add_argument(flag, dest=field.name, default=None, help=help_text,
+            parser.add_argument(flag, *VLLM_FLAG_ALIASES.get(field.name, ()), dest=field.name,
+                                default=None, help=help_text,
                                 choices=choices, metavar=None if choices else _metavar(kind))
 
 

@@ -125,11 +125,13 @@ class Controller:
     # ---- requests ----------------------------------------------------------------------
     async def submit(self, prompt_token_ids: list[int], sampling: SamplingParams, *, request_id: str,
                      ttft_slo: float | None = None, tbt_slo: float | None = None,
-                     priority: int = 0, tenant: str = DEFAULT_TENANT) -> RequestHandle:
+                     priority: int = 0, tenant: str = DEFAULT_TENANT,
+                     ttl: float | None = None) -> RequestHandle:
         """Hand a request to the core; its tokens then arrive on the returned handle.
-        A refusal (starting, shutting down, queue full, no instance) raises ApiError 503."""
+        A refusal (starting, shutting down, queue full, no instance) raises ApiError 503.
+        `ttl`: seconds it may wait to start (x-llm-d-inference-ttl)."""
         arrived = Arrived(self.clock(), request_id, prompt_token_ids, sampling, ttft_slo, tbt_slo,
-                          priority, tenant)
+                          priority, tenant, ttl)
         if self.request_log:
             self.request_log.arrived(arrived)
         actions = self.core.handle(arrived)
@@ -160,6 +162,8 @@ class Controller:
             self.metrics.observe(action)
             if type(action) is Tokens:  # the hot path: a step's tokens
                 self._stream(action.tokens)
+                if action.ttfts:
+                    self._note_queue_delays(action)
                 continue
             match action:
                 case Send(instance_id=instance_id, message=message):
@@ -172,6 +176,8 @@ class Controller:
                     if stream is not None:
                         stream.num_cached_tokens = action.cached_tokens
                         stream.settled = action
+                        if stream.queue_delay is None:
+                            stream.queue_delay = action.queue_delay
                     error = settle_error(action)
                     if stream is not None and error is not None:
                         stream.fail(error)
@@ -194,6 +200,17 @@ class Controller:
             stream = streams.get(request_id)
             if stream is not None:
                 stream.put(tokens.output(i))
+
+    def _note_queue_delays(self, action: Tokens) -> None:
+        """At its first token, how long each request waited to start its prefill (the
+        x-llm-d-flow-queue-duration-ms answer header, sent before the body). A request
+        that ended with this token has left the core's books: its `Settle` says it."""
+        requests, ids = self.core.ledger.requests, action.tokens.request_ids
+        for position in action.ttfts:
+            stream = self.streams.get(ids[position])
+            tracked = requests.get(ids[position])
+            if stream is not None and tracked is not None and tracked.prefill_start is not None:
+                stream.queue_delay = tracked.prefill_start - tracked.arrival_time
 
     def _fire(self, timer: Timer) -> None:
         self._timers.pop(timer, None)

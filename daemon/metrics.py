@@ -59,8 +59,8 @@ class Metrics:
                                 registry=r)
         self.tickets = Counter("ascendra_tickets", "Tickets opened by HP instances", registry=r)
         self.dropped = Counter("ascendra_dropped", "Requests refused or dropped before their "
-                               "first token, by reason (queue_full, shutting_down, no_instance, "
-                               "ttft_slo_missed)", ["reason"], registry=r)
+                               "first token, by reason (queue_full, starting, shutting_down, "
+                               "no_instance, ttft_slo_missed, ttl_expired)", ["reason"], registry=r)
         self.recovered = Counter("ascendra_recovered", "Requests moved on after an instance died "
                                  "(resubmit: no first token yet; resume: mid-decode, by recompute) "
                                  "or an offload no HP could take (reroute)", ["kind"], registry=r)

@@ -33,6 +33,8 @@ MAX_COMPLETION_LOGPROBS = 5
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool = False
+    #: vLLM's extension (guidellm sends it): every chunk carries the usage so far.
+    continuous_usage_stats: bool = False
 
 
 class JsonSchemaFormat(msgspec.Struct, kw_only=True):

@@ -33,6 +33,8 @@ class RequestHandle:
         self.num_cached_tokens = 0
         #: The core's last word on it (where it went, how it ended), once it ended.
         self.settled: Settle | None = None
+        #: Arrival to the start of its prefill, seconds: known at its first token.
+        self.queue_delay: float | None = None
         self._items: deque[TokenOutput | ApiError] = deque()
         #: Set whenever an item is put; the reader clears it before it looks.
         self.ready = asyncio.Event()

@@ -52,8 +52,11 @@ class _ChatChoice(msgspec.Struct):
 class StreamEvents:
     """Appends the events of one response (`builder`'s id, model, kind) to a bytearray."""
 
-    def __init__(self, builder: ResponseBuilder) -> None:
+    def __init__(self, builder: ResponseBuilder, prompt_tokens: int | None = None) -> None:
+        """`prompt_tokens`: given, every token's chunk carries the usage so far (vLLM's
+        `stream_options.continuous_usage_stats`)."""
         self.chat = builder.chat
+        self.prompt_tokens = prompt_tokens
         kind = "chat.completion.chunk" if builder.chat else "text_completion"
         self._encoder = msgspec.json.Encoder()
         envelope = self._encoder.encode(_Envelope(builder.id, kind, builder.created, builder.model))
@@ -66,10 +69,14 @@ class StreamEvents:
             b',"logprobs":null,"finish_reason":null}' + self._close
 
     def token(self, out: bytearray, index: int, text: str, finish_reason: str | None = None,
-              first: bool = False, logprobs: dict | None = None) -> None:
+              first: bool = False, logprobs: dict | None = None, completion_tokens: int = 0,
+              ) -> None:
         """One choice's chunk for one token: its new `text` (maybe empty: an event per
-        token all the same, as clients time tokens by events)."""
-        if finish_reason is None and logprobs is None and not first and (text or not self.chat):
+        token all the same, as clients time tokens by events); `completion_tokens`: the
+        choice's tokens so far, for continuous usage."""
+        continuous = self.prompt_tokens is not None
+        if finish_reason is None and logprobs is None and not first and not continuous and (
+                text or not self.chat):
             out += self._plain_open.get(index) or self._plain_opening(index)
             self._encoder.encode_into(text, out, -1)
             out += self._plain_close
@@ -81,6 +88,11 @@ class StreamEvents:
             choice = _TextChoice(index, text, logprobs, finish_reason)
         out += self._open
         self._encoder.encode_into(choice, out, -1)
+        if continuous:
+            out += b'],"usage":'
+            self._encoder.encode_into(usage(self.prompt_tokens, completion_tokens), out, -1)
+            out += b"}" + _END
+            return
         out += self._close
 
     def tool_calls(self, out: bytearray, index: int, calls: list[dict]) -> None:

@@ -1,13 +1,14 @@
 """Who is asking, and in which priority band: a request's tenant and priority from its
 body and headers (docs/api.md, "Tenants and priority").
 
-Tenant: the `x-gateway-inference-fairness-id` header (the Gateway API Inference
-Extension's flow-control key, which llm-d's endpoint picker sets), else the body's
+Tenant: the `x-llm-d-inference-fairness-id` header (llm-d's flow-control key; its old
+name `x-gateway-inference-fairness-id` too, the new one winning), else the body's
 `user` (OpenAI's end-user id), else "default".
 
 Priority: the body's `priority` when given, else the `x-ascendra-priority` header (a
 gateway route can set it), else the priority the operator gave the request's
-Inference Extension objective (`x-gateway-inference-objective`, mapped by
+Inference Extension objective (`x-llm-d-inference-objective`, or its old name
+`x-gateway-inference-objective`, mapped by
 [tenants] objective_priorities as its InferenceObjective's `priority`), else 0. The
 same sign rule as the InferenceObjective's: higher is served first, negative is
 sheddable. A malformed header is the client's 400, naming it.
@@ -19,12 +20,13 @@ import re
 import msgspec
 
 from daemon.core.controller_config import TenantsConfig
+from daemon.header_aliases import first_named
 from ipc.tenancy import (
     MAX_PRIORITY,
     MIN_PRIORITY,
-    OBJECTIVE_HEADER,
+    OBJECTIVE_HEADERS,
     PRIORITY_HEADER,
-    TENANT_HEADER,
+    TENANT_HEADERS,
 )
 from policies.tenants import DEFAULT_TENANT
 
@@ -48,9 +50,9 @@ class Identity(msgspec.Struct, frozen=True):
 def identity(body, headers, tenants: TenantsConfig) -> Identity:
     """The tenant and priority of `body` (a request struct with `user` and `priority`)
     sent with `headers` (aiohttp's multidict or a plain mapping)."""
-    header = _one(headers, TENANT_HEADER)
+    name, header = _one(headers, TENANT_HEADERS)
     if header is not None and (len(header) > MAX_TENANT_LEN or not header.isprintable()):
-        raise BadIdentityHeader(TENANT_HEADER, f"a tenant is at most {MAX_TENANT_LEN} "
+        raise BadIdentityHeader(name, f"a tenant is at most {MAX_TENANT_LEN} "
                                                "printable characters")
     return Identity(header or body.user or DEFAULT_TENANT, _priority(body, headers, tenants))
 
@@ -58,21 +60,20 @@ def identity(body, headers, tenants: TenantsConfig) -> Identity:
 def _priority(body, headers, tenants: TenantsConfig) -> int:
     if body.priority is not None:
         return body.priority
-    text = _one(headers, PRIORITY_HEADER)
+    _, text = _one(headers, (PRIORITY_HEADER,))
     if text is not None:
         if not _INTEGER.fullmatch(text) or not MIN_PRIORITY <= int(text) <= MAX_PRIORITY:
             raise BadIdentityHeader(PRIORITY_HEADER, f"{text!r} is not an integer in "
                                                      f"[{MIN_PRIORITY}, {MAX_PRIORITY}]")
         return int(text)
-    objective = _one(headers, OBJECTIVE_HEADER)
+    _, objective = _one(headers, OBJECTIVE_HEADERS)
     return tenants.objective_priorities.get(objective, 0) if objective else 0
 
 
-def _one(headers, name: str) -> str | None:
-    """The header's value, stripped; None if absent or empty. Sent twice with different
-    values: a 400."""
-    values = headers.getall(name, []) if hasattr(headers, "getall") else (
-        [headers[name]] if name in headers else [])
+def _one(headers, names: tuple[str, ...]) -> tuple[str, str | None]:
+    """The first of `names` the request carries and its value, stripped (None if absent
+    or empty). Sent twice with different values: a 400."""
+    name, values = first_named(headers, names)
     if len({v.strip() for v in values}) > 1:
         raise BadIdentityHeader(name, f"sent {len(values)} times with different values")
-    return (values[0].strip() or None) if values else None
+    return name, (values[0].strip() or None) if values else None

@@ -23,6 +23,8 @@ class EndCode(str, enum.Enum):
     """The error code of a request that ended without completing (OpenAI's `code`)."""
 
     TTFT_SLO_MISSED = FinishReason.DROP.value
+    #: It waited past its queue TTL (llm-d's `x-llm-d-inference-ttl`) for its prefill.
+    TTL_EXPIRED = "ttl_expired"
     INSTANCE_FAILED = "instance_failed"
     SHUTTING_DOWN = "shutting_down"
     UNAVAILABLE = "unavailable"
@@ -36,6 +38,8 @@ REFUSAL_CODES = {Refusal.STARTING: "unavailable", Refusal.SHUTTING_DOWN: "shutti
                  Refusal.QUEUE_FULL: "queue_full", Refusal.NO_INSTANCE: "unavailable"}
 
 #: The codes of a request the server shed under load before its first token -- it would
-#: miss its TTFT target, or the waiting room was full: a run's records call it *dropped*
-#: (a measurement of the server), any other failure *errored*.
-SHED_CODES = frozenset({EndCode.TTFT_SLO_MISSED.value, REFUSAL_CODES[Refusal.QUEUE_FULL]})
+#: miss its TTFT target, it waited past its queue TTL, or the waiting room was full: a
+#: run's records call it *dropped* (a measurement of the server), any other failure
+#: *errored*.
+SHED_CODES = frozenset({EndCode.TTFT_SLO_MISSED.value, EndCode.TTL_EXPIRED.value,
+                        REFUSAL_CODES[Refusal.QUEUE_FULL]})

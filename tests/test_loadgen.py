@@ -271,7 +271,7 @@ async def test_bench_command_end_to_end(tmp_path, capsys):
     args = build_parser().parse_args([
         "--base-url", url, "--dataset-path", str(trace), "--request-rate", "200",
         "--num-prompts", "12", "--ttft-slo", "1", "--tbt-slo", "0.1", "--api-key", "k",
-        "--save-result", str(out), "--save-detailed", "--disable-tqdm"])
+        "--json", str(out), "--save-detailed", "--disable-tqdm"])
     try:
         from bench.loadgen.bench_cli import run
         assert await asyncio.to_thread(run, args) == 0

@@ -20,6 +20,7 @@ import asyncio
 import math
 import os
 import sys
+from pathlib import Path
 
 import aiohttp
 import msgspec
@@ -33,7 +34,14 @@ from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.records import RequestRecord
 from bench.records_file import record_rows, write_records
+from bench.br_report import br02_report
+from bench.br_report import now as report_now
 from bench.results import RunResult, print_summary, summarize, write_result
+from bench.vllm_result import (
+    DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS, parse_goodput,
+    parse_metric_percentiles, parse_percentile_metrics, result_path, vllm_result,
+    write_vllm_result,
+)
 from daemon.core.controller_config import SloConfig
 from daemon.health import Health
 
@@ -41,6 +49,9 @@ DEFAULT_NUM_REQUESTS = 1000
 #: The daemon's own default SLOs: a run with no --ttft-slo/--tbt-slo measures against them.
 DEFAULT_SLO = SloConfig()
 DEFAULT_MAX_ERROR_RATE = 0.1
+#: `--report` formats, and the file one is written to unless told.
+REPORT_FORMATS = ("br0.2",)
+REPORT_FILE = "benchmark_report_br0.2.json"
 #: Tokens a chat template adds around a message (role headers, BOS/EOS): the room a chat
 #: run leaves in the context beyond the prompt's words and the output.
 CHAT_TEMPLATE_TOKENS = 32
@@ -48,7 +59,8 @@ CHAT_TEMPLATE_TOKENS = 32
 ERRORS_SHOWN = 5
 #: Flags left out of the result's `config` (secrets, output choices).
 NOT_CONFIG = ("api_key", "json", "save_detailed", "progress", "run", "command",
-              "max_error_rate", "records")
+              "max_error_rate", "records", "save_result", "result_dir", "result_filename",
+              "goodput_ms", "percentile_names", "percentile_values", "report", "report_file")
 DESCRIPTION = ("Send a trace's requests open-loop to an OpenAI-compatible server (streaming) "
                "and report TTFT, TBT, goodput and throughput.")
 
@@ -89,9 +101,12 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=ANSWER_TIMEOUT,
                    help="seconds to wait for answers after the last arrival; what is still "
                         "unanswered then is lost (default %(default)s)")
-    p.add_argument("--json", "--save-result", dest="json", metavar="PATH",
+    p.add_argument("--json", dest="json", metavar="PATH",
                    help="write the result (the schema `simulate` writes too) to PATH")
-    p.add_argument("--save-detailed", action="store_true", help="include every request's record")
+    p.add_argument("--save-detailed", action="store_true",
+                   help="include every request's record (--json) and vLLM's per-request "
+                        "lists (--save-result)")
+    add_vllm_result_flags(p)
     p.add_argument("--records", metavar="FILE",
                    help="write one line per request to FILE (JSONL, or .parquet); read it with "
                         "`ascendra records FILE`")
@@ -100,6 +115,29 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
                         "lost) (default %(default)s)")
     p.add_argument("--disable-tqdm", "--no-progress", dest="progress", action="store_false",
                    help="no progress bar")
+
+
+def add_vllm_result_flags(p: argparse.ArgumentParser) -> None:
+    """`vllm bench serve`'s result flags, with its meanings (bench/vllm_result.py)."""
+    p.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help="SLOs for goodput as vllm bench serve takes them: ttft:MS tpot:MS "
+                        "e2el:MS (ttft and tpot replace --ttft-slo / --tbt-slo)")
+    p.add_argument("--percentile-metrics", default=DEFAULT_PERCENTILE_METRICS,
+                   help="metrics --save-result reports percentiles of: ttft,tpot,itl,e2el "
+                        "(default %(default)s)")
+    p.add_argument("--metric-percentiles", default=DEFAULT_METRIC_PERCENTILES,
+                   help="comma-separated percentiles, e.g. 50,90,99 (default %(default)s)")
+    p.add_argument("--save-result", action="store_true",
+                   help="write vllm bench serve's result JSON (its field names), named as "
+                        "vLLM names it unless --result-filename")
+    p.add_argument("--result-dir", help="folder of the --save-result file (default: here)")
+    p.add_argument("--result-filename", help="name of the --save-result file")
+    p.add_argument("--report", choices=REPORT_FORMATS,
+                   help="also write llm-d-benchmark's benchmark report (schema 0.2) to "
+                        "--report-file")
+    p.add_argument("--report-file", default=None,
+                   help="the --report file (default benchmark_report_br0.2.json in "
+                        "--result-dir, else here)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +154,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_result(result, args.json)
         print(f"result written to {args.json}")
+    if args.save_result:
+        path = save_vllm_result(args, result, records)
+        print(f"vllm bench serve result written to {path}")
+    if args.report:
+        path = Path(args.report_file or Path(args.result_dir or ".") / REPORT_FILE)
+        report = br02_report(records, result.duration_s, end=report_now(),
+                             description=f"ascendra bench {result.config.get('workload', {})}"
+                                         .strip()[:500])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(msgspec.json.encode(report))
+        print(f"benchmark report ({args.report}) written to {path}")
     if args.records:
         write_records(args.records, record_rows(records, args.ttft_slo, args.tbt_slo))
         print(f"records written to {args.records}")
@@ -157,7 +206,33 @@ def _lost_message(record: RequestRecord, timeout: float) -> str:
             f"slower than the offered load; lower --qps or raise --timeout")
 
 
+def save_vllm_result(args: argparse.Namespace, result: RunResult,
+                     records: list[RequestRecord]):
+    """The run as `vllm bench serve --save-result` writes it; returns the file's path."""
+    backend = "openai-chat" if is_chat_endpoint(args.endpoint) else "openai"
+    rate = args.qps if args.qps is not None else float("inf")
+    model = result.config.get("model") or "unknown"
+    body = vllm_result(records, result.duration_s, backend=backend, model=model,
+                       num_prompts=result.num_requests, request_rate=rate,
+                       burstiness=args.burstiness, max_concurrency=args.max_concurrency,
+                       goodput=args.goodput_ms, percentile_metrics=args.percentile_names,
+                       metric_percentiles=args.percentile_values, detailed=args.save_detailed)
+    path = result_path(args.result_dir, args.result_filename, backend, rate, model,
+                       args.max_concurrency, body["date"])
+    write_vllm_result(body, path)
+    return path
+
+
 def _check(args: argparse.Namespace) -> None:
+    """Flag mistakes, before anything is sent; `--goodput` resolved into the SLOs."""
+    args.goodput_ms = parse_goodput(args.goodput or [])
+    args.percentile_names = parse_percentile_metrics(args.percentile_metrics)
+    args.percentile_values = parse_metric_percentiles(args.metric_percentiles)
+    if "ttft" in args.goodput_ms:
+        args.ttft_slo = args.goodput_ms["ttft"] / 1000
+    if "tpot" in args.goodput_ms:
+        args.tbt_slo = args.goodput_ms["tpot"] / 1000
+    args.e2el_slo = args.goodput_ms["e2el"] / 1000 if "e2el" in args.goodput_ms else None
     if not 0.0 <= args.max_error_rate <= 1.0:
         raise ValueError(f"--max-error-rate must be 0..1, got {args.max_error_rate}")
     positive = {"--qps": args.qps, "--burstiness": args.burstiness, "--timeout": args.timeout,
@@ -224,7 +299,8 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
     result = summarize(load.records, config, load.duration_s, args.ttft_slo, args.tbt_slo,
                        per_instance=this_run(before, health),
                        perf_model_mape=health.perf_model_mape if health else None,
-                       keep_records=args.save_detailed)
+                       keep_records=args.save_detailed,
+                       e2el_slo=getattr(args, "e2el_slo", None))
     return result, load.records
 
 

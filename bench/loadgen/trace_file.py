@@ -16,6 +16,14 @@ are matched exactly (case matters), the first of each list that the file has:
   the unit; a value that is an ISO date is read as a date whatever the unit.
 
 Arrival times must be on every row or on none. Only differences between them matter.
+
+Prefix reuse: a row may name its prompt's blocks (HASH_COLUMN, the Mooncake / aiperf
+`mooncake_trace` format's `hash_ids`, one id per block of BLOCK_TOKENS = 512 tokens, the
+last block maybe partial). Equal ids stand for equal tokens, so a replay builds equal
+blocks for them (bench/loadgen/workloads.py `hash_parts`) and reproduces the trace's
+prefix reuse on the daemon's prefix cache and in the simulator alike. inference-perf's
+trace-replay format is the Azure traces' CSV (TIMESTAMP, ContextTokens,
+GeneratedTokens), read here as above.
 """
 from __future__ import annotations
 
@@ -38,12 +46,17 @@ OUTPUT_COLUMNS = ("num_decode_tokens", "output_tokens", "output_length", "Genera
 ARRIVAL_COLUMNS = {"arrival_time": "s", "arrived_at": "s", "Timestamp": "s", "TIMESTAMP": "s",
                    "timestamp": "ms", "timestamp_ms": "ms", "time": "s"}
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: A Mooncake trace's block ids, and the tokens in each block (its format's, as aiperf's).
+HASH_COLUMN, BLOCK_TOKENS = "hash_ids", 512
 
 
 class TraceRow(msgspec.Struct, frozen=True):
     prompt_len: int
     output_len: int
     arrival: float | None = None     # seconds, any origin
+    #: The prompt's blocks of BLOCK_TOKENS tokens, by id (equal ids: equal tokens);
+    #: () when the trace names none.
+    hash_ids: tuple[int, ...] = ()
 
 
 def load_rows(trace: str, arrival_column: str | None = None,
@@ -181,4 +194,16 @@ def _row(record: dict, where: str, arrival_column: str | None, scale: float) -> 
 
     arrival = record.get(arrival_column) if arrival_column else None
     return TraceRow(column(PROMPT_COLUMNS), column(OUTPUT_COLUMNS),
-                    None if arrival in (None, "") else _time(where, arrival_column, arrival, scale))
+                    None if arrival in (None, "") else _time(where, arrival_column, arrival, scale),
+                    _hash_ids(where, record.get(HASH_COLUMN)))
+
+
+def _hash_ids(where: str, value) -> tuple[int, ...]:
+    """A row's block ids: a JSON list of integers (absent or empty: none)."""
+    if value in (None, "", []):
+        return ()
+    if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{where}: {HASH_COLUMN} is {value!r}; it must be a list of integer "
+                         f"block ids")
+    return tuple(value)

@@ -57,8 +57,8 @@ from bench.loadgen.arrivals import (
 )
 from bench.loadgen.reuse_workloads import conversation_requests, system_prompt_requests
 from bench.loadgen.tenant_mix import TenantShare, assign_tenants, check_tenant_mix
-from bench.loadgen.trace_file import TraceRow, load_rows
-from bench.loadgen.workload import WorkloadRequest, fit_lengths, sample_rows
+from bench.loadgen.trace_file import BLOCK_TOKENS, TraceRow, load_rows
+from bench.loadgen.workload import PromptPart, WorkloadRequest, fit_lengths, sample_rows
 
 Arrival = Literal["poisson", "gamma", "onoff", "replay", "shifting"]
 
@@ -254,12 +254,38 @@ def _requests(spec: WorkloadSpec, *, rate: float | None, num_requests: int | Non
     requests = []
     for i, (arrival, row, name) in enumerate(zip(arrivals, rows, classes)):
         slo = by_name[name] if name is not None else None
+        prompt_len, output_len = fit_lengths(row, spec.length_scale, spec.max_prompt_len,
+                                             max_model_len)
         requests.append(WorkloadRequest(
-            i, float(arrival), *fit_lengths(row, spec.length_scale, spec.max_prompt_len,
-                                            max_model_len),
+            i, float(arrival), prompt_len, output_len,
             ttft_slo=slo.ttft_slo if slo else None, tbt_slo=slo.tbt_slo if slo else None,
-            slo_class=name))
+            slo_class=name, prompt_parts=hash_parts(row, i, prompt_len, spec.length_scale)))
     return requests
+
+
+#: The first key of a PromptPart made from a trace's block id, and of the rest of a prompt
+#: its blocks fall short of (reuse_workloads.py uses 1-3).
+HASH_BLOCK, HASH_REST = 4, 5
+
+
+def hash_parts(row: TraceRow, index: int, prompt_len: int, length_scale: float = 1.0,
+               ) -> tuple[PromptPart, ...]:
+    """The prompt of a row that names its blocks (`hash_ids`, Mooncake's): one part per
+    block id, BLOCK_TOKENS tokens each (divided by `length_scale`), so equal ids are equal
+    tokens in every request; cut to `prompt_len`, and a part of its own after the last
+    block if the blocks fall short. () for a row without block ids."""
+    if not row.hash_ids:
+        return ()
+    block = max(1, round(BLOCK_TOKENS / length_scale))
+    parts, left = [], prompt_len
+    for block_id in row.hash_ids:
+        if left <= 0:
+            break
+        parts.append(PromptPart((HASH_BLOCK, block_id), min(block, left)))
+        left -= parts[-1].length
+    if left > 0:
+        parts.append(PromptPart((HASH_REST, index), left))
+    return tuple(parts)
 
 
 def _with_tenants(spec: WorkloadSpec, seed: int,

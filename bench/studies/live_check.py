@@ -12,7 +12,7 @@ For each point it starts `ascendra serve --executor sim --profile PROFILE --layo
 it (same seed, so the same requests), stops it, and runs `ascendra simulate` with the same
 flags; it prints goodput, throughput and TTFT side by side and writes both result JSONs
 and `summary.json` (the table). With `--tenant-mix` (bench/loadgen/tenant_mix.py) the
-load generator names each request's tenant in the x-gateway-inference-fairness-id header
+load generator names each request's tenant in the x-llm-d-inference-fairness-id header
 and the simulator hands the same tenant to its controller; goodput is then compared per
 tenant too. With an `<n>A` layout (roles chosen online) it also counts the role changes
 each side made (the daemon's `ascendra_role_changes_total`, scraped before it stops) and

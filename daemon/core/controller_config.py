@@ -26,10 +26,10 @@ class SloConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
 
     ttft_slo: Annotated[float, Meta(gt=0, description=(
         "Default time-to-first-token target, seconds (a request may set ttft_slo, or the "
-        "x-slo-ttft-ms header)."))] = 1.0
+        "x-llm-d-slo-ttft-ms header)."))] = 1.0
     tbt_slo: Annotated[float, Meta(gt=0, description=(
         "Default mean time-between-tokens target, seconds (a request may set tbt_slo, or "
-        "the x-slo-tpot-ms header)."))] = 0.15
+        "the x-llm-d-slo-tpot-ms header)."))] = 0.15
 
 
 class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -100,10 +100,11 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_queued_requests: Annotated[PositiveInt, Meta(description=(
         "Bounded waiting: at most this many accepted requests may wait for a first token; a "
         "request beyond it gets 503 with Retry-After (counted in "
-        'ascendra_dropped_total{reason="queue_full"}), so memory stays bounded.'))] = 1024
+        'ascendra_dropped_total{reason="queue_full"}), so memory stays bounded. vLLM\'s '
+        "--max-num-queued-reqs sets it too."))] = 1024
     max_queued_tokens: Annotated[PositiveInt, Meta(description=(
         "... and those waiting requests may hold at most this many prompt tokens in all; "
-        "beyond: 503 as above."))] = 1 << 20
+        "beyond: 503 as above (vLLM's --max-num-queued-tokens sets it too)."))] = 1 << 20
     recovery_timeout: Annotated[float, Meta(ge=0, description=(
         "Seconds the requests of an instance that died may wait for another instance (or "
         "the restarted one) to take them over -- resubmitted, or resumed mid-stream by "
@@ -115,10 +116,10 @@ TenantWeight = Annotated[float, Meta(gt=0)]
 
 
 class TenantsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Who is asking: a request's tenant is its x-gateway-inference-fairness-id header,
-    else the body's `user`, else "default" (docs/design.md §5.11). Under saturation the
-    waiting room shares service among the tenants with requests in it by weight; without
-    saturation tenants change nothing."""
+    """Who is asking: a request's tenant is its x-llm-d-inference-fairness-id header (or
+    the old x-gateway-inference-fairness-id), else the body's `user`, else "default"
+    (docs/design.md §5.11). Under saturation the waiting room shares service among the
+    tenants with requests in it by weight; without saturation tenants change nothing."""
 
     fair_share: Annotated[bool, Meta(description=(
         "With the global queue, when requests would miss their targets each tenant gets "
@@ -131,8 +132,9 @@ class TenantsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         "--tenant-weights team-a=2,team-b=1); a tenant not named weighs 1."))] = {}
     objective_priorities: Annotated[dict[str, int], Meta(description=(
         "The priority of each Gateway API Inference Extension objective (the "
-        "x-gateway-inference-objective header names one), as its InferenceObjective's "
-        "priority; a request's own priority (body or x-ascendra-priority header) wins."
+        "x-llm-d-inference-objective header, or the old x-gateway-inference-objective, "
+        "names one), as its InferenceObjective's priority; a request's own priority (body "
+        "or x-ascendra-priority header) wins."
         ))] = {}
     metrics_tenants: Annotated[int, Meta(ge=0, le=1000, description=(
         "/metrics labels per-tenant series with the tenants that sent the most requests, "

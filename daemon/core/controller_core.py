@@ -65,6 +65,7 @@ from daemon.core.events import (
 from daemon.core.handoffs import Handoffs
 from daemon.core.ledger import InstanceView, Ledger, Sent
 from daemon.core.prefix_index import PrefixIndex
+from daemon.core.queue_ttl import TTL, QueueTtl
 from daemon.core.recovery import RECOVERY, Recovery
 from daemon.core.recovery_plan import recovery_target, reroute_offload
 from daemon.core.request_state import Outcome, RequestState, Tracked, Trigger
@@ -136,6 +137,7 @@ class ControllerCore:
                       if dynamic_roles and self.room is not None else None)
         self.recovery = Recovery(self.ledger, config)
         self.handoffs = Handoffs(self.ledger, self.recovery)
+        self.queue_ttl = QueueTtl(self.ledger)
         self.accepting = self.draining = False
         self.drain_timeout = 0.0
         self.view = CoreView(self)
@@ -243,10 +245,12 @@ class ControllerCore:
                           block_names=names, cached_on=cached_on, tenant=event.tenant)
         if room is None:
             ledger.add(tracked)
+            self.queue_ttl.arrived(tracked, event.ttl, out)
             ledger.send_to(tracked, target, submit, out)
             return
         binding = room.arrived(tracked, now, out)   # it waits; a plan decides what goes
         ledger.add(tracked)
+        self.queue_ttl.arrived(tracked, event.ttl, out)
         self._apply(now, binding, out)
         if self.roles is not None:
             self.roles.arrived(now, ttft_slo)
@@ -476,6 +480,8 @@ class ControllerCore:
             self.recovery.give_up(now, out)
         elif timer.kind == OVERDUE and self.room is not None:
             self._end_overdue(now, out)
+        elif timer.kind == TTL:
+            self.queue_ttl.end_expired(now, out)
         elif timer.kind == DRAIN:
             for tracked in list(self.ledger.requests.values()):
                 self.ledger.end(tracked, Outcome.ERRORED, EndCode.SHUTTING_DOWN,

@@ -31,6 +31,7 @@ class Arrived:
     tbt_slo: float | None = None
     priority: int = 0          # higher bands first; < 0: sheddable
     tenant: str = DEFAULT_TENANT
+    ttl: float | None = None   # seconds it may wait to start (daemon/core/queue_ttl.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class ClientLeft:
 
 @dataclass(frozen=True, slots=True)
 class Timer:
-    kind: str   # "recovery" | "drain" | "overdue"
+    kind: str   # "recovery" | "drain" | "overdue" | "ttl"
     key: int = 0
 
 
