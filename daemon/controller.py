@@ -205,12 +205,12 @@ class Controller:
         """At its first token, how long each request waited to start its prefill (the
         x-llm-d-flow-queue-duration-ms answer header, sent before the body). A request
         that ended with this token has left the core's books: its `Settle` says it."""
-        requests, ids = self.core.ledger.requests, action.tokens.request_ids
+        ids = action.tokens.request_ids
         for position in action.ttfts:
             stream = self.streams.get(ids[position])
-            tracked = requests.get(ids[position])
-            if stream is not None and tracked is not None and tracked.prefill_start is not None:
-                stream.queue_delay = tracked.prefill_start - tracked.arrival_time
+            delay = self.view.queue_delay(ids[position])
+            if stream is not None and delay is not None:
+                stream.queue_delay = delay
 
     def _fire(self, timer: Timer) -> None:
         self._timers.pop(timer, None)

@@ -54,6 +54,14 @@ class CoreView:
         """The longest context every ready instance serves (0: none is ready)."""
         return self._core.ledger.max_model_len
 
+    def queue_delay(self, request_id: str) -> float | None:
+        """How long an accepted request waited before its prefill started (None: it has
+        not started, or it has ended)."""
+        tracked = self._core.ledger.requests.get(request_id)
+        if tracked is None or tracked.prefill_start is None:
+            return None
+        return tracked.prefill_start - tracked.arrival_time
+
     def ticket_open(self, instance_id: int) -> bool:
         """The HP holds a ticket: it asked for one new request."""
         return self._core.router.tickets.is_open(instance_id)
