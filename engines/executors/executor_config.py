@@ -42,6 +42,10 @@ class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: torch on CUDA: the largest decode batch run by CUDA graph replay; 0 = every step
     #: runs eagerly (vLLM's --enforce-eager).
     cuda_graph_max_batch: Annotated[int, Meta(ge=0)] = DEFAULT_CUDA_GRAPH_MAX_BATCH
+    #: Tensor-parallel degree: the instance runs the model over this many ranks, one
+    #: process and (on CUDA) one GPU each (engines/tp_ranks.py). sim: the profile's
+    #: step times at this degree.
+    tp: PositiveInt = 1
 
 
 def build_executor(config: ExecutorConfig):
@@ -58,6 +62,9 @@ def build_executor(config: ExecutorConfig):
     from engines.executors.torch_executor import TorchExecutor
     from engines.models.builtin import builtin_tiny_model_dir
     model_dir = config.model_dir or builtin_tiny_model_dir()
+    if config.tp > 1:
+        from engines.tp_ranks import start_ranks
+        return start_ranks(config, model_dir)
     return TorchExecutor(model_dir, block_size=config.block_size,
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None,
                          max_model_len=config.max_model_len,
