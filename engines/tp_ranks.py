@@ -27,7 +27,7 @@ import torch
 import zmq
 
 from engines import tp_wire
-from engines.models.kv_transfer import export_blocks, import_blocks
+from engines.models.kv_transfer import check_frames, export_blocks, import_blocks
 from engines.tp_group import check_devices, gather_to_first, join, leave, rank_device
 from ipc.messages import KvLayout
 
@@ -68,11 +68,15 @@ class Ranks:
     def export_kv(self, executor, block_table: list[int], num_tokens: int):
         """Every KV head of a request's first `num_tokens` tokens, gathered from the ranks:
         the same layout a one-rank instance exports."""
+        if num_tokens < 1 or len(block_table) * executor.block_size < num_tokens:
+            raise ValueError(f"cannot export {num_tokens} tokens from {len(block_table)} blocks")
         self.send(tp_wire.ExportKv(list(block_table), num_tokens))
         return _export_joined(executor, block_table, num_tokens)
 
     def import_kv(self, executor, block_table: list[int], layout: KvLayout, frames) -> None:
-        """Every rank writes its own heads of a hand-off's KV."""
+        """Every rank writes its own heads of a hand-off's KV (checked here first, so no rank
+        fails on it alone)."""
+        _check_import(executor, block_table, layout, frames)
         frames = [bytes(memoryview(f)) for f in frames]
         self.send(tp_wire.ImportKv(list(block_table), layout, frames))
         _import_own_heads(executor, block_table, layout, frames)
@@ -86,13 +90,17 @@ class Ranks:
             self.send(tp_wire.Stop())
         except zmq.ZMQError:
             pass
+        clean = True
         for proc in self.procs:
             try:
-                proc.wait(timeout=10)
+                clean &= proc.wait(timeout=10) == 0
             except subprocess.TimeoutExpired:
                 proc.kill()
+                clean = False
         for sock in self.sockets:
             sock.close(linger=0)
+        if clean:  # (a group whose peers died may not tear down: the process ends anyway)
+            leave()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _watch(self) -> None:
@@ -224,6 +232,13 @@ def _export_joined(executor, block_table, num_tokens: int):
                       block_size=layout.block_size, num_kv_heads=config.num_key_value_heads,
                       head_dim=layout.head_dim, dtype=layout.dtype, num_tokens=num_tokens)
     return layout, joined
+
+
+def _check_import(executor, block_table, layout: KvLayout, frames) -> None:
+    """ValueError unless every-head frames fit the model (its whole cache, all ranks')."""
+    config = executor.config
+    check_frames((config.num_hidden_layers, config.num_key_value_heads, config.head_dim),
+                 block_table, layout, frames, executor.block_size)
 
 
 @torch.inference_mode()

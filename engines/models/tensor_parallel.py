@@ -23,8 +23,10 @@ heads) are unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch only where a rank runs: the daemon checks degrees without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class Shard:
         per = config.intermediate_size // self.size
         return range(self.rank * per, (self.rank + 1) * per)
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+    def all_reduce(self, tensor: "torch.Tensor") -> "torch.Tensor":
         """Sum `tensor` over the ranks in place (a no-op on one rank)."""
         if self.size > 1:
             import torch.distributed as dist
