@@ -55,7 +55,7 @@ def build_executor(config: ExecutorConfig):
         from engines.executors.sim_executor import SimExecutor
         from engines.executors.sim_vocabulary import model_text_token_ids
         vocabulary = model_text_token_ids(config.model_dir) if config.model_dir else (0,)
-        return SimExecutor(make_latency(config.latency),
+        return SimExecutor(make_latency(_sim_latency(config)),
                            num_kv_blocks=config.num_kv_blocks or _sim_kv_blocks(config),
                            block_size=config.block_size, max_model_len=_sim_max_model_len(config),
                            vocabulary=vocabulary)
@@ -69,6 +69,14 @@ def build_executor(config: ExecutorConfig):
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None,
                          max_model_len=config.max_model_len,
                          cuda_graph_max_batch=config.cuda_graph_max_batch)
+
+
+def _sim_latency(config: ExecutorConfig) -> str:
+    """The latency spec, a GPU profile's taken at the instance's tensor-parallel degree."""
+    if config.tp > 1 and config.latency.startswith("profile:"):
+        from engines.executors.profiles.registry import with_tp
+        return "profile:" + with_tp(config.latency.split(":", 1)[1], config.tp)
+    return config.latency
 
 
 def _sim_max_model_len(config: ExecutorConfig) -> int:
@@ -89,5 +97,5 @@ def _sim_kv_blocks(config: ExecutorConfig) -> int:
     """A GPU profile's KV capacity (80 GB card), else SIM_DEFAULT_KV_BLOCKS."""
     if config.latency.startswith("profile:"):
         from engines.executors.profiles.registry import get_profile
-        return get_profile(config.latency.split(":", 1)[1]).num_kv_blocks(config.block_size)
+        return get_profile(_sim_latency(config).split(":", 1)[1]).num_kv_blocks(config.block_size)
     return SIM_DEFAULT_KV_BLOCKS
