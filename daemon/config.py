@@ -109,9 +109,12 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
 
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
-        if isinstance(self.layout, str) and isinstance(self.tp, int):
-            parse_layout(self.layout, self.gpus or None,  # "layout: ..."
-                         instance_gpus(self.tp, self.gpus_per_instance))
+        if isinstance(self.layout, str):
+            if isinstance(self.tp, int):  # else: counted against the models by ServeConfig
+                parse_layout(self.layout, self.gpus or None,  # "layout: ..."
+                             instance_gpus(self.tp, self.gpus_per_instance))
+            else:
+                layout_modes(self.layout)
         else:  # one per model: counted against the models by ServeConfig
             for layout in self.layout:
                 layout_modes(layout)
