@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         print(render_toml(config), end="")
         return 0
     for plan in config.model_plans():
-        _check_tp(plan, _model_dir(plan))
+        if plan.tp > 1:  # (the tiny model is made only when asked for)
+            _check_tp(plan, _model_dir(plan))
     logging.basicConfig(level=config.process.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return uvloop.run(serve(config))
@@ -83,7 +84,7 @@ def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
 
 def _check_tp(plan: ModelPlan, model_dir: Path) -> None:
     """ValueError naming instances.tp when the model cannot be split over its degree."""
-    if plan.tp > 1 and (model_dir / "config.json").is_file():
+    if (model_dir / "config.json").is_file():
         check_divisible(ModelShape.from_pretrained(model_dir), plan.tp, "instances.tp")
 
 
