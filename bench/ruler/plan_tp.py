@@ -57,8 +57,12 @@ def plan_degrees(config: RulerConfig, num_gpus: int, workers: int | None = None,
         if progress:
             progress(f"plan: tp {k}: {num_gpus // k} instances of {k} GPUs")
         at_k = msgspec.structs.replace(config, profile=with_tp(config.profile, k))
-        degrees.append(DegreePlan(tp=k, instances=num_gpus // k,
-                                  answer=plan(at_k, num_gpus // k, workers, progress)))
+        try:
+            answer = plan(at_k, num_gpus // k, workers, progress)
+        except ValueError as exc:  # e.g. a ceiling of 0: not one running batch fits its KV
+            degrees.append(DegreePlan(tp=k, instances=num_gpus // k, skipped=str(exc)))
+            continue
+        degrees.append(DegreePlan(tp=k, instances=num_gpus // k, answer=answer))
     ran = [d for d in degrees if d.answer is not None]
     if not ran:
         raise ValueError(f"tp: {config.profile} fits no degree dividing {num_gpus} GPUs: "
