@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 
+import msgspec
 import torch
 import zmq
 
@@ -163,7 +164,6 @@ def _spawn(config, model_dir: str, rank: int, init_method: str,
     env["PYTHONPATH"] = os.pathsep.join(
         dict.fromkeys([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(
             os.pathsep) if p]))
-    import msgspec
     command = [sys.executable, "-m", "engines.tp_rank_main",
                "--executor-json", msgspec.json.encode(config).decode(), "--model-dir", model_dir,
                "--rank", str(rank), "--init", init_method, "--commands", endpoint,
