@@ -8,6 +8,8 @@ of the run:
     40 %  garbage frames on the controller's ZeroMQ socket (the ipc runtime directory)
     55 %  kill -9 the HP instance (else the last instance)
     70 %  a burst far past the waiting-queue bound (-> 503 queue_full with Retry-After)
+    85 %  kill -9 rank 1 of a ready instance -- only when instances run tensor-parallel
+          (`--serve-args '--executor torch --tp 2 ...'`): its instance ends, as if killed
     100 % SIGTERM to the daemon; a few requests more arrive while it drains (-> 503)
 
 while some clients disconnect mid-stream (`cancel_fraction`). Then it waits for every
@@ -50,7 +52,7 @@ from bench.loadgen.workload import prompt_token_ids
 from bench.processes import alive, instance_pids, is_instance, kill_quietly, rss_mb
 
 #: When each fault strikes, as a share of the run's duration.
-FAULT_AT = {"kill_lp": 0.25, "garbage": 0.40, "kill_hp": 0.55, "burst": 0.70}
+FAULT_AT = {"kill_lp": 0.25, "garbage": 0.40, "kill_hp": 0.55, "burst": 0.70, "kill_rank": 0.85}
 
 
 @dataclass
@@ -158,6 +160,7 @@ class Chaos:
         instances = health["instances"]
         roles = {i["id"]: i["role"] for i in instances}
         self.seen_pids.update(i["pid"] for i in instances if i["pid"])
+        self.seen_pids.update(p for i in instances for p in i.get("rank_pids", []))
         lp = next((i for i in sorted(roles) if roles[i] == "lp"), min(roles))
         hp = next((i for i in sorted(roles) if roles[i] == "hp"), max(roles))
         self.start = time.monotonic()
@@ -167,6 +170,8 @@ class Chaos:
         faults = sorted([(FAULT_AT["kill_lp"], "kill_lp", lp), (FAULT_AT["kill_hp"], "kill_hp", hp),
                          (FAULT_AT["garbage"], "garbage", None), (FAULT_AT["burst"], "burst", None)]
                         ) if cfg.faults else []
+        if cfg.faults and any(i.get("rank_pids") for i in instances):  # tensor parallel
+            faults.append((FAULT_AT["kill_rank"], "kill_rank", None))
         sampler = asyncio.create_task(self._sample(session))
         t, fault_i = 0.0, 0
         while True:
@@ -215,6 +220,16 @@ class Chaos:
                          f"holding {slot['in_flight']} requests")
             else:
                 self.say(f"instance {instance} is {slot['state']}; not killed")
+        elif kind == "kill_rank":
+            health = await self._get_json(session, "/health")
+            slot = next((i for i in health["instances"]
+                         if i.get("rank_pids") and i["state"] == "ready"), None)
+            if slot is not None:
+                kill_quietly(slot["rank_pids"][0])
+                self.say(f"kill -9 rank 1 of instance {slot['id']} ({roles[slot['id']]}, pid "
+                         f"{slot['rank_pids'][0]}) holding {slot['in_flight']} requests")
+            else:
+                self.say("no instance is ready; no rank killed")
         elif kind == "garbage":
             n = await asyncio.to_thread(send_garbage, self.daemon.runtime_dir)
             self.tally.bad_frames_sent += n

@@ -17,7 +17,14 @@ QUICK_MEASURED = 900
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_sim_flags(p, layout=False)
-    p.add_argument("--gpus", type=int, default=3, help="GPUs, one instance each (default 3)")
+    p.add_argument("--gpus", type=int, default=3,
+                   help="GPUs, one instance each (with --tp k: k each) (default 3)")
+    p.set_defaults(tp=None)
+    p.add_argument("--search-tp", dest="tp", action="store_const", const=0,
+                   help="search every tensor-parallel degree (1, 2, 4, 8) that divides --gpus "
+                        "and fits the model, with the role layouts and baselines at each "
+                        "(default: only when the model does not fit one GPU, as a 70B; "
+                        "--tp k plans at k only)")
     p.add_argument("--measured", type=int, default=None,
                    help="measured requests per simulated point (default 2000; the "
                         "capacity table's ruler uses 4500)")
@@ -32,15 +39,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bench.ruler.plan import plan
-    from bench.ruler.short_run import too_short
+    from bench.ruler.plan_tp import fitting_degrees
+    if args.tp is None:  # search the degrees when the model does not fit one GPU
+        args.tp = 0 if "@tp" not in args.profile and fitting_degrees(args.profile, 1)[0][1] else 1
     _, config = sim_settings(args)
     measured = args.measured or (QUICK_MEASURED if args.quick else DEFAULT_MEASURED)
     config = msgspec.structs.replace(config, measured=measured, seeds=(args.seed,),
                                      fair_floor=args.fair_floor)
-    answer = plan(config, args.gpus, workers=args.workers,
+    if args.tp == 0 and "@tp" not in args.profile:
+        return _run_degrees(args, config)
+    gpus = args.gpus // max(args.tp, 1)
+    answer = plan(config, gpus, workers=args.workers,
                   progress=lambda line: print(line, file=sys.stderr))
+    _print(args, config, answer)
+    if args.json:
+        write_json(args.json, answer)
+    return 0
+
+
+def _run_degrees(args, config) -> int:
+    from bench.ruler.plan_tp import plan_degrees
+    answer = plan_degrees(config, args.gpus, workers=args.workers,
+                          progress=lambda line: print(line, file=sys.stderr))
+    for degree in answer.degrees:
+        if degree.answer is None:
+            print(f"tp {degree.tp} ({degree.instances} instances): not planned: {degree.skipped}")
+            continue
+        print(f"tp {degree.tp} ({degree.instances} instances of {degree.tp} GPUs):")
+        _print(args, degree.answer.config, degree.answer)
+    print(f"recommended: {answer.recommended} at tp {answer.recommended_tp}: {answer.why}")
+    if args.json:
+        write_json(args.json, answer)
+    return 0
+
+
+def _print(args, config, answer) -> None:
+    from bench.ruler.short_run import too_short
     width = max(len(c.layout) for c in answer.candidates)
-    print(f"{args.gpus} GPUs, workload {config.workload.name} on {config.profile}: hardware "
+    print(f"{answer.num_gpus} instances, workload {config.workload.name} on {config.profile}: hardware "
           f"ceiling {answer.ceiling_qps:.2f} QPS (all served), {answer.ceiling_target_qps:.2f} "
           f"QPS (the cheapest {config.target:g} %), {answer.fair_ceiling_qps:.2f} QPS (fair: "
           f"every prompt-length class >= {100 * config.fair_floor:g} %)")
@@ -53,6 +89,3 @@ def run(args: argparse.Namespace) -> int:
     short = too_short(config.measured)
     if short:
         print(f"WARNING: {short}: a first look, not a steady state (steady_state: false)")
-    if args.json:
-        write_json(args.json, answer)
-    return 0

@@ -26,7 +26,9 @@ def _ppid(pid: int) -> int | None:
 def is_instance(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"engines.instance_main" in f.read()
+            line = f.read()
+        # an instance process, or a tensor-parallel rank 1..K-1 of one (engines/tp_ranks.py)
+        return b"engines.instance_main" in line or b"engines.tp_rank_main" in line
     except OSError:
         return False
 

@@ -17,6 +17,7 @@ import functools
 import itertools
 import json
 import tomllib
+import types
 import typing
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
@@ -26,7 +27,7 @@ from msgspec import Meta
 
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.layout import layout_modes, parse_layout
-from daemon.model_plan import ModelPlan, per_model, plan_models
+from daemon.model_plan import ModelPlan, instance_gpus, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig
 from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH
 from engines.executors.latency import make_latency
@@ -88,7 +89,14 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         "GPU ids dealt out to the instances in order, `gpus_per_instance` each (pinned with "
         'CUDA_VISIBLE_DEVICES), e.g. [0, 1, 2] for "2L1H" (as a flag: --gpus 0,1,2); [] = no '
         "pinning, every instance sees every GPU.")] = []
-    gpus_per_instance: Annotated[PositiveInt, doc("GPUs each instance takes from `gpus`.")] = 1
+    gpus_per_instance: Annotated[PositiveInt, doc(
+        "GPUs each instance takes from `gpus` (with tp > 1: tp, one per rank).")] = 1
+    tp: Annotated[PositiveInt | list[PositiveInt], doc(
+        "Tensor-parallel degree: each instance runs the model over this many ranks, one "
+        "process and one GPU each (of `gpus`: with --layout 2L1H --tp 2 --gpus 0-5 instance "
+        "i takes GPUs 2i and 2i+1; on CPU the ranks share the cores over gloo); the model's "
+        "attention heads must divide by it. With several models: one for all, or one per "
+        "model (--tp repeated).")] = 1
     block_size: Annotated[PositiveInt, doc(
         "Tokens per KV block (flash-attn's paged kernels want a multiple of 256).")] = 16
     num_kv_blocks: Annotated[PositiveInt | None, doc(
@@ -102,7 +110,11 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
         if isinstance(self.layout, str):
-            parse_layout(self.layout, self.gpus or None, self.gpus_per_instance)  # "layout: ..."
+            if isinstance(self.tp, int):  # else: counted against the models by ServeConfig
+                parse_layout(self.layout, self.gpus or None,  # "layout: ..."
+                             instance_gpus(self.tp, self.gpus_per_instance))
+            else:
+                layout_modes(self.layout)
         else:  # one per model: counted against the models by ServeConfig
             for layout in self.layout:
                 layout_modes(layout)
@@ -194,7 +206,8 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     def model_plans(self) -> list[ModelPlan]:
         """Each served model's name, folder, layout and instances (daemon/model_plan.py)."""
         return plan_models(self.model.model, self.model.served_model_name, self.instances.layout,
-                           self.instances.gpus or None, self.instances.gpus_per_instance)
+                           self.instances.gpus or None, self.instances.gpus_per_instance,
+                           self.instances.tp)
 
 
 #: The TOML sections, in order, and the struct of each.
@@ -332,7 +345,7 @@ def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
         elif typing.get_origin(kind) is dict:
             parser.add_argument(flag, dest=field.name, default=None, help=help_text,
                                 metavar="K=V,...", type=_comma_dict)
-        elif kind == str | list[str]:
+        elif kind == str | list[str] or _per_model_int(kind):
             parser.add_argument(flag, dest=field.name, default=None, help=help_text,
                                 metavar="TEXT", action=_Repeated)
         else:
@@ -340,6 +353,14 @@ def add_config_flags(parser: argparse.ArgumentParser, sections=None) -> None:
             parser.add_argument(flag, *VLLM_FLAG_ALIASES.get(field.name, ()), dest=field.name,
                                 default=None, help=help_text,
                                 choices=choices, metavar=None if choices else _metavar(kind))
+
+
+def _per_model_int(kind) -> bool:
+    """An integer-or-list field (one per model, e.g. tp): a flag given once or repeated."""
+    return typing.get_origin(kind) in (typing.Union, types.UnionType) and any(
+        typing.get_origin(a) is list for a in typing.get_args(kind)) and int in {
+        typing.get_args(a)[0] if typing.get_origin(a) is Annotated else a
+        for a in typing.get_args(kind)}
 
 
 def _choices(kind) -> tuple[str, ...] | None:
@@ -365,7 +386,15 @@ class _Repeated(argparse.Action):
 
 
 def _comma_list(text: str) -> list[str]:
-    return [x for x in text.split(",") if x.strip()]
+    """`0,1` -> ["0", "1"]; a range of numbers is every number in it: `0-3` -> 0, 1, 2, 3."""
+    items = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        low, dash, high = item.partition("-")
+        if dash and low.isdigit() and high.isdigit() and int(low) <= int(high):
+            items += [str(i) for i in range(int(low), int(high) + 1)]
+        else:
+            items.append(item)
+    return items
 
 
 def _comma_dict(text: str) -> dict[str, str]:

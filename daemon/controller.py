@@ -187,6 +187,7 @@ class Controller:
                         delay, self._fire, timer)
                 case InstanceReady(ready=ready):
                     self.supervisor.mark_ready(ready)
+                    self.metrics.ready(ready)
                 case RoleSwitched(instance_id=i, old=old, new=new, reason=reason):
                     log.info("instance %d changed role %s -> %s (%s); %d waiting requests "
                              "bound again", i, old.value, new.value, reason, action.returned)

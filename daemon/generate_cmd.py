@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV cache size in blocks (default: what the device's memory holds)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--tp", type=int, default=InstancesConfig().tp,
+                   help="tensor-parallel degree: the model runs over this many ranks, one "
+                        "process (and GPU) each (default: %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="print JSON Lines: one object per prompt (prompt, prompt_token_ids, "
                         "token_ids, text, finish_reason)")
@@ -49,8 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # torch only here: every other `ascendra` command (serve's controller) runs without it
-    from engines.executors.torch_executor import TorchExecutor
+    from engines.executors.executor_config import ExecutorConfig, build_executor
     sampling = SamplingParams.create(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos)
@@ -58,13 +60,20 @@ def run(args: argparse.Namespace) -> int:
                              max_num_seqs=args.max_num_seqs)
     model_dir = args.model or builtin_tiny_model_dir()
     tokenizer = Tokenizer(model_dir)
-    executor = TorchExecutor(model_dir, block_size=args.block_size,
-                             num_kv_blocks=args.num_kv_blocks, device=args.device)
-    offline = Offline(executor, config)
-    prompts = [tokenizer.encode(text) for text in args.prompt]
-    start = time.perf_counter()
-    completions = offline.generate(prompts, sampling)
-    elapsed = time.perf_counter() - start
+    # torch only in build_executor: every other `ascendra` command (serve's controller) runs
+    # without it
+    executor = build_executor(ExecutorConfig(
+        kind="torch", model_dir=str(model_dir), block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks, device=args.device or "", tp=args.tp))
+    try:
+        offline = Offline(executor, config)
+        prompts = [tokenizer.encode(text) for text in args.prompt]
+        start = time.perf_counter()
+        completions = offline.generate(prompts, sampling)
+        elapsed = time.perf_counter() - start
+    finally:
+        if executor.ranks is not None:
+            executor.ranks.stop()
     results = [
         {"prompt": text, "prompt_token_ids": c.prompt_token_ids, "token_ids": c.token_ids,
          "text": tokenizer.decode(c.token_ids), "finish_reason": c.finish_reason}
@@ -80,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
     total = sum(len(c.token_ids) for c in completions)
     prompts = f"{len(results)} prompt" + ("s" if len(results) != 1 else "")
     print(f"--- {prompts}, {total} tokens in {elapsed:.2f} s "
-          f"({total / max(elapsed, 1e-9):.1f} tokens/s, {args.mode} mode)")
+          f"({total / max(elapsed, 1e-9):.1f} tokens/s, {args.mode} mode"
+          f"{f', tp {args.tp}' if args.tp > 1 else ''})")
     return 0

@@ -45,6 +45,10 @@ class InstanceHealth(msgspec.Struct, kw_only=True):
     dropped: int
     ticket_open: bool
     perf_model_mape: float | None  # held-out error of its performance model (0.1 = 10 %)
+    # as its Ready said (1, [], [] until it is ready):
+    tp: int = 1               # its tensor-parallel degree (ranks, one process each)
+    devices: list[int] = []   # the GPU ids it is pinned to, rank by rank; []: CPU or unpinned
+    rank_pids: list[int] = []  # pids of its ranks 1..tp-1 (rank 0 is `pid`)
     #: `<n>A` layouts: its last role change, if any (docs/design.md §5.10).
     role_change: RoleChangeHealth | None = None
 
@@ -137,7 +141,9 @@ def build_health(core: CoreView, supervisor: Supervisor, model_name: str,
             served=view.num_served, offloaded=beat.num_offloaded if beat else 0,
             dropped=beat.num_dropped if beat else 0,
             ticket_open=core.ticket_open(slot.instance_id),
-            perf_model_mape=beat.perf_model_mape if beat else None))
+            perf_model_mape=beat.perf_model_mape if beat else None,
+            tp=ready.tp if ready else 1, devices=list(ready.devices) if ready else [],
+            rank_pids=list(ready.rank_pids) if ready else []))
     all_ready = all(i.state == "ready" for i in instances)
     status: Status = ("ok" if core.accepting and all_ready
                       else "degraded" if core.accepting else "draining")

@@ -23,7 +23,7 @@ from daemon.prefix_metrics import PrefixCacheMetrics
 from daemon.tenant_metrics import TenantMetrics
 from daemon.core.controller_config import TenantsConfig
 from daemon.core.request_state import Outcome
-from ipc.messages import Heartbeat, Origin, Role
+from ipc.messages import Heartbeat, Origin, Ready, Role
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30, 60)
 
@@ -69,6 +69,10 @@ class Metrics:
         self.queued_tokens = Gauge("ascendra_queued_tokens", "Their prompt tokens (bounded by "
                                    "max_queued_tokens)", registry=r)
         self.prefix_cache = PrefixCacheMetrics(r)
+        self.tensor_parallel = Gauge("ascendra_instance_tp", "Tensor-parallel degree of an "
+                                     "instance (its ranks, one process each), and the GPU ids "
+                                     "it runs on (\"\": CPU or unpinned)", ["instance", "devices"],
+                                     registry=r)
         # `<n>A` layouts: roles change online (docs/design.md §5.10)
         self.role_changes = Counter("ascendra_role_changes", "Instances that changed role, "
                                     "by old and new role", ["from", "to"], registry=r)
@@ -129,6 +133,10 @@ class Metrics:
         self.prefix_cache.heartbeat(beat)
         if beat.perf_model_mape is not None:
             self.perf_model_mape.labels(name).set(beat.perf_model_mape)
+
+    def ready(self, ready: Ready) -> None:
+        devices = ",".join(map(str, ready.devices))
+        self.tensor_parallel.labels(str(ready.instance_id), devices).set(ready.tp)
 
     def instance_down(self, instance_id: int) -> None:
         name = str(instance_id)

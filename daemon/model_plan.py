@@ -25,6 +25,7 @@ class ModelPlan:
     folder: str                       # "" = the built-in tiny model
     layout: str
     instances: tuple[InstanceSpec, ...]  # global ids, in id order
+    tp: int = 1                       # each instance's tensor-parallel degree (ranks)
 
 
 def per_model(value: str | list[str]) -> list[str]:
@@ -33,27 +34,52 @@ def per_model(value: str | list[str]) -> list[str]:
 
 
 def plan_models(folders: str | list[str], names: str | list[str], layouts: str | list[str],
-                gpus: list[int] | None = None, gpus_per_instance: int = 1) -> list[ModelPlan]:
+                gpus: list[int] | None = None, gpus_per_instance: int = 1,
+                tp: int | list[int] = 1) -> list[ModelPlan]:
     """Each model's name, layout and instances. Raises ValueError naming the field
-    (`model.model`, `model.served_model_name`, `instances.layout`, `instances.gpus`)."""
+    (`model.model`, `model.served_model_name`, `instances.layout`, `instances.gpus`,
+    `instances.tp`)."""
     folders = per_model(folders)
     if not folders:
         raise ValueError("model.model: the list of models is empty; give at least one folder "
                          '(or "" for the built-in tiny model)')
     served = _names(folders, names)
     layouts = _layouts(folders, layouts)
-    plans, next_id = [], 0
-    for folder, name, layout in zip(folders, served, layouts):
+    degrees = _degrees(folders, tp)
+    plans, next_id, next_gpu = [], 0, 0
+    for folder, name, layout, degree in zip(folders, served, layouts, degrees):
         modes = layout_modes(layout)
-        specs = tuple(InstanceSpec(next_id + i, mode, _gpus(next_id + i, gpus, gpus_per_instance))
-                      for i, mode in enumerate(modes))
-        plans.append(ModelPlan(name, folder, layout, specs))
+        each = instance_gpus(degree, gpus_per_instance)
+        specs = []
+        for i, mode in enumerate(modes):
+            specs.append(InstanceSpec(next_id + i, mode,
+                                      tuple(gpus[next_gpu:next_gpu + each]) if gpus else ()))
+            next_gpu += each
+        plans.append(ModelPlan(name, folder, layout, tuple(specs), degree))
         next_id += len(modes)
-    if gpus and len(gpus) < next_id * gpus_per_instance:
+    if gpus and len(gpus) < next_gpu:
+        degree = f" at tp {', '.join(map(str, degrees))}" if max(degrees) > 1 else ""
         raise ValueError(f"instances.gpus: {len(folders)} model(s) with layouts "
-                         f"{', '.join(layouts)} need {next_id * gpus_per_instance} GPUs, gpus "
+                         f"{', '.join(layouts)}{degree} need {next_gpu} GPUs, gpus "
                          f"lists {len(gpus)}")
     return plans
+
+
+def instance_gpus(tp: int, gpus_per_instance: int) -> int:
+    """GPUs one instance takes from `gpus`: one per rank at tp > 1."""
+    if tp > 1 and gpus_per_instance not in (1, tp):
+        raise ValueError(f"instances.gpus_per_instance: {gpus_per_instance} conflicts with "
+                         f"tp {tp} (an instance at tp {tp} takes {tp} GPUs, one per rank)")
+    return tp if tp > 1 else gpus_per_instance
+
+
+def _degrees(folders: list[str], tp: int | list[int]) -> list[int]:
+    if isinstance(tp, int):
+        return [tp] * len(folders)
+    if len(tp) != len(folders):
+        raise ValueError(f"instances.tp: {len(tp)} degree(s) for {len(folders)} models; give "
+                         "one for all, or one per model in the order of model.model")
+    return list(tp)
 
 
 def default_name(folder: str) -> str:
@@ -89,6 +115,3 @@ def _layouts(folders: list[str], layouts: str | list[str]) -> list[str]:
                          "give one layout for all, or one per model in the order of model.model")
     return list(layouts)
 
-
-def _gpus(index: int, gpus: list[int] | None, per_instance: int) -> tuple[int, ...]:
-    return tuple(gpus[index * per_instance:(index + 1) * per_instance]) if gpus else ()

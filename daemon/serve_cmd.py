@@ -31,6 +31,8 @@ from daemon.model_plan import ModelPlan
 from daemon.served_models import ServedModels
 from daemon.systemd import Notifier
 from engines.executors.executor_config import ExecutorConfig
+from engines.models.model_config import ModelConfig as ModelShape
+from engines.models.tensor_parallel import check_divisible
 from engines.gc_freeze import freeze_startup_heap
 from engines.instance_config import InstanceConfig
 from engines.models.builtin import builtin_tiny_model_dir
@@ -53,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(render_toml(config), end="")
         return 0
+    for plan in config.model_plans():
+        if plan.tp > 1:  # (the tiny model is made only when asked for)
+            _check_tp(plan, _model_dir(plan))
     logging.basicConfig(level=config.process.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return uvloop.run(serve(config))
@@ -60,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
 def instance_configs(config: ServeConfig, plan: ModelPlan, endpoint: str,
                      model_dir: Path) -> list[InstanceConfig]:
-    return [_instance_config(config, spec, endpoint, model_dir) for spec in plan.instances]
+    return [_instance_config(config, spec, endpoint, model_dir, plan.tp)
+            for spec in plan.instances]
 
 
 def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
@@ -76,6 +82,12 @@ def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
         tenants=config.tenants)
 
 
+def _check_tp(plan: ModelPlan, model_dir: Path) -> None:
+    """ValueError naming instances.tp when the model cannot be split over its degree."""
+    if (model_dir / "config.json").is_file():
+        check_divisible(ModelShape.from_pretrained(model_dir), plan.tp, "instances.tp")
+
+
 def _model_dir(plan: ModelPlan) -> Path:
     return Path(plan.folder) if plan.folder else builtin_tiny_model_dir()
 
@@ -86,7 +98,7 @@ def _socket_name(index: int) -> str:
 
 
 def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
-                     model_dir: Path) -> InstanceConfig:
+                     model_dir: Path, tp: int = 1) -> InstanceConfig:
     scheduler = msgspec.structs.replace(config.scheduler, mode=spec.mode)
     instances = config.instances
     executor = ExecutorConfig(kind=instances.executor, block_size=instances.block_size,
@@ -94,7 +106,8 @@ def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
                               device=instances.device, latency=instances.resolved_sim_latency,
                               max_model_len=config.model.max_model_len,
                               cuda_graph_max_batch=min(instances.cuda_graph_max_batch,
-                                                       scheduler.resolved_max_num_seqs()))
+                                                       scheduler.resolved_max_num_seqs()),
+                              tp=tp)
     return InstanceConfig(instance_id=spec.index, endpoint=endpoint, scheduler=scheduler.validate(),
                           executor=executor, gpus=list(spec.gpus) if spec.gpus else None,
                           heartbeat_interval=config.process.heartbeat_interval,

@@ -138,4 +138,8 @@ class Instance:
 
     # ---- reports -----------------------------------------------------------------------
     def ready(self) -> Ready:
-        return self.core.ready(os.getpid(), self.config.executor.kind)
+        ready = self.core.ready(os.getpid(), self.config.executor.kind)
+        ranks = getattr(self.executor, "ranks", None)  # tensor parallel: engines/tp_ranks.py
+        return msgspec.structs.replace(
+            ready, tp=self.config.executor.tp, devices=list(self.config.gpus or []),
+            rank_pids=ranks.pids if ranks is not None else [])

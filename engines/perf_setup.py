@@ -28,7 +28,7 @@ def build_perf_model(executor, executor_config: ExecutorConfig,
         return _calibrated_torch_model(executor, scheduler_config)
     if executor_config.latency.startswith("profile:"):
         from engines.executors.profiles.registry import get_profile
-        profile = get_profile(executor_config.latency.split(":", 1)[1])
+        profile = get_profile(executor_config.latency.split(":", 1)[1], executor_config.tp)
         return profile_perf_model(profile, scheduler_config, executor.max_model_len,
                                   executor.num_kv_blocks * executor.block_size)
     return _calibrated_sim_model(executor, executor_config, scheduler_config)

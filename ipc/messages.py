@@ -246,6 +246,13 @@ class Ready(_Message, tag="ready"):
     token_budget: Count = 0  # tokens one of its steps may run (its chunk size)
     #: It keeps full KV blocks by name (policies/prefix_hash.py) and reuses them.
     prefix_caching: bool = False
+    #: Its tensor-parallel degree: the model runs over this many ranks (processes).
+    tp: Count = 1
+    #: The GPU ids it is pinned to (CUDA_VISIBLE_DEVICES; rank r uses the r-th); empty: the
+    #: CPU, or every GPU (not pinned).
+    devices: list[int] = []
+    #: The pids of its ranks 1..tp-1 (rank 0 is `pid`).
+    rank_pids: list[int] = []
 
 
 class CachedPrompt(msgspec.Struct, array_like=True, frozen=True):

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import torch
 
-from engines.engine import Engine
+from engines.offline import Offline
 from engines.executors.logit_adjust import apply_mask
 from engines.executors.latency import make_latency
 from engines.executors.sim_executor import SimExecutor
@@ -113,12 +113,12 @@ def executor(tiny_models):
 def test_constrained_and_free_requests_share_batches_through_preemption(executor, tokenizer):
     prompts = [tokenizer.encode(f"pet number {i}") for i in range(8)]
     free = [SamplingParams(max_tokens=24) for _ in prompts[::2]]
-    alone = Engine(executor, SchedulerConfig(chunk_size=64)).generate(prompts[::2], free)
+    alone = Offline(executor, SchedulerConfig(chunk_size=64)).generate(prompts[::2], free)
     params = [SamplingParams(max_tokens=60, temperature=1.0, seed=i, grammar=SPEC) if i % 2
               else SamplingParams(max_tokens=24) for i in range(len(prompts))]
-    engine = Engine(executor, SchedulerConfig(chunk_size=64))
+    engine = Offline(executor, SchedulerConfig(chunk_size=64))
     mixed = engine.generate(prompts, params)
-    assert engine.scheduler.num_preemptions > 0  # 24 blocks of 4 tokens cannot hold them all
+    assert engine.core.scheduler.num_preemptions > 0  # 24 blocks of 4 tokens cannot hold them all
     # the free ones are what they are alone (greedy): a neighbour's mask does not leak
     assert [c.token_ids for c in mixed[::2]] == [c.token_ids for c in alone]
     constrained = mixed[1::2]
@@ -131,7 +131,7 @@ def test_constrained_and_free_requests_share_batches_through_preemption(executor
 def test_sim_executor_draws_constrained_tokens_from_the_grammar(tokenizer, grammars):
     executor = SimExecutor(make_latency("zero"), vocabulary=text_token_ids(tokenizer),
                            grammars=grammars)
-    engine = Engine(executor, SchedulerConfig(chunk_size=256))
+    engine = Offline(executor, SchedulerConfig(chunk_size=256))
     prompts = [tokenizer.encode(f"hi {i}") for i in range(6)]
     choice = GrammarSpec("choice", json.dumps(["yes", "no"]))
     params = [SamplingParams(max_tokens=30, seed=i, grammar=choice if i % 2 else SPEC)
@@ -170,7 +170,7 @@ def test_every_reply_that_stops_matches_the_schema(tiny_models, tokenizer):
     """The issue's target: 200 requests under a schema with nested objects, arrays, enums
     and required fields; each ending with `stop` is schema-valid JSON, the others `length`."""
     executor = TorchExecutor(tiny_models["llama"], device="cpu")
-    engine = Engine(executor, SchedulerConfig(chunk_size=2048))
+    engine = Offline(executor, SchedulerConfig(chunk_size=2048))
     done = engine.generate([tokenizer.encode(f"Pet {i} as JSON:") for i in range(200)],
                            [SamplingParams(max_tokens=80, temperature=1.0, seed=i, grammar=SPEC)
                             for i in range(200)])

@@ -56,7 +56,9 @@ def test_packaged_tables_load_and_stay_small():
     assert trace_file("arxiv").parent == TRACE_DATA_DIR
     assert load_refs().prefill_chunk_range[0] == 64
     folders = (TABLES_DIR, TRACE_DATA_DIR, REFS_FILE.parent)
-    assert sum(f.stat().st_size for d in folders for f in d.iterdir()) < 450_000
+    # (600 kB since the tables hold Vidur's rows at tensor-parallel degrees 2, 4 and 8 and
+    # the 70B models' and all-reduce tables: #55)
+    assert sum(f.stat().st_size for d in folders for f in d.iterdir()) < 650_000
     assert all((d / "README.md").is_file() for d in folders)  # source, licence, derivation
 
 

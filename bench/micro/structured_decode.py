@@ -124,12 +124,12 @@ def report_compile(executor, repeats: int = 50) -> None:
 
 def report_validity(executor, n: int, max_tokens: int) -> None:
     import jsonschema
-    from engines.engine import Engine
+    from engines.offline import Offline
     from engines.models.tokenizer import Tokenizer
     from engines.scheduler_config import SchedulerConfig
     tokenizer = Tokenizer(builtin_tiny_model_dir())
     spec = GrammarSpec("json_schema", json.dumps(SCHEMA))
-    engine = Engine(executor, SchedulerConfig(chunk_size=2048))
+    engine = Offline(executor, SchedulerConfig(chunk_size=2048))
     done = engine.generate([tokenizer.encode(f"Pet {i} as JSON:") for i in range(n)],
                            [SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=i,
                                            grammar=spec) for i in range(n)])

@@ -12,7 +12,7 @@ from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.ruler.ruler import RulerConfig, Subject
 from daemon.config import FLAT, SIMULATOR_SECTIONS, add_config_flags, load_config
 from daemon.layout import layout_modes
-from engines.executors.profiles.registry import get_profile, profile_names
+from engines.executors.profiles.registry import get_profile, profile_names, with_tp
 
 
 def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
@@ -22,8 +22,12 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     if layout:
         p.add_argument("--layout", default="2L1H", help="e.g. 2L1H, 3xsarathi, 3xvllm-v1, 3xsglang")
     p.add_argument("--profile", default="a100-llama3-8b", type=profile_argument,
-                   help=f"a GPU profile: one of {', '.join(profile_names())}, or a file "
-                        f"`ascendra profile` measured (default: %(default)s)")
+                   help=f"a GPU profile: one of {', '.join(profile_names())} (over k GPUs: "
+                        "<name>@tp<k> or --tp k), or a file `ascendra profile` measured "
+                        "(default: %(default)s)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel degree of every instance (2, 4, 8): the profile's "
+                        "step times and memory over that many GPUs (default %(default)s)")
     p.add_argument("--trace", default="sharegpt",
                    help="sharegpt, arxiv, azure-conv (with arrival times), or a CSV/JSONL path")
     p.add_argument("--burstiness", type=float, default=1.0,
@@ -56,11 +60,20 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     layout = getattr(args, "layout", "2L1H")
     layout_modes(layout)  # a bad layout is an error now, naming it
     subject = Subject(label=layout, layout=layout, scheduler=shared.scheduler)
-    config = RulerConfig(workload=workload_spec(args), profile=args.profile, slo=shared.slo,
+    profile = sim_profile(args.profile, getattr(args, "tp", 1) or 1)
+    config = RulerConfig(workload=workload_spec(args), profile=profile, slo=shared.slo,
                          controller=shared.controller, tenants=shared.tenants,
                          max_model_len=args.max_model_len,
                          latency=args.sim_latency, num_kv_blocks=args.num_kv_blocks)
     return subject, config
+
+
+def sim_profile(name: str, tp: int = 1) -> str:
+    """The profile's name at degree `tp` (`<name>@tp<k>`); ValueError naming the profile or
+    tp when there is no such profile or no data at that degree."""
+    full = with_tp(name, tp)
+    get_profile(full, tp)
+    return full
 
 
 def add_fair_floor_flag(p: argparse.ArgumentParser) -> None:

@@ -42,6 +42,10 @@ class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: torch on CUDA: the largest decode batch run by CUDA graph replay; 0 = every step
     #: runs eagerly (vLLM's --enforce-eager).
     cuda_graph_max_batch: Annotated[int, Meta(ge=0)] = DEFAULT_CUDA_GRAPH_MAX_BATCH
+    #: Tensor-parallel degree: the instance runs the model over this many ranks, one
+    #: process and (on CUDA) one GPU each (engines/tp_ranks.py). sim: the profile's
+    #: step times at this degree.
+    tp: PositiveInt = 1
 
 
 def build_executor(config: ExecutorConfig):
@@ -52,13 +56,16 @@ def build_executor(config: ExecutorConfig):
         from engines.executors.sim_vocabulary import model_text_token_ids
         vocabulary = model_text_token_ids(config.model_dir) if config.model_dir else (0,)
         _check_profile_model(config)
-        return SimExecutor(make_latency(config.latency),
+        return SimExecutor(make_latency(_sim_latency(config)),
                            num_kv_blocks=config.num_kv_blocks or _sim_kv_blocks(config),
                            block_size=config.block_size, max_model_len=_sim_max_model_len(config),
                            vocabulary=vocabulary, grammars=_sim_grammars(config.model_dir))
     from engines.executors.torch_executor import TorchExecutor
     from engines.models.builtin import builtin_tiny_model_dir
     model_dir = config.model_dir or builtin_tiny_model_dir()
+    if config.tp > 1:
+        from engines.tp_ranks import start_ranks
+        return start_ranks(config, model_dir)
     return TorchExecutor(model_dir, block_size=config.block_size,
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None,
                          max_model_len=config.max_model_len,
@@ -72,6 +79,14 @@ def _sim_grammars(model_dir: str):
     from engines.grammar import Grammars
     from engines.models.tokenizer import Tokenizer
     return Grammars.for_tokenizer(Tokenizer(model_dir))
+
+
+def _sim_latency(config: ExecutorConfig) -> str:
+    """The latency spec, a GPU profile's taken at the instance's tensor-parallel degree."""
+    if config.tp > 1 and config.latency.startswith("profile:"):
+        from engines.executors.profiles.registry import with_tp
+        return "profile:" + with_tp(config.latency.split(":", 1)[1], config.tp)
+    return config.latency
 
 
 def _sim_max_model_len(config: ExecutorConfig) -> int:
@@ -106,5 +121,5 @@ def _sim_kv_blocks(config: ExecutorConfig) -> int:
     """A GPU profile's KV capacity (80 GB card), else SIM_DEFAULT_KV_BLOCKS."""
     if config.latency.startswith("profile:"):
         from engines.executors.profiles.registry import get_profile
-        return get_profile(config.latency.split(":", 1)[1]).num_kv_blocks(config.block_size)
+        return get_profile(_sim_latency(config).split(":", 1)[1]).num_kv_blocks(config.block_size)
     return SIM_DEFAULT_KV_BLOCKS

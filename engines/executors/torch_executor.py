@@ -8,6 +8,12 @@ On CUDA a step of decodes only replays a captured CUDA graph instead
 (engines/executors/decode_graphs.py). A constrained request's allowed tokens
 (engines/grammar.py) are computed on a worker thread while the forward pass runs, and
 applied to the whole batch's logits at once before sampling.
+
+Under tensor parallelism (`shard`, engines/models/tensor_parallel.py) this executor holds
+one rank's shard and KV heads. Rank 0's has `ranks` (engines/tp_ranks.py): each step it
+sends the step's sequences to the other ranks, which run the same forward pass on their
+shards (the row-parallel layers' all-reduces meet); only rank 0 samples. Decode graphs
+are not captured then (their replay would need the all-reduce captured too).
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from engines.batch import Batch, Chunk
+from engines.batch import Batch
 from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH
 from engines.executors.sampler import Sampler
 from engines.grammar import Grammars
@@ -27,6 +33,8 @@ from engines.models.model_config import ModelConfig, generation_eos_ids
 from engines.models.loader import default_dtype, load_model
 from engines.models.kv_transfer import export_blocks, import_blocks
 from engines.models.tokenizer import Tokenizer
+from engines.models.tensor_parallel import Shard
+from engines.tp_wire import StepSeq
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +60,21 @@ class TorchExecutor:
                  dtype: torch.dtype | None = None, kv_cache_memory_fraction: float = 0.9,
                  cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
                  num_threads: int | None = None, max_model_len: int | None = None,
-                 cuda_graph_max_batch: int = DEFAULT_CUDA_GRAPH_MAX_BATCH) -> None:
+                 cuda_graph_max_batch: int = DEFAULT_CUDA_GRAPH_MAX_BATCH,
+                 shard: Shard = Shard(), ranks=None) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.config = config = ModelConfig.from_pretrained(model_dir)
         self.dtype = dtype or default_dtype(config, self.device)
         self.block_size = block_size
+        #: this process's rank of the instance's tensor-parallel group, and (rank 0 of
+        #: several) the other ranks it drives (engines/tp_ranks.py)
+        self.shard, self.ranks = shard, ranks
+        self.num_kv_heads = len(shard.kv_heads(config))
         self.attention = select_attention(self.device, self.dtype, block_size)
         self.model = load_model(model_dir, self.attention, config=config, device=self.device,
-                                dtype=self.dtype)
+                                dtype=self.dtype, shard=shard)
         #: The context limit: the model's (config.json), or less when asked.
         self.max_model_len = config.max_model_len if max_model_len is None else max_model_len
         if not 0 < self.max_model_len <= config.max_model_len:
@@ -72,9 +85,12 @@ class TorchExecutor:
         #: decode steps replay CUDA graphs (engines/executors/decode_graphs.py) where the
         #: attention backend reads the paged cache in place
         self.uses_graphs = (cuda_graph_max_batch > 0 and self.device.type == "cuda"
-                            and self.attention.name == "triton-paged")
+                            and self.attention.name == "triton-paged" and not shard.parallel)
         self.num_kv_blocks = num_kv_blocks or self._auto_num_blocks(kv_cache_memory_fraction,
                                                                     cpu_kv_cache_bytes)
+        if shard.parallel and num_kv_blocks is None:  # every rank: the smallest rank's
+            from engines.tp_group import smallest
+            self.num_kv_blocks = smallest(shard, self.num_kv_blocks)
         self.kv_caches = self._allocate_kv_cache()
         self.sampler = Sampler()
         #: None for a model folder without tokenizer.json (nothing can be constrained)
@@ -83,8 +99,10 @@ class TorchExecutor:
                          if (Path(model_dir) / "tokenizer.json").is_file() else None)
         self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
         self.graphs = self._capture_graphs(cuda_graph_max_batch) if self.uses_graphs else None
-        log.info("torch executor: %s on %s (%s), attention %s, %d KV blocks of %d tokens, %s",
-                 config.model_type, self.device, self.dtype, self.attention.name,
+        log.info("torch executor: %s%s on %s (%s), attention %s, %d KV blocks of %d tokens, %s",
+                 config.model_type,
+                 f" rank {shard.rank} of tp {shard.size}" if shard.parallel else "",
+                 self.device, self.dtype, self.attention.name,
                  self.num_kv_blocks, block_size,
                  f"decode graphs up to batch {self.graphs.max_batch}" if self.graphs else "eager")
 
@@ -98,7 +116,7 @@ class TorchExecutor:
     def kv_block_bytes(self) -> int:
         c = self.config
         elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * c.num_hidden_layers * self.block_size * c.kv_size * elem
+        return 2 * c.num_hidden_layers * self.block_size * self.num_kv_heads * c.head_dim * elem
 
     def _auto_num_blocks(self, fraction: float, cpu_bytes: int) -> int:
         """CUDA: `fraction` of the memory still free after the weights; CPU: a fixed budget."""
@@ -117,7 +135,7 @@ class TorchExecutor:
         """`num_kv_blocks` blocks for requests, and with CUDA graphs one more that no
         request owns: where a captured decode step writes the K/V of its padding rows."""
         c = self.config
-        shape = (self.num_kv_blocks + int(self.uses_graphs), self.block_size, c.num_key_value_heads,
+        shape = (self.num_kv_blocks + int(self.uses_graphs), self.block_size, self.num_kv_heads,
                  c.head_dim)
         return [(torch.zeros(shape, dtype=self.dtype, device=self.device),
                  torch.zeros(shape, dtype=self.dtype, device=self.device))
@@ -142,47 +160,68 @@ class TorchExecutor:
     # -- P/D hand-offs (engines/handoff.py) -------------------------------------------------
 
     def export_kv(self, block_table: list[int], num_tokens: int):
-        """(KvLayout, one frame per layer): the first `num_tokens` tokens' KV of a request."""
+        """(KvLayout, one frame per layer): the first `num_tokens` tokens' KV of a request
+        (under tensor parallelism: every KV head, gathered from the ranks)."""
+        if self.ranks is not None:
+            return self.ranks.export_kv(self, block_table, num_tokens)
         return export_blocks(self.kv_caches, block_table, num_tokens, self.block_size)
 
     def import_kv(self, block_table: list[int], layout, frames) -> None:
-        """Write KV exported by `export_kv` (maybe another process's) into `block_table`."""
+        """Write KV exported by `export_kv` (maybe another process's, maybe at another
+        tensor-parallel degree) into `block_table`."""
+        if self.ranks is not None:
+            return self.ranks.import_kv(self, block_table, layout, frames)
         import_blocks(self.kv_caches, block_table, layout, frames, self.block_size)
 
     # -- one step -------------------------------------------------------------------------
 
-    def _check(self, chunk: Chunk) -> None:
-        needed = -(-chunk.context_len // self.block_size)
-        if len(chunk.request.block_table) < needed:
-            raise ValueError(f"{chunk}: needs {needed} KV blocks, request holds "
-                             f"{len(chunk.request.block_table)}")
-        if chunk.context_len > self.max_model_len:
-            raise ValueError(f"{chunk}: context {chunk.context_len} exceeds max_model_len "
+    def _check(self, seq: StepSeq) -> None:
+        needed = -(-seq.context_len // self.block_size)
+        if len(seq.block_table) < needed:
+            raise ValueError(f"{seq}: needs {needed} KV blocks, request holds "
+                             f"{len(seq.block_table)}")
+        if seq.context_len > self.max_model_len:
+            raise ValueError(f"{seq}: context {seq.context_len} exceeds max_model_len "
                              f"{self.max_model_len}")
 
     def prepare(self, batch: Batch) -> StepInput:
+        seqs = [StepSeq.of(chunk) for chunk in batch.chunks]
+        if self.ranks is not None:
+            self.ranks.send_step(seqs)
+        step = self.prepare_seqs(seqs)
+        step.sampling = [c.request for c in batch.chunks if c.samples]
+        return step
+
+    def prepare_seqs(self, seqs: list[StepSeq], sample: bool = True) -> StepInput:
+        """The step's tensors; `sample` False: no row is sampled (ranks other than 0)."""
         # one-token chunks first, then longest context first: the attention backend
         # batches chunks of similar (decodes) or equal (fresh prefills) length in one call
-        ordered = sorted(batch.chunks, key=lambda c: (c.num_tokens != 1, -c.context_len))
+        ordered = sorted(seqs, key=lambda c: (c.num_tokens != 1, -c.context_len))
         ids: list[int] = []
         positions: list[int] = []
         row_end: dict[int, int] = {}
-        for chunk in ordered:
-            self._check(chunk)
-            ids.extend(chunk.token_ids)
-            positions.extend(range(chunk.start, chunk.context_len))
-            row_end[id(chunk)] = len(ids) - 1
-        seqs = [SeqSpec(c.start, c.num_tokens, c.request.block_table) for c in ordered]
-        sampling = [c for c in batch.chunks if c.samples]
+        for seq in ordered:
+            self._check(seq)
+            ids.extend(seq.token_ids)
+            positions.extend(range(seq.start, seq.context_len))
+            row_end[id(seq)] = len(ids) - 1
+        specs = [SeqSpec(c.start, c.num_tokens, c.block_table) for c in ordered]
+        rows = [row_end[id(c)] for c in seqs if c.samples] if sample else []
         to = dict(device=self.device, non_blocking=True)
         return StepInput(
             input_ids=torch.tensor(ids, dtype=torch.long).to(**to),
             positions=torch.tensor(positions, dtype=torch.long).to(**to),
-            meta=self.attention.build(seqs),
-            logits_indices=torch.tensor([row_end[id(c)] for c in sampling],
-                                        dtype=torch.long).to(**to),
-            sampling=[c.request for c in sampling],
+            meta=self.attention.build(specs),
+            logits_indices=torch.tensor(rows, dtype=torch.long).to(**to),
+            sampling=[],
         )
+
+    @torch.inference_mode()
+    def run_seqs(self, seqs: list[StepSeq]) -> None:
+        """A rank other than 0: rank 0's step on this shard (its K/V written, nothing sampled)."""
+        step = self.prepare_seqs(seqs, sample=False)
+        self.model(step.input_ids, step.positions, self.kv_caches, step.meta,
+                   step.logits_indices)
 
     def _replay_decodes(self, batch: Batch) -> tuple[torch.Tensor, list] | None:
         """A batch of one-token chunks that a captured graph holds: its sampling chunks'
@@ -192,7 +231,7 @@ class TorchExecutor:
                 or any(c.num_tokens != 1 for c in chunks)):
             return None
         for chunk in chunks:
-            self._check(chunk)
+            self._check(StepSeq.of(chunk))
         seqs = [SeqSpec(c.start, 1, c.request.block_table) for c in chunks]
         logits = self.graphs.run([c.request.token_ids[c.start] for c in chunks], seqs)
         rows = [i for i, c in enumerate(chunks) if c.samples]

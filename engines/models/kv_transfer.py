@@ -49,8 +49,9 @@ def import_blocks(kv_caches: KvCaches, block_table: Sequence[int], layout: KvLay
                   frames: Sequence, block_size: int) -> None:
     """Write the frames' first `layout.num_tokens` tokens into `block_table`'s slots;
     ValueError (and nothing written) when they do not fit this cache."""
-    _check(kv_caches, block_table, layout, frames, block_size)
     key = kv_caches[0][0]
+    check_frames((len(kv_caches), key.shape[2], key.shape[3]), block_table, layout, frames,
+                 block_size)
     source_dtype = getattr(torch, layout.dtype)
     positions = torch.arange(layout.num_tokens)
     table = torch.tensor(list(block_table), dtype=torch.long)
@@ -69,14 +70,13 @@ def _tensor(frame, dtype: torch.dtype, layout: KvLayout) -> torch.Tensor:
         return torch.from_numpy(raw).view(dtype).reshape(layout.shape)
 
 
-def _check(kv_caches: KvCaches, block_table: Sequence[int], layout: KvLayout, frames: Sequence,
-           block_size: int) -> None:
-    key = kv_caches[0][0]
-    if (layout.num_layers, layout.num_kv_heads, layout.head_dim) != (
-            len(kv_caches), key.shape[2], key.shape[3]):
+def check_frames(cache: tuple[int, int, int], block_table: Sequence[int], layout: KvLayout,
+                 frames: Sequence, block_size: int) -> None:
+    """ValueError unless the frames fit a cache of `cache` = (layers, KV heads, head dim)."""
+    if (layout.num_layers, layout.num_kv_heads, layout.head_dim) != tuple(cache):
         raise ValueError(f"KV of {layout.num_layers} layers x {layout.num_kv_heads} heads x "
-                         f"{layout.head_dim} does not fit this model's cache ({len(kv_caches)} x "
-                         f"{key.shape[2]} x {key.shape[3]})")
+                         f"{layout.head_dim} does not fit this model's cache "
+                         f"({' x '.join(map(str, cache))})")
     dtype = getattr(torch, layout.dtype, None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"KV dtype {layout.dtype!r} is not a floating-point torch dtype")

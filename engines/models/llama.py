@@ -10,6 +10,10 @@ add + RMSNorm, RoPE, SiLU * up) go through `ops` (engines/models/elementwise.py)
 ops, or one fused Triton kernel each on CUDA; so a layer passes its output and the
 residual stream on separately, and the next layer's norm adds them. Parameter names mirror
 Hugging Face's (`model.layers.0.self_attn...`) apart from the two fused projections.
+
+Under tensor parallelism (`shard`, engines/models/tensor_parallel.py) a rank's fused
+projections hold its heads / intermediate columns only, and o_proj and down_proj end in
+one all-reduce each (`_row_linear`); the names stay the same, the shapes are the rank's.
 """
 from __future__ import annotations
 
@@ -20,11 +24,21 @@ from torch import nn
 from engines.models.elementwise import TorchOps
 from engines.models.model_config import ModelConfig
 from engines.models.rotary import rotation_table
+from engines.models.tensor_parallel import Shard
 
 
 def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     """`layer(x)` without the module call and its hook checks (the step's hot path)."""
     return F.linear(x, layer.weight, layer.bias)
+
+
+def _row_linear(x: torch.Tensor, layer: nn.Linear, shard: Shard) -> torch.Tensor:
+    """A row-parallel `layer(x)`: this rank's partial product summed over the ranks, the
+    bias added once after the sum."""
+    if not shard.parallel:
+        return _linear(x, layer)
+    out = shard.all_reduce(F.linear(x, layer.weight))
+    return out if layer.bias is None else out.add_(layer.bias)
 
 
 class RMSNorm(nn.Module):
@@ -37,13 +51,15 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig, backend, ops) -> None:
+    def __init__(self, config: ModelConfig, backend, ops, shard: Shard) -> None:
         super().__init__()
         self.ops = ops
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
+        self.shard = shard
+        self.num_heads = len(shard.heads(config))
+        self.num_kv_heads = len(shard.kv_heads(config))
         self.head_dim = config.head_dim
-        self.q_size, self.kv_size = config.q_size, config.kv_size
+        self.q_size = self.num_heads * config.head_dim
+        self.kv_size = self.num_kv_heads * config.head_dim
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size,
                                   bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_bias)
@@ -57,29 +73,31 @@ class Attention(nn.Module):
         q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
         v = qkv[:, qk_size:].view(tokens, self.num_kv_heads, self.head_dim)
         out = self.backend(q, k, v, kv_cache[0], kv_cache[1], meta)
-        return _linear(out, self.o_proj)
+        return _row_linear(out, self.o_proj, self.shard)
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig, ops) -> None:
+    def __init__(self, config: ModelConfig, ops, shard: Shard) -> None:
         super().__init__()
         self.ops = ops
-        size = config.intermediate_size
+        self.shard = shard
+        size = len(shard.intermediate(config))
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _linear(self.ops.silu_and_mul(_linear(x, self.gate_up_proj)), self.down_proj)
+        return _row_linear(self.ops.silu_and_mul(_linear(x, self.gate_up_proj)), self.down_proj,
+                           self.shard)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, backend, ops) -> None:
+    def __init__(self, config: ModelConfig, backend, ops, shard: Shard) -> None:
         super().__init__()
         self.ops = ops
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config, backend, ops)
+        self.self_attn = Attention(config, backend, ops, shard)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config, ops)
+        self.mlp = MLP(config, ops, shard)
 
     def forward(self, x, residual, rotation, kv_cache, meta):
         """x: the previous layer's output (the first layer: the embeddings) and residual
@@ -94,7 +112,7 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig, backend, ops) -> None:
+    def __init__(self, config: ModelConfig, backend, ops, shard: Shard) -> None:
         super().__init__()
         # Built on the meta device and filled from the checkpoint (engines/models/loader.py):
         # an initial weight skips nn.Embedding's random init, which on the meta device goes
@@ -103,7 +121,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(
             config.vocab_size, config.hidden_size,
             _weight=torch.empty(config.vocab_size, config.hidden_size))
-        self.layers = nn.ModuleList(DecoderLayer(config, backend, ops)
+        self.layers = nn.ModuleList(DecoderLayer(config, backend, ops, shard)
                                     for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -114,13 +132,15 @@ class LlamaForCausalLM(nn.Module):
     input_ids, positions: [tokens] (the flattened batch, in the attention backend's layout);
     kv_caches: one (k, v) pair per layer; meta: the backend's per-step metadata;
     logits_indices: the rows whose next-token logits are wanted; ops: TorchOps or
-    TritonOps (engines/models/elementwise.py)."""
+    TritonOps (engines/models/elementwise.py); shard: this rank's part of the model
+    (engines/models/tensor_parallel.py; the default: all of it)."""
 
-    def __init__(self, config: ModelConfig, backend, ops=TorchOps) -> None:
+    def __init__(self, config: ModelConfig, backend, ops=TorchOps, shard: Shard = Shard()) -> None:
         super().__init__()
         self.config = config
         self.ops = ops
-        self.model = LlamaModel(config, backend, ops)
+        self.shard = shard
+        self.model = LlamaModel(config, backend, ops, shard)
         self.lm_head = (None if config.tie_word_embeddings else
                         nn.Linear(config.hidden_size, config.vocab_size, bias=False))
         self.rope: torch.Tensor | None = None

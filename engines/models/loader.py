@@ -7,6 +7,11 @@ k rows of each head reordered for the model's rotary layout (`rotary.interleave_
 Every parameter must be filled exactly once and every tensor in the files must be used,
 or the load fails naming the tensor. On CPU the projection weights are then stored
 column-major (see `_column_major`).
+
+Under tensor parallelism (`shard`, engines/models/tensor_parallel.py) each rank reads only
+its slice of every split tensor (`safe_open(...).get_slice`): the rows of its heads /
+intermediate columns of q/k/v and gate/up, the matching columns of o_proj and down_proj;
+the rest whole.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from engines.models.elementwise import select_ops
 from engines.models.model_config import ModelConfig
 from engines.models.llama import LlamaForCausalLM
 from engines.models.rotary import interleave_order
+from engines.models.tensor_parallel import Shard, check_divisible
 
 # HF projection -> (our fused parameter, index of its row block)
 _FUSED = {
@@ -57,39 +63,86 @@ def shard_files(model_dir: str | Path) -> list[Path]:
     return files
 
 
-def _row_slices(config: ModelConfig) -> dict[str, list[tuple[int, int]]]:
-    q, kv, inter = config.q_size, config.kv_size, config.intermediate_size
-    return {"qkv_proj": [(0, q), (q, q + kv), (q + kv, q + 2 * kv)],
-            "gate_up_proj": [(0, inter), (inter, 2 * inter)]}
+class _Target:
+    """Where one checkpoint tensor goes: `param` (a view of a model parameter) is filled
+    from the tensor's `part` along dimension `dim` (None: the whole tensor), whose full
+    length along it is `full`."""
+
+    __slots__ = ("param", "dim", "part", "full")
+
+    def __init__(self, param: torch.Tensor, dim: int | None = None, part: range | None = None,
+                 full: int = 0) -> None:
+        self.param, self.dim, self.part, self.full = param, dim, part, full
+
+    def read(self, f, name: str) -> torch.Tensor:
+        """The tensor's slice this rank holds (only that slice is read from the file)."""
+        if self.dim is None:
+            return f.get_tensor(name)
+        piece = f.get_slice(name)
+        shape = piece.get_shape()
+        if len(shape) <= self.dim or shape[self.dim] != self.full:
+            raise ValueError(f"tensor {name!r} has shape {tuple(shape)}, expected "
+                             f"{self.full} along dimension {self.dim}")
+        lo, hi = self.part.start, self.part.stop
+        return piece[lo:hi] if self.dim == 0 else piece[:, lo:hi]
 
 
-def _targets(config: ModelConfig, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every HF tensor name we expect -> the (view of the) parameter it fills."""
-    slices = _row_slices(config)
+def _row_parts(config: ModelConfig, shard: Shard) -> dict[str, tuple[range, int]]:
+    """HF projection -> (this rank's rows of it, its full rows)."""
+    d = config.head_dim
+    heads, kv, inter = shard.heads(config), shard.kv_heads(config), shard.intermediate(config)
+    q_rows = range(heads.start * d, heads.stop * d)
+    kv_rows = range(kv.start * d, kv.stop * d)
+    return {"q_proj": (q_rows, config.q_size), "k_proj": (kv_rows, config.kv_size),
+            "v_proj": (kv_rows, config.kv_size),
+            "gate_proj": (inter, config.intermediate_size),
+            "up_proj": (inter, config.intermediate_size)}
+
+
+def _targets(config: ModelConfig, params: dict[str, torch.Tensor],
+             shard: Shard = Shard()) -> dict[str, _Target]:
+    """Every HF tensor name we expect -> the (view of the) parameter it fills and the part
+    of the tensor this rank reads."""
+    rows = _row_parts(config, shard)
+    d = config.head_dim
+    heads = shard.heads(config)
+    columns = {"o_proj": (range(heads.start * d, heads.stop * d), config.q_size),
+               "down_proj": (shard.intermediate(config), config.intermediate_size)}
     targets = {}
     for name, param in params.items():
         match = re.match(r"^(.*)\.(qkv_proj|gate_up_proj)\.(weight|bias)$", name)
-        if not match:
-            targets[name] = param
+        if match:
+            prefix, fused, kind = match.groups()
+            lo = 0
+            for hf_proj, (target, _) in _FUSED.items():
+                if target == fused:
+                    part, full = rows[hf_proj]
+                    view = param[lo:lo + len(part)]
+                    lo += len(part)
+                    targets[f"{prefix}.{hf_proj}.{kind}"] = (
+                        _Target(view, 0, part, full) if shard.parallel else _Target(view))
             continue
-        prefix, fused, kind = match.groups()
-        for hf_proj, (target, index) in _FUSED.items():
-            if target == fused:
-                lo, hi = slices[fused][index]
-                targets[f"{prefix}.{hf_proj}.{kind}"] = param[lo:hi]
+        proj = re.match(r"^.*\.(o_proj|down_proj)\.weight$", name)
+        if proj and shard.parallel:
+            part, full = columns[proj.group(1)]
+            targets[name] = _Target(param, 1, part, full)
+        else:
+            targets[name] = _Target(param)
     return targets
 
 
 def load_model(model_dir: str | Path, backend, *, config: ModelConfig | None = None,
-               device: torch.device | str = "cpu",
-               dtype: torch.dtype | None = None) -> LlamaForCausalLM:
+               device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
+               shard: Shard = Shard()) -> LlamaForCausalLM:
+    """The model, or this rank's shard of it (`shard`)."""
     config = config or ModelConfig.from_pretrained(model_dir)
+    check_divisible(config, shard.size)
     device = torch.device(device)
     dtype = dtype or default_dtype(config, device)
     with torch.device("meta"):
-        model = LlamaForCausalLM(config, backend, select_ops(device, dtype))
+        model = LlamaForCausalLM(config, backend, select_ops(device, dtype), shard)
     model = model.to(dtype=dtype).to_empty(device=device)
-    _fill(model, config, shard_files(model_dir))
+    _fill(model, config, shard_files(model_dir), shard)
     if device.type == "cpu":
         _column_major(model)
     model.init_rope(device)
@@ -115,8 +168,9 @@ def _rope_rows(tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _fill(model: LlamaForCausalLM, config: ModelConfig, files: list[Path]) -> None:
-    targets = _targets(config, dict(model.named_parameters()))
+def _fill(model: LlamaForCausalLM, config: ModelConfig, files: list[Path],
+          shard: Shard = Shard()) -> None:
+    targets = _targets(config, dict(model.named_parameters()), shard)
     remaining = set(targets)
     for path in files:
         with safe_open(str(path), framework="pt", device="cpu") as f:
@@ -129,13 +183,16 @@ def _fill(model: LlamaForCausalLM, config: ModelConfig, files: list[Path]) -> No
                 if target is None:
                     raise ValueError(f"{path.name}: unexpected tensor {name!r} "
                                      f"for a {config.model_type} model")
-                tensor = f.get_tensor(name)
-                if tuple(tensor.shape) != tuple(target.shape):
+                try:
+                    tensor = target.read(f, name)
+                except ValueError as exc:
+                    raise ValueError(f"{path.name}: {exc}") from None
+                if tuple(tensor.shape) != tuple(target.param.shape):
                     raise ValueError(f"{path.name}: tensor {name!r} has shape "
-                                     f"{tuple(tensor.shape)}, expected {tuple(target.shape)}")
+                                     f"{tuple(tensor.shape)}, expected {tuple(target.param.shape)}")
                 if _ROTATED.search(name):
                     tensor = _rope_rows(tensor, config.head_dim)
-                target.copy_(tensor)
+                target.param.copy_(tensor)
                 remaining.discard(name)
     if remaining:
         raise ValueError(f"checkpoint is missing tensors: {sorted(remaining)}")

@@ -1,9 +1,11 @@
 """Derives the packaged operator tables (tables/*.csv.gz) from Vidur's raw `mlp.csv` files.
 
-Per file every registered profile uses: the rows op_table reads (tensor-parallel degree 1,
-one per token count, the later row winning) and only the columns it reads (op_table.COLUMNS:
-num_tokens, the median of emb and the 9 per-layer ops, the layer shape), values copied
-verbatim, as gzip-compressed CSV written byte-reproducibly (no name or time in the header).
+Per file every registered profile uses: the rows op_table reads (every tensor-parallel
+degree, one per token count, the later row winning) and only the columns it reads
+(op_table.COLUMNS: num_tokens, the median of emb and the 9 per-layer ops, the layer shape,
+the degree), values copied verbatim; and of each all-reduce network file a profile uses,
+the rows all_reduce.py reads (all_reduce.derived_csv). Gzip-compressed CSV written
+byte-reproducibly (no name or time in the header).
 
     python -m engines.executors.profiles.derive_tables [RAW_DIR] [--out DIR]
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from engines.derived_files import derivation_main, derive_all
 from engines.executors.profiles.data import RAW_DEFAULT_DIR, TABLES_DIR
+from engines.executors.profiles import all_reduce
 from engines.executors.profiles.op_table import COLUMNS, read_rows
 from engines.executors.profiles.registry import PROFILES
 
@@ -27,19 +30,27 @@ def ops_files() -> list[str]:
     return sorted({profile.ops_file for profile in PROFILES.values()})
 
 
+def network_files() -> list[str]:
+    """The Vidur all-reduce files the registered profiles read."""
+    return sorted({p.network_file for p in PROFILES.values() if p.network_file})
+
+
 def derived_csv(raw_file: Path) -> bytes:
     """The derived table of one raw Vidur file, as CSV text bytes (before compression)."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(COLUMNS)
-    writer.writerows([row[c] for c in COLUMNS] for row in read_rows(raw_file))
+    writer.writerows([row.get(c, "1") for c in COLUMNS] for row in read_rows(raw_file, None))
     return text.getvalue().encode()
 
 
 def derive(raw_dir: Path, out_dir: Path) -> list[Path]:
     """Writes `<out_dir>/<file>.gz` for every file of ops_files(); returns their paths."""
-    return derive_all(((raw_dir / "vidur" / name, out_dir / f"{name}.gz") for name in ops_files()),
-                      derived_csv, "Vidur file")
+    ops = derive_all(((raw_dir / "vidur" / name, out_dir / f"{name}.gz") for name in ops_files()),
+                     derived_csv, "Vidur file")
+    return ops + derive_all(((raw_dir / "vidur" / name, out_dir / f"{name}.gz")
+                             for name in network_files()), all_reduce.derived_csv,
+                            "Vidur network file")
 
 
 def main(argv: list[str] | None = None) -> None:

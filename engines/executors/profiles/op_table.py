@@ -2,8 +2,8 @@
 number of tokens in the batch, read from one `vidur/*_mlp.csv` file or the packaged table
 derived from it (data.py says which; both are read by the same code).
 
-Times are medians at tensor-parallel degree 1, in seconds per transformer layer
-(the `emb` column: per model). Between measured token counts the time is interpolated
+Times are medians at one tensor-parallel degree (1, 2, 4 or 8: one rank's share of the
+layer), in seconds per transformer layer (the `emb` column: per model). Between measured token counts the time is interpolated
 linearly (the grid is dense: 1, 2, 4, 8, then steps of 8 up to 1024, doubling the
 step at every power of two above: 16 up to 2048, 32 up to 4096, ...);
 beyond the largest measured count it grows in proportion to the tokens, which is how
@@ -30,9 +30,9 @@ GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 #: The layer shape columns _gemm_weights reads.
 SHAPE_COLUMNS = ("n_embd", "n_head", "n_kv_head", "n_expanded_embd", "use_gated_mlp")
 #: Every column this module reads (a derived table holds these, in this order).
-COLUMNS = ("num_tokens", *(f"time_stats.{op}.median" for op in ("emb", *LAYER_OPS)),
-           *SHAPE_COLUMNS)
 TP_COLUMN = "num_tensor_parallel_workers"
+COLUMNS = ("num_tokens", *(f"time_stats.{op}.median" for op in ("emb", *LAYER_OPS)),
+           *SHAPE_COLUMNS, TP_COLUMN)
 
 
 @dataclass(frozen=True)
@@ -92,23 +92,24 @@ def _gemm_weights(row: dict[str, str]) -> int:
     return hidden * (2 * hidden + 2 * kv) + (3 if gated else 2) * hidden * mlp
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
+def read_rows(path: Path, tp: int | None = 1) -> list[dict[str, str]]:
     """The rows op tables are built from, one per token count in ascending order: those at
-    tensor-parallel degree 1 (a derived table holds only those, so has no TP column).
+    tensor-parallel degree `tp` (None: every degree, one per (degree, count), by degree).
     A few token counts appear twice in the raw files (rows within 3% of each other); the
     later row wins, as in the README's summary table."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r.get(TP_COLUMN, "1")) == 1]
+        rows = [r for r in csv.DictReader(f)
+                if tp is None or int(r.get(TP_COLUMN, "1")) == tp]
     if not rows:
-        raise ValueError(f"{path}: no rows at tensor-parallel degree 1")
-    by_tokens = {int(r["num_tokens"]): r for r in rows}
-    return [by_tokens[t] for t in sorted(by_tokens)]
+        raise ValueError(f"{path}: no rows at tensor-parallel degree {tp}")
+    by_key = {(int(r.get(TP_COLUMN, "1")), int(r["num_tokens"])): r for r in rows}
+    return [by_key[k] for k in sorted(by_key)]
 
 
 @lru_cache(maxsize=None)
-def _load(path: Path) -> OpTable:
-    picked = read_rows(path)
+def _load(path: Path, tp: int = 1) -> OpTable:
+    picked = read_rows(path, tp)
     grid = [int(r["num_tokens"]) for r in picked]
 
     def column(ops) -> np.ndarray:
@@ -123,17 +124,18 @@ def _load(path: Path) -> OpTable:
                    gemm_weights=_gemm_weights(picked[0]))
 
 
-def load_op_table(filename: str) -> OpTable:
-    """The table of Vidur's `filename`, parsed once per process (per data folder): a
-    profile asks on every step, so the file is not looked up again each time."""
-    return _table_for(filename, os.environ.get(ENV_VAR))
+def load_op_table(filename: str, tp: int = 1) -> OpTable:
+    """The table of Vidur's `filename` at tensor-parallel degree `tp`, parsed once per
+    process (per data folder): a profile asks on every step, so the file is not looked up
+    again each time."""
+    return _table_for(filename, os.environ.get(ENV_VAR), tp)
 
 
 @lru_cache(maxsize=None)
-def _table_for(filename: str, data_folder: str | None) -> OpTable:
-    return load_op_table_at(op_file(filename))
+def _table_for(filename: str, data_folder: str | None, tp: int = 1) -> OpTable:
+    return load_op_table_at(op_file(filename), tp)
 
 
-def load_op_table_at(path: Path) -> OpTable:
+def load_op_table_at(path: Path, tp: int = 1) -> OpTable:
     """The table in the file at `path`: a raw Vidur file or a derived `.csv.gz` table."""
-    return _load(Path(path).resolve())
+    return _load(Path(path).resolve(), tp)
