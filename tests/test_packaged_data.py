@@ -86,6 +86,8 @@ def test_environment_variables_override_with_raw_folders(monkeypatch, tmp_path):
 @needs_raw_profiles
 @pytest.mark.parametrize("name", derive_tables.ops_files())
 def test_operator_tables_equal_the_raw_files(name):
+    if not (RAW_PROFILES / "vidur" / name).is_file():
+        pytest.skip(f"no raw {name} at {RAW_PROFILES / 'vidur'}")
     raw = load_op_table_at(RAW_PROFILES / "vidur" / name)
     packaged = load_op_table(name)
     for field in ("tokens", "layer_s", "gemm_s", "emb_s"):
@@ -100,9 +102,13 @@ def test_profile_results_equal_with_the_raw_files(monkeypatch):
     from engines.executors.profiles import PROFILES
     from policies.perf.batch_shape import BatchShape
     shapes = [BatchShape.prefill_only(n, c) for n in (1, 77, 512, 3000, 40000) for c in (0, 900)]
-    packaged = {n: [p.step_time(s) for s in shapes] for n, p in PROFILES.items()}
+    # the profiles whose raw files are all beside the checkout (a 70B's may not be)
+    raw = {n: p for n, p in PROFILES.items()
+           if all((RAW_PROFILES / "vidur" / f).is_file()
+                  for f in (p.ops_file, getattr(p, "network_file", None)) if f)}
+    packaged = {n: [p.step_time(s) for s in shapes] for n, p in raw.items()}
     monkeypatch.setenv(PROFILES_VAR, str(RAW_PROFILES))
-    assert {n: [p.step_time(s) for s in shapes] for n, p in PROFILES.items()} == packaged
+    assert {n: [p.step_time(s) for s in shapes] for n, p in raw.items()} == packaged
 
 
 @needs_raw_profiles
