@@ -19,8 +19,8 @@ import msgspec
 
 from bench.parallel import imap
 from bench.ruler.ceiling import workload_ceilings
-from bench.ruler.ruler import SeedCapacity, seed_capacity
-from bench.sim.sim_flags import sim_settings
+from bench.ruler.ruler import RulerConfig, SeedCapacity, seed_capacity
+from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 from bench.studies.results_tables import QUICK, TABLES, Protocol, Row, Table
 from daemon.layout import layout_modes
 
@@ -68,10 +68,15 @@ def row_command(row: Row, protocol: Protocol) -> str:
 
 
 def capacity_parser() -> argparse.ArgumentParser:
-    """`ascendra capacity`'s own parser: a row's flags mean what they mean there."""
-    from bench.simulate_cmd import add_capacity_arguments
+    """The flags of a row: `ascendra capacity`'s settings and search protocol, from the same
+    flag builders, so a row means what it means there (tests/test_results_page.py parses
+    each with `ascendra capacity` itself)."""
     parser = argparse.ArgumentParser(prog="ascendra capacity")
-    add_capacity_arguments(parser)
+    add_sim_flags(parser)
+    add_fair_floor_flag(parser)
+    parser.add_argument("--measured", type=int, default=RulerConfig().measured)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--tolerance", type=float, default=RulerConfig().tolerance)
     return parser
 
 
