@@ -47,7 +47,7 @@ class Table(msgspec.Struct, frozen=True):
 
 
 #: A `--quick` run: a smoke test of every table, not a measurement.
-QUICK = Protocol(measured=300, seeds=(0,), tolerance=0.15)
+QUICK = Protocol(measured=150, seeds=(0,), tolerance=0.25)
 
 ASCENDRA = "--layout 3A"
 VLLM_V0 = "--layout 3xvllm-v0 --chunk-size 8192 --drop-expired"
