@@ -21,7 +21,7 @@ from bench.parallel import imap
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import RulerConfig, SeedCapacity, seed_capacity
 from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
-from bench.studies.results_tables import QUICK, TABLES, Protocol, Row, Table
+from bench.studies.results_tables import QUICK, TABLES, Group, Protocol, Row, Table
 from daemon.layout import layout_modes
 
 
@@ -40,6 +40,7 @@ class RowResult(msgspec.Struct, kw_only=True):
 class GroupResult(msgspec.Struct, kw_only=True):
     name: str
     rows: list[RowResult]
+    measured: int | None = None     # when not the table's
     #: the first row's mean capacity (fair capacity) over the best of the others'
     ratio: float | None = None
     fair_ratio: float | None = None
@@ -61,9 +62,11 @@ def table_command(name: str) -> str:
     return f"ascendra reproduce results --table {name} --out DIR"
 
 
-def row_command(row: Row, protocol: Protocol) -> str:
+def row_command(row: Row, protocol: Protocol, measured: int | None = None) -> str:
+    """The row's `ascendra capacity` command under `protocol` (`measured`: its group's own)."""
     seeds = ",".join(str(s) for s in protocol.seeds)
-    return (f"ascendra capacity {row.flags} --measured {protocol.measured} --seeds {seeds} "
+    return (f"ascendra capacity {row.flags} --measured {measured or protocol.measured} "
+            f"--seeds {seeds} "
             f"--tolerance {protocol.tolerance:g}")
 
 
@@ -109,8 +112,9 @@ def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
     out.mkdir(parents=True, exist_ok=True)
     tables = [TABLES[n] for n in names]
     protocols = [protocol_for(t, quick, seeds, measured) for t in tables]
-    wanted = {t.name: [(row_command(row, p), seed) for g in t.groups for row in g.rows
-                       for seed in p.seeds] for t, p in zip(tables, protocols)}
+    wanted = {t.name: [(row_command(row, p, _measured(g, measured, quick)), seed)
+                       for g in t.groups for row in g.rows for seed in p.seeds]
+              for t, p in zip(tables, protocols)}
     jobs = list(dict.fromkeys(job for table_jobs in wanted.values() for job in table_jobs))
     stamp = _commit(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     done: dict[tuple[str, int], SeedCapacity] = {}
@@ -123,19 +127,25 @@ def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
         for table, protocol in zip(tables, protocols):
             if table.name in wanted and all(job in done for job in wanted[table.name]):
                 del wanted[table.name]
-                written.append(write(assemble(table, protocol, done, quick, *stamp), out))
+                written.append(write(assemble(table, protocol, done, quick, *stamp,
+                                              override=measured), out))
     return written
 
 
+def _measured(group: Group, override: int | None, quick: bool) -> int | None:
+    """A group's own measured count, unless the run sets one for every table."""
+    return None if override or quick else group.measured
+
+
 def assemble(table: Table, protocol: Protocol, searches: dict[tuple[str, int], SeedCapacity],
-             quick: bool, commit: str, date: str) -> TableResult:
+             quick: bool, commit: str, date: str, override: int | None = None) -> TableResult:
     groups = []
     for group in table.groups:
         rows = []
         for row in group.rows:
-            cmd = row_command(row, protocol)
+            cmd = row_command(row, protocol, _measured(group, override, quick))
             rows.append(row_result(row.label, cmd, [searches[(cmd, s)] for s in protocol.seeds]))
-        groups.append(with_ratios(group.name, rows))
+        groups.append(with_ratios(group.name, rows, _measured(group, override, quick)))
     return TableResult(name=table.name, title=table.title, command=table_command(table.name),
                        commit=commit, date=date, protocol=protocol,
                        full_protocol=table.protocol, quick=quick, groups=groups)
@@ -150,11 +160,11 @@ def row_result(label: str, command: str, seeds: list[SeedCapacity]) -> RowResult
                      fair_min_qps=min(fair), fair_max_qps=max(fair))
 
 
-def with_ratios(name: str, rows: list[RowResult]) -> GroupResult:
+def with_ratios(name: str, rows: list[RowResult], measured: int | None = None) -> GroupResult:
     first, others = rows[0], rows[1:]
     best = max((r.mean_qps for r in others), default=0.0)
     best_fair = max((r.fair_mean_qps for r in others), default=0.0)
-    return GroupResult(name=name, rows=rows,
+    return GroupResult(name=name, rows=rows, measured=measured,
                        ratio=round(first.mean_qps / best, 3) if best else None,
                        fair_ratio=round(first.fair_mean_qps / best_fair, 3) if best_fair else None)
 
@@ -189,7 +199,8 @@ def render(doc: TableResult) -> str:
             ratio = (f"{g.ratio:.2f}x, {g.fair_ratio:.2f}x" if i == 0 and g.ratio else "")
             capacity = _spread(r.mean_qps, r.min_qps, r.max_qps)
             fair = _spread(r.fair_mean_qps, r.fair_min_qps, r.fair_max_qps)
-            lines.append(f"| {g.name if i == 0 else ''} | {r.label} | {capacity} | {fair} "
+            name = g.name + (f" ({g.measured:,})" if g.measured else "")
+            lines.append(f"| {name if i == 0 else ''} | {r.label} | {capacity} | {fair} "
                          f"| {ratio} |")
     return "\n".join(lines) + "\n"
 

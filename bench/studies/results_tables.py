@@ -29,6 +29,8 @@ class Row(msgspec.Struct, frozen=True):
 class Group(msgspec.Struct, frozen=True):
     name: str
     rows: tuple[Row, ...]
+    #: measured requests a point for this group, when not the table's (multi-turn's 1,500)
+    measured: int | None = None
 
 
 class Protocol(msgspec.Struct, frozen=True):
@@ -89,8 +91,15 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "(--class-floor 0.8)", tuple(
               Group(w, (Row("3A", f"{ASCENDRA} --workload {w}"),
                         Row("3A --class-floor 0.8",
-                            f"{ASCENDRA} --workload {w} --class-floor 0.8")))
-              for w in ("poisson", "bursty-cv4", "shifting"))),
+                            f"{ASCENDRA} --workload {w} --class-floor 0.8")), measured)
+              for w, measured in (("poisson", None), ("bursty-cv4", None), ("shifting", None),
+                                  ("mixed-slo", None), ("multi-turn", 1500),
+                                  ("bursty-cv2", 1125), ("onoff", 1125)))),
+    Table("splits", "Roles", "Roles chosen online (3A) against the paper's fixed split (2L1H)",
+          tuple(Group(w, (Row("3A", f"{ASCENDRA} --workload {w}"),
+                          Row("2L1H", f"--layout 2L1H --workload {w}")))
+                for w in ("poisson", "bursty-cv2", "onoff", "mixed-slo", "bursty-cv4")),
+          Protocol(measured=1125)),
     Table("prefix", "Prefix caching", "Multi-turn conversations (5 turns, each prompt the "
           "history so far), prefix caching on everywhere", (
               _versus("--workload multi-turn", ("vLLM V1 @2048 + drops", VLLM_V1)),
