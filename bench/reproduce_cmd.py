@@ -1,4 +1,5 @@
-"""`ascendra reproduce FIGURE`: the paper's evaluation figures from the simulator."""
+"""`ascendra reproduce FIGURE`: the paper's evaluation figures from the simulator, and
+`ascendra reproduce results`: docs/results.md's tables (bench/studies/results_run.py)."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import sys
 
 from bench.parallel import add_workers_flag
 from bench.studies.reproduce import FIGURES
+from bench.studies.results_tables import TABLES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,12 +17,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "SJF vs FCFS and HP elastic batch on/off; fig12: overload for 10 simulated "
                      "minutes with drops; fig13: 1L1H and 2L1H vs 1L2H; threshold: offload "
                      "threshold sweep; fleet: 1, 4 and 16 boxes behind an inference gateway, "
-                     "by load.")
-    p.add_argument("figure", choices=[*FIGURES, "all"])
+                     "by load. results: docs/results.md's tables (every one, or --table), each "
+                     "as NAME.json and NAME.md, stamped with the commit and date.")
+    p.add_argument("figure", choices=[*FIGURES, "all", "results"])
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--num-requests", type=int, default=None,
                    help="requests per simulated point (default: per figure, a few minutes)")
     p.add_argument("--quick", action="store_true", help="fewer points and requests: a smoke test")
+    p.add_argument("--table", action="append", choices=TABLES, default=None,
+                   help="results: only this table (repeatable; default: every table)")
+    p.add_argument("--seeds", default=None,
+                   help="results: comma-separated seeds instead of each table's own (a "
+                        "reduced run, labelled so in its markdown)")
+    p.add_argument("--measured", type=int, default=None,
+                   help="results: measured requests per point instead of each table's own "
+                        "(a reduced run, labelled so)")
     add_workers_flag(p)
     p.set_defaults(run=run_reproduce)
 
@@ -31,6 +42,8 @@ MISSING_BENCH_EXTRA = ("ascendra reproduce: error: the figures need matplotlib, 
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
+    if args.figure == "results":
+        return run_results(args)
     try:  # checked before simulating anything: the PNGs come last
         import matplotlib  # noqa: F401
     except ImportError:
@@ -44,4 +57,15 @@ def run_reproduce(args: argparse.Namespace) -> int:
             figure, args.out, num_requests=args.num_requests, quick=args.quick,
             workers=args.workers, progress=lambda line: print(line, file=sys.stderr))
         print(f"{figure}: wrote {json_path} and {png_path}")
+    return 0
+
+
+def run_results(args: argparse.Namespace) -> int:
+    from bench.studies.results_run import run_tables
+
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
+    for path in run_tables(args.table or list(TABLES), args.out, quick=args.quick, seeds=seeds,
+                           measured=args.measured, workers=args.workers,
+                           progress=lambda line: print(line, file=sys.stderr)):
+        print(f"wrote {path} and {path.with_suffix('.json')}")
     return 0

@@ -1,4 +1,4 @@
-"""The shape of the code: imports point down, the cores stay sans-I/O, files stay small.
+"""The shape of the code: imports point down, the cores stay sans-I/O, each file says its idea.
 
 Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line (bench/cli.py).
 The `*_cmd.py` modules bench/cli.py registers rank as their own package: a command may import
@@ -6,7 +6,8 @@ its own package and below, never a higher one, and only bench/cli.py names a com
 imported when it runs: tests/test_cli_imports.py). A core (events in, actions out) imports no
 event loop, socket, clock or OS module, and nothing of ours that does: the controller core is
 its folder, daemon/core/ (which imports nothing else of daemon/), the instance core the
-modules of engines.instance_core's import closure.
+modules of engines.instance_core's import closure. A file holds one idea, which its module
+docstring states (there is no line cap: a file's length follows its idea, STYLE.md).
 """
 from __future__ import annotations
 
@@ -191,3 +192,10 @@ def test_a_command_ranks_as_its_own_package():
     assert _rank("bench.loadgen.loadgen") > _rank("daemon.serve_cmd")
     assert _rank("daemon.layout") <= _rank("bench.bench_cmd")
     assert _rank("bench.bench_cmd") < _rank("bench.cli")
+
+
+def test_every_module_states_its_idea():
+    """Each module of ours opens with a docstring: the one idea the file holds."""
+    silent = [str(path.relative_to(ROOT)) for path in MODULES.values()
+              if path.read_text().strip() and ast.get_docstring(ast.parse(path.read_text())) is None]
+    assert not silent, f"modules without a docstring saying what they hold: {silent}"

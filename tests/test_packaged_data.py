@@ -17,12 +17,12 @@ import pytest
 from bench.data import derive_profile_refs, derive_traces
 from bench.data.profile_refs import REFS_FILE, from_readme, load_refs
 from bench.loadgen.traces import ENV_VAR as TRACES_VAR
-from bench.loadgen.traces import RAW_DEFAULT_DIR as RAW_TRACES
+from bench.data.derive_traces import RAW_DEFAULT_DIR as RAW_TRACES
 from bench.loadgen.trace_file import load_rows, load_trace
 from bench.loadgen.traces import TRACE_DATA_DIR, TRACE_FILES, trace_file
 from engines.executors.profiles import ENV_VAR as PROFILES_VAR
 from engines.executors.profiles import derive_tables
-from engines.executors.profiles.data import RAW_DEFAULT_DIR as RAW_PROFILES
+from engines.executors.profiles.derive_tables import RAW_DEFAULT_DIR as RAW_PROFILES
 from engines.executors.profiles.data import TABLES_DIR, op_file
 from engines.executors.profiles.op_table import load_op_table, load_op_table_at
 

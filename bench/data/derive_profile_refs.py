@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from bench.data.profile_refs import REFS_FILE, encode_refs, from_readme
-from engines.executors.profiles.data import RAW_DEFAULT_DIR
+from engines.executors.profiles.derive_tables import RAW_DEFAULT_DIR
 
 
 def derived_json(raw_dir: Path) -> str:

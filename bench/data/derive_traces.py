@@ -15,9 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.loadgen.trace_file import load_rows
-from bench.loadgen.traces import (ARRIVAL_COLUMN, OUTPUT_COLUMN, PROMPT_COLUMN, RAW_DEFAULT_DIR,
-                                  TRACE_DATA_DIR, TRACE_FILES)
+from bench.loadgen.traces import (ARRIVAL_COLUMN, OUTPUT_COLUMN, PROMPT_COLUMN, TRACE_DATA_DIR,
+                                  TRACE_FILES)
 from engines.derived_files import derivation_main, derive_all
+
+#: Where the raw third-party files lie beside a checkout: this derivation's default input
+#: (only here: nothing that runs needs them).
+RAW_DEFAULT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
 
 def derived_csv(raw_file: Path) -> bytes:

@@ -13,8 +13,6 @@ from pathlib import Path
 
 ENV_VAR = "ASCENDRA_TRACES"
 TRACE_DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "trace_data"
-#: Where the raw third-party files lie beside a checkout (the derivation's default input).
-RAW_DEFAULT_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
 #: trace name -> the raw third-party file it comes from
 TRACE_FILES = {
     "sharegpt": "sarathi_sharegpt_8k_filtered_stats_llama2_tokenizer.csv",

@@ -1,7 +1,7 @@
 """Attention time of one layer, from the batch's FLOPs and bytes (policies.perf.features)
 and efficiencies calibrated on Vidur's A100 Llama-3-8B FlashInfer profile.
 
-Vidur's `attention.csv` is not among the shared files (see ../shared/profiles/README.md),
+Vidur's `attention.csv` is not among the raw profiles the tables derive from (tables/README.md),
 so attention is a roofline with fitted efficiencies rather than a table look-up:
 
 * decode (one kernel for all decodes of the batch; memory bound):
@@ -23,7 +23,7 @@ squares on log ratios, README points weighted 3x, once, by hand -- no fit runs h
   0.81 (batch 48, off the trend of its neighbours) 1.03 1.07 1.10.
 * prefill: the README's 64-token chunk range (0.011 ms at kv 0, 0.065 at kv 4672) plus 22
   a sample of that file's prefill rows consulted once (chunks 64..2048 tokens, kv
-  0..15840; the file itself is not in shared/ and none of it is stored here) ->
+  0..15840; the file itself is not among the raw profiles and none of it is stored here) ->
   PREFILL_LAUNCH 11 us, PREFILL_PEAK_FRACTION 0.54, HALF_ROWS 60 x 32 heads,
   CAUSAL_WEIGHT 1.6. The README's two points come out at 1.07 and 1.05; the other rows
   within 0.7-1.17 except one kernel-switch step (64 tokens at kv 512: 0.40).

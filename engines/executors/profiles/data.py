@@ -4,7 +4,8 @@ By default each Vidur operator file is read from `tables/<file>.gz` beside this 
 a table derived from the third-party file (TP-1 rows, the columns op_table reads; see
 tables/README.md and derive_tables.py), shipped with the package. The ASCENDRA_PROFILES
 environment variable overrides that with a folder of the raw files in the layout of the
-shared `profiles` folder (`<folder>/vidur/<file>`, `<folder>/README.md`).
+raw profiles folder (`<folder>/vidur/<file>`, `<folder>/README.md`); nothing here reads
+a raw file unless that variable names one.
 """
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from pathlib import Path
 
 ENV_VAR = "ASCENDRA_PROFILES"
 TABLES_DIR = Path(__file__).resolve().with_name("tables")
-#: Where the raw third-party files lie beside a checkout (the derivation's default input).
-RAW_DEFAULT_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "profiles"
 
 
 def raw_profiles_dir() -> Path | None:
@@ -27,8 +26,8 @@ def raw_profiles_dir() -> Path | None:
     if not (path / "vidur").is_dir():
         raise FileNotFoundError(
             f"GPU profile data not found: {path / 'vidur'} does not exist. Point the "
-            f"{ENV_VAR} environment variable at a folder of the raw profiles (as "
-            f"{RAW_DEFAULT_DIR}), or unset it to use the packaged tables in {TABLES_DIR}.")
+            f"{ENV_VAR} environment variable at a folder of the raw profiles (a `vidur/` "
+            f"folder of Vidur's CSV files), or unset it to use the packaged tables in {TABLES_DIR}.")
     return path
 
 

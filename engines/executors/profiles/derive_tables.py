@@ -19,10 +19,14 @@ import io
 from pathlib import Path
 
 from engines.derived_files import derivation_main, derive_all
-from engines.executors.profiles.data import RAW_DEFAULT_DIR, TABLES_DIR
+from engines.executors.profiles.data import TABLES_DIR
 from engines.executors.profiles import all_reduce
 from engines.executors.profiles.op_table import COLUMNS, read_rows
 from engines.executors.profiles.registry import PROFILES
+
+#: Where the raw third-party files lie beside a checkout: this derivation's default input
+#: (only here: nothing that runs needs them).
+RAW_DEFAULT_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "profiles"
 
 
 def ops_files() -> list[str]:

@@ -1,0 +1,225 @@
+"""`ascendra reproduce results`: run docs/results.md's tables (bench/studies/results_tables.py)
+and write each as `<out>/<name>.json` (a `TableResult`) and `<out>/<name>.md` (the markdown
+docs/results.md shows), stamped with the commit and the date it ran on.
+
+Every (table, row, seed) is one capacity search (bench/ruler/ruler.py `seed_capacity`),
+all of them over one pool of `workers` processes, in table order: each table is written
+as soon as its own searches are done, so a run cut short still leaves its first tables.
+A run with fewer seeds or requests than a table's protocol says so in its markdown.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from bench.parallel import imap
+from bench.ruler.ceiling import workload_ceilings
+from bench.ruler.ruler import RulerConfig, SeedCapacity, seed_capacity
+from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
+from bench.studies.results_tables import QUICK, TABLES, Group, Protocol, Row, Table
+from daemon.layout import layout_modes
+
+
+class RowResult(msgspec.Struct, kw_only=True):
+    label: str
+    command: str                # the `ascendra capacity` command of this row, as run
+    seeds: list[SeedCapacity]
+    mean_qps: float
+    min_qps: float
+    max_qps: float
+    fair_mean_qps: float
+    fair_min_qps: float
+    fair_max_qps: float
+
+
+class GroupResult(msgspec.Struct, kw_only=True):
+    name: str
+    rows: list[RowResult]
+    measured: int | None = None     # when not the table's
+    #: the first row's mean capacity (fair capacity) over the best of the others'
+    ratio: float | None = None
+    fair_ratio: float | None = None
+
+
+class TableResult(msgspec.Struct, kw_only=True):
+    name: str
+    title: str
+    command: str                # the command that regenerates this table
+    commit: str
+    date: str
+    protocol: Protocol          # as run
+    full_protocol: Protocol     # as the table asks
+    quick: bool
+    groups: list[GroupResult]
+
+
+def table_command(name: str) -> str:
+    return f"ascendra reproduce results --table {name} --out DIR"
+
+
+def row_command(row: Row, protocol: Protocol, measured: int | None = None) -> str:
+    """The row's `ascendra capacity` command under `protocol` (`measured`: its group's own)."""
+    seeds = ",".join(str(s) for s in protocol.seeds)
+    return (f"ascendra capacity {row.flags} --measured {measured or protocol.measured} "
+            f"--seeds {seeds} "
+            f"--tolerance {protocol.tolerance:g}")
+
+
+def capacity_parser() -> argparse.ArgumentParser:
+    """The flags of a row: `ascendra capacity`'s settings and search protocol, from the same
+    flag builders, so a row means what it means there (tests/test_results_page.py parses
+    each with `ascendra capacity` itself)."""
+    parser = argparse.ArgumentParser(prog="ascendra capacity")
+    add_sim_flags(parser)
+    add_fair_floor_flag(parser)
+    parser.add_argument("--measured", type=int, default=RulerConfig().measured)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--tolerance", type=float, default=RulerConfig().tolerance)
+    return parser
+
+
+def search(job: tuple[str, int]) -> SeedCapacity:
+    """One capacity search: a row's command, on one seed (a top-level function: pickles)."""
+    command, seed = job
+    args = capacity_parser().parse_args(command.split()[2:])
+    subject, config = sim_settings(args)
+    config = msgspec.structs.replace(config, seeds=(seed,), measured=args.measured,
+                                     tolerance=args.tolerance, fair_floor=args.fair_floor)
+    start = 0.8 * workload_ceilings(config, len(layout_modes(subject.layout))).all_served_qps
+    return seed_capacity(subject, config, seed, start)
+
+
+def protocol_for(table: Table, quick: bool, seeds: Sequence[int] | None,
+                 measured: int | None) -> Protocol:
+    base = QUICK if quick else table.protocol
+    return Protocol(measured=measured or base.measured,
+                    seeds=tuple(seeds) if seeds else base.seeds,
+                    tolerance=min(base.tolerance, table.protocol.tolerance) if not quick
+                    else base.tolerance)
+
+
+def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
+               seeds: Sequence[int] | None = None, measured: int | None = None,
+               workers: int | None = None,
+               progress: Callable[[str], None] | None = None) -> list[Path]:
+    """Run the named tables; the markdown files written, in order."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = [TABLES[n] for n in names]
+    protocols = [protocol_for(t, quick, seeds, measured) for t in tables]
+    wanted = {t.name: [(row_command(row, p, _measured(g, measured, quick)), seed)
+                       for g in t.groups for row in g.rows for seed in p.seeds]
+              for t, p in zip(tables, protocols)}
+    jobs = list(dict.fromkeys(job for table_jobs in wanted.values() for job in table_jobs))
+    stamp = _commit(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    done: dict[tuple[str, int], SeedCapacity] = {}
+    written = []
+    for (cmd, seed), result in zip(jobs, imap(search, jobs, workers)):
+        done[(cmd, seed)] = result
+        if progress:
+            progress(f"[{len(done)}/{len(jobs)}] {cmd} seed {seed}: capacity "
+                     f"{result.capacity_qps:.2f}, fair {result.fair_capacity_qps:.2f}")
+        for table, protocol in zip(tables, protocols):
+            if table.name in wanted and all(job in done for job in wanted[table.name]):
+                del wanted[table.name]
+                written.append(write(assemble(table, protocol, done, quick, *stamp,
+                                              override=measured), out))
+    return written
+
+
+def _measured(group: Group, override: int | None, quick: bool) -> int | None:
+    """A group's own measured count, unless the run sets one for every table."""
+    return None if override or quick else group.measured
+
+
+def assemble(table: Table, protocol: Protocol, searches: dict[tuple[str, int], SeedCapacity],
+             quick: bool, commit: str, date: str, override: int | None = None) -> TableResult:
+    groups = []
+    for group in table.groups:
+        rows = []
+        for row in group.rows:
+            cmd = row_command(row, protocol, _measured(group, override, quick))
+            rows.append(row_result(row.label, cmd, [searches[(cmd, s)] for s in protocol.seeds]))
+        groups.append(with_ratios(group.name, rows, _measured(group, override, quick)))
+    return TableResult(name=table.name, title=table.title, command=table_command(table.name),
+                       commit=commit, date=date, protocol=protocol,
+                       full_protocol=table.protocol, quick=quick, groups=groups)
+
+
+def row_result(label: str, command: str, seeds: list[SeedCapacity]) -> RowResult:
+    caps = [s.capacity_qps for s in seeds]
+    fair = [s.fair_capacity_qps for s in seeds]
+    return RowResult(label=label, command=command, seeds=seeds,
+                     mean_qps=round(sum(caps) / len(caps), 3), min_qps=min(caps),
+                     max_qps=max(caps), fair_mean_qps=round(sum(fair) / len(fair), 3),
+                     fair_min_qps=min(fair), fair_max_qps=max(fair))
+
+
+def with_ratios(name: str, rows: list[RowResult], measured: int | None = None) -> GroupResult:
+    first, others = rows[0], rows[1:]
+    best = max((r.mean_qps for r in others), default=0.0)
+    best_fair = max((r.fair_mean_qps for r in others), default=0.0)
+    return GroupResult(name=name, rows=rows, measured=measured,
+                       ratio=round(first.mean_qps / best, 3) if best else None,
+                       fair_ratio=round(first.fair_mean_qps / best_fair, 3) if best_fair else None)
+
+
+def write(doc: TableResult, out: Path) -> Path:
+    (out / f"{doc.name}.json").write_bytes(
+        msgspec.json.format(msgspec.json.encode(doc), indent=1) + b"\n")
+    md = out / f"{doc.name}.md"
+    md.write_text(render(doc))
+    return md
+
+
+def render(doc: TableResult) -> str:
+    """The table as docs/results.md shows it: its stamp, its command, its protocol."""
+    p = doc.protocol
+    seeds = ",".join(str(s) for s in p.seeds)
+    lines = [f"{doc.title}. Measured {doc.date} on commit {doc.commit}: `{doc.command}` "
+             f"(rows: `ascendra capacity FLAGS --measured {p.measured} --seeds {seeds} "
+             f"--tolerance {p.tolerance:g}`). Capacity / fair capacity, QPS, mean [min-max] "
+             f"over seeds {seeds}.", ""]
+    if doc.quick:
+        lines += ["**Quick run (`--quick`): a smoke test, not a measurement.**", ""]
+    elif p != doc.full_protocol:
+        full = doc.full_protocol
+        lines += [f"**Reduced protocol**: {p.measured:,} measured, seeds {seeds} (the table's "
+                  f"full protocol: {full.measured:,} measured, seeds "
+                  f"{','.join(str(s) for s in full.seeds)}).", ""]
+    lines += ["| group | row | capacity | fair capacity | first row / best other: capacity, "
+              "fair |", "|---|---|---|---|---|"]
+    for g in doc.groups:
+        for i, r in enumerate(g.rows):
+            ratio = (f"{g.ratio:.2f}x, {g.fair_ratio:.2f}x" if i == 0 and g.ratio else "")
+            capacity = _spread(r.mean_qps, r.min_qps, r.max_qps)
+            fair = _spread(r.fair_mean_qps, r.fair_min_qps, r.fair_max_qps)
+            name = g.name + (f" ({g.measured:,})" if g.measured else "")
+            lines.append(f"| {name if i == 0 else ''} | {r.label} | {capacity} | {fair} "
+                         f"| {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def _spread(mean: float, lo: float, hi: float) -> str:
+    return f"{mean:.2f}" if lo == hi else f"{mean:.2f} [{lo:.2f}-{hi:.2f}]"
+
+
+_HERE = Path(__file__).parent
+
+
+def _commit() -> str:
+    """The tree's commit, `+dirty` when it has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=_HERE).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True,
+                               cwd=_HERE).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + ("+dirty" if dirty else "")
