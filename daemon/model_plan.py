@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.layout import InstanceSpec, layout_modes
+from daemon.layout import InstanceSpec, default_layout, layout_modes
 from engines.models.builtin import builtin_tiny_model_dir_name
 
 
@@ -41,7 +41,8 @@ def plan_models(folders: str | list[str], names: str | list[str], layouts: str |
         raise ValueError("model.model: the list of models is empty; give at least one folder "
                          '(or "" for the built-in tiny model)')
     served = _names(folders, names)
-    layouts = _layouts(folders, layouts)
+    layouts = [layout or default_layout(gpus, gpus_per_instance, len(folders))
+               for layout in _layouts(folders, layouts)]
     plans, next_id = [], 0
     for folder, name, layout in zip(folders, served, layouts):
         modes = layout_modes(layout)
