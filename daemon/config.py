@@ -114,6 +114,12 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
             make_latency(self.resolved_sim_latency)
         except ValueError as exc:
             raise ValueError(f"{field}: {exc}") from None
+        if self.executor != "sim" and self.resolved_sim_latency != "zero":
+            # a setting that cannot act is an error, not silence: the torch executor runs
+            # the model, at the speed of this machine, whatever profile is named
+            raise ValueError(f"{field}: only the sim executor waits out a step latency; with "
+                             f"executor {self.executor!r} the model runs at this machine's "
+                             "speed (add --executor sim, or drop the setting)")
 
     @property
     def resolved_sim_latency(self) -> str:

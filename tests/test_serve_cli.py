@@ -85,6 +85,16 @@ def test_a_config_file_has_one_section_per_part_and_says_where_a_field_belongs(t
         load_config(str(config))
 
 
+def test_a_latency_profile_without_the_sim_executor_is_an_error_naming_why():
+    parser = build_parser()
+    for flags, field in ((["--profile", "a100-llama3-8b"], "profile"),
+                         (["--sim-latency", "constant:0.01"], "sim_latency")):
+        with pytest.raises(ValueError, match=rf"{field}: only the sim executor .* --executor sim"):
+            config_from_args(parser.parse_args(["serve", *flags]))
+        config = config_from_args(parser.parse_args(["serve", *flags, "--executor", "sim"]))
+        assert config.instances.resolved_sim_latency != "zero"
+
+
 @pytest.mark.slow
 def test_print_config_is_the_example_config_and_applies_flags():
     assert EXAMPLE_CONFIG.read_text() == render_toml(), (
