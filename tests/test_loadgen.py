@@ -182,7 +182,7 @@ async def test_outcomes_token_times_and_open_loop(fake):
     run = await run_load(fake.url, work, ttft_slo=1.0, tbt_slo=0.1, seed=1, timeout=1.0,
                          progress=False)
     elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 3.0  # the hang is cut off at the last arrival + timeout
+    assert 1.0 <= elapsed < 30  # the hour-long hang is cut off at the last arrival + timeout
     assert run.duration_s == pytest.approx(max(r.end_time or 0 for r in run.records))
     by_length = {r.output_len: r for r in run.records}
     for n, outcome in BEHAVIOUR.items():
@@ -193,7 +193,7 @@ async def test_outcomes_token_times_and_open_loop(fake):
             assert len(r.token_times) == r.output_tokens() == r.output_len
             assert r.first_token_time == r.token_times[0] > r.arrival
             assert r.token_times == sorted(r.token_times)
-        assert r.arrival - r.scheduled < 0.25  # open loop: the hang held nobody back
+        assert r.arrival - r.scheduled < 0.9  # open loop: a hang would hold the next one 1 s
     chunked = by_length[CHUNKED]
     assert len(chunked.token_times) == 4 and chunked.output_tokens() == CHUNKED
     assert by_length[HTTP_DROP].error_code == "ttft_slo_missed"
