@@ -450,3 +450,17 @@ def test_a_runs_per_instance_counts_are_its_own_not_since_the_daemon_started():
     assert (row["served"], row["offloaded"], row["preemptions"]) == (60, 2, 0)
     assert this_run(None, health(served=100, offloaded=7))[0]["served"] == 100  # no before
     assert this_run(health(1, 1), None) == []                                    # not ours
+
+
+async def test_a_stopped_run_sends_nothing_more_and_keeps_what_finished(fake):
+    """Ctrl-C on `bench` (issue #62): the run stops sending, drops what is in flight and
+    keeps the requests that had finished, so they are still printed and saved."""
+    work = workload([2] * 5 + [HANG] + [2] * 20, qps=10.0)  # 2.5 s of arrivals
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.9, stop.set)
+    run = await run_load(fake.url, work, ttft_slo=1.0, tbt_slo=0.1, timeout=60, stop=stop,
+                         progress=False)
+    assert run.interrupted == len(work)
+    assert 0 < len(run.records) < len(run.sent) < len(work)  # the hang was in flight
+    assert all(r.outcome == "completed" for r in run.records)
+    assert len(fake.bodies) == len(run.sent)  # nothing sent after the stop
