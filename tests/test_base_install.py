@@ -130,8 +130,9 @@ def test_every_base_install_command_of_the_readme_runs_without_the_extras(
     assert "requests" in _ascendra(base_env, "records", str(records))
     ran += ["simulate", "records"]
     _ascendra(base_env, "capacity", "--layout", "1A", "--workload", "poisson", "--seeds", "0",
-              "--measured", "60")
-    _ascendra(base_env, "plan", "--gpus", "2", "--workload", "poisson", "--measured", "60")
+              "--measured", "40")
+    _ascendra(base_env, "plan", "--gpus", "1", "--workload", "poisson", "--measured", "40",
+              "--quick")
     ran += ["capacity", "plan"]
     assert _ascendra(base_env, "generate", "--prompt", "Hello", "--max-tokens", "4").strip()
     ran.append("generate")
@@ -145,6 +146,6 @@ def test_every_base_install_command_of_the_readme_runs_without_the_extras(
     finally:
         daemon.stop()
     ran += ["serve", "bench"]
-    _ascendra(base_env, "chaos", "--duration", "4", "--qps", "4")
+    _ascendra(base_env, "chaos", "--duration", "3", "--qps", "4")
     ran.append("chaos")
     assert sorted(ran) == sorted(verbs)
