@@ -88,8 +88,18 @@ class _LazyVerbs(argparse._SubParsersAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but an error is one short line and the last one, as git's are
+    (`ascendra serve: error: ...; see ascendra serve --help`), not the usage's 30 lines
+    above it. Verbs' parsers are of this class too (add_subparsers takes the parent's)."""
+
+    def error(self, message: str):
+        see = "" if "--help" in message else f"; see {self.prog} --help"
+        self.exit(2, f"{self.prog}: error: {message}{see}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ascendra", description="Ascendra LLM serving daemon")
+    parser = _Parser(prog="ascendra", description="Ascendra LLM serving daemon")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.register("action", "parsers", _LazyVerbs)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -5,6 +5,7 @@ runner every bench command and study uses, and the one default of how many proce
   per job -- the default of every command's `--workers` (`add_workers_flag`);
 * `imap(fn, jobs, workers)`: the results in job order, each as soon as it and those
   before it are done (for progress lines);
+* `imap_unordered(fn, jobs, workers)`: (index, result) pairs as each job finishes;
 * `run_parallel(fn, jobs, workers)`: all the results, in job order.
 
 With one worker (asked for, or one job) the jobs run here, one after the other, with no
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TypeVar
 
 J = TypeVar("J")
@@ -65,6 +66,27 @@ def imap(fn: Callable[[J], R], jobs: Iterable[J], workers: int | None = None) ->
         result = last.result()
         pool.shutdown()  # gone before the last result, however far the consumer reads
         yield result
+    finally:  # an error, or a consumer that stopped early: start nothing more
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def imap_unordered(fn: Callable[[J], R], jobs: Iterable[J],
+                   workers: int | None = None) -> Iterator[tuple[int, R]]:
+    """(index, `fn(job)`) for every job, each as soon as it is done (for a progress line
+    per job while the others still run); over processes as `imap`."""
+    jobs = list(jobs)
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    n = default_workers(len(jobs)) if workers is None else min(workers, max(1, len(jobs)))
+    if n == 1:
+        for i, job in enumerate(jobs):
+            yield i, fn(job)
+        return
+    pool = ProcessPoolExecutor(max_workers=n)
+    try:
+        index = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(index):
+            yield index[future], future.result()
     finally:  # an error, or a consumer that stopped early: start nothing more
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -11,8 +11,9 @@ from bench.parallel import add_workers_flag
 from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 
 DEFAULT_MEASURED = 2000
-#: `--quick`'s measured requests per point (as `reproduce --quick`'s capacity table).
-QUICK_MEASURED = 900
+#: `--quick`'s measured requests per point: with its searches (bench/ruler/plan.py
+#: QUICK_STEPS), a plan of up to 4 GPUs in about two minutes of two cores.
+QUICK_MEASURED = 400
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,16 +30,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measured requests per simulated point (default 2000; the "
                         "capacity table's ruler uses 4500)")
     p.add_argument("--quick", action="store_true",
-                   help=f"a first look in a few minutes: {QUICK_MEASURED} measured requests "
-                        "per point (not a steady state: the answer says so)")
+                   help=f"a first look in about two minutes: {QUICK_MEASURED} measured "
+                        "requests per point, searches in steps of 2x to 20 %% (not a steady "
+                        "state: the answer says so)")
     add_fair_floor_flag(p)
     add_workers_flag(p)
     p.add_argument("--json", metavar="OUT", help="write the answer here")
     p.set_defaults(run=run)
 
 
+class LayoutBar:
+    """A line per layout as its search ends, on stderr, under a bar of the layouts done
+    (tqdm's on a terminal when tqdm is installed; the lines count `[k/n]` anyway)."""
+
+    def __init__(self, total: int) -> None:
+        self._bar = None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self._bar = tqdm(total=total, desc="layouts", unit="layout", file=sys.stderr,
+                             dynamic_ncols=True)
+
+    def done(self, line: str) -> None:
+        if self._bar is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        self._bar.write(line, file=sys.stderr)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
 def run(args: argparse.Namespace) -> int:
-    from bench.ruler.plan import plan
+    from bench.ruler.plan import candidate_layouts, plan
     from bench.ruler.plan_tp import fitting_degrees
     if args.tp is None:  # search the degrees when the model does not fit one GPU
         args.tp = 0 if "@tp" not in args.profile and fitting_degrees(args.profile, 1)[0][1] else 1
@@ -49,8 +77,13 @@ def run(args: argparse.Namespace) -> int:
     if args.tp == 0 and "@tp" not in args.profile:
         return _run_degrees(args, config)
     gpus = args.gpus // max(args.tp, 1)
-    answer = plan(config, gpus, workers=args.workers,
-                  progress=lambda line: print(line, file=sys.stderr))
+    bar = LayoutBar(len(candidate_layouts(gpus)))
+    try:
+        answer = plan(config, gpus, workers=args.workers, quick=args.quick,
+                      progress=lambda line: print(line, file=sys.stderr),
+                      layout_done=bar.done)
+    finally:
+        bar.close()
     _print(args, config, answer)
     if args.json:
         write_json(args.json, answer)
@@ -80,12 +113,16 @@ def _print(args, config, answer) -> None:
           f"ceiling {answer.ceiling_qps:.2f} QPS (all served), {answer.ceiling_target_qps:.2f} "
           f"QPS (the cheapest {config.target:g} %), {answer.fair_ceiling_qps:.2f} QPS (fair: "
           f"every prompt-length class >= {100 * config.fair_floor:g} %)")
+    print(f"ranked by fair capacity (every prompt-length class >= {100 * config.fair_floor:g} "
+          f"%), then capacity ({config.target:g} % of requests in their targets), in QPS:")
     print(f"  {'layout':>{width}}  capacity  fair capacity")
     for c in sorted(answer.candidates, key=lambda c: (-c.fair_capacity_qps, -c.capacity_qps)):
         mark = "  <- recommended" if c.layout == answer.recommended else ""
+        note = f"  ({c.note})" if c.note else ""
         warning = f"  WARNING: {'; '.join(c.warnings)}" if c.warnings else ""
         print(f"  {c.layout:>{width}}  {c.capacity_qps:8.2f}  {c.fair_capacity_qps:13.2f}  "
-              f"({100 * c.fraction_of_ceiling:.0f} % of the all-served ceiling){mark}{warning}")
+              f"({100 * c.fraction_of_ceiling:.0f} % of the all-served ceiling){mark}{note}"
+              f"{warning}")
     short = too_short(config.measured)
     if short:
         print(f"WARNING: {short}: a first look, not a steady state (steady_state: false)")

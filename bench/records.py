@@ -192,6 +192,14 @@ class RunResult(msgspec.Struct, kw_only=True):
     goodput_rps: float                 # requests that met both targets / duration
     throughput_rps: float              # completed requests / duration
     output_tok_s: float                # output tokens delivered / duration
+    #: The rates apart from the drain (`duration_s`'s include it): the arrival window
+    #: (first to last request sent), the rate offered in it (gaps between arrivals / the
+    #: window), the rate achieved in it (requests completed within it / the window), and
+    #: the drain (the last answer after the last arrival).
+    arrival_window_s: float = 0.0
+    offered_rps: float = 0.0
+    achieved_rps: float = 0.0
+    drain_s: float = 0.0
     ttft_s: Percentiles                # over completed requests
     tbt_s: Percentiles                 # over every token gap of completed requests
     mean_tbt_s: Percentiles            # over completed requests' mean TBT

@@ -1,17 +1,18 @@
 """`ascendra records FILE`: a records file's report (bench/records_report.py), as tables.
 
 FILE is what `simulate --records`, `capacity` or `bench --records` wrote. The report
-prints as rich tables; `--json OUT` writes it (a `RecordsReport`) too.
+prints as tables (rich's when the `bench` extra is installed, else plain text: it runs on
+the base install); `--json OUT` writes it (a `RecordsReport`) too.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from bench.json_file import write_json
 from bench.records_file import read_records
 from bench.records_report import GroupRow, RecordsReport, cause_text, report
+from bench.text_table import TextTable, print_blocks
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,52 +49,44 @@ def _x(multiple: float | None) -> str:
 
 
 def print_report(result: RecordsReport, file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=file or sys.stdout, width=110)
+    """The report as text lines and tables (bench/text_table.py: rich's when installed)."""
     left = (f", {result.left_out} outside the steady-state window left out"
             if result.left_out else "")
-    console.print(f"{result.file}: {result.requests} requests{left}", soft_wrap=True)
-    console.print(f"goodput {result.goodput_pct:.1f} % ({result.good} met their targets); "
-                  f"token goodput {result.token_goodput_pct:.1f} % of prompt + output tokens")
-    console.print(f"p99 TTFT of completed requests {_s(result.p99_ttft_s)} s; longest wait "
-                  f"for a first answer {_x(result.max_wait_slo_multiple)} its TTFT target")
+    blocks: list[str | TextTable] = [
+        f"{result.file}: {result.requests} requests{left}",
+        f"goodput {result.goodput_pct:.1f} % ({result.good} met their targets); "
+        f"token goodput {result.token_goodput_pct:.1f} % of prompt + output tokens",
+        f"p99 TTFT of completed requests {_s(result.p99_ttft_s)} s; longest wait "
+        f"for a first answer {_x(result.max_wait_slo_multiple)} its TTFT target"]
     for title, groups in (("by SLO class", result.by_class), ("by tenant", result.by_tenant),
                           ("by prompt length (tokens)", result.by_prompt_len),
                           ("by prompt-length quartile (tokens)", result.by_prompt_quartile),
                           ("by instance (the last that held it)", result.by_instance),
                           ("offloaded or not", result.by_offload)):
         if groups or title != "by tenant":
-            console.print(_group_table(Table, title, groups))
+            blocks.append(_group_table(title, groups))
     if not result.misses:  # an empty table would read as a report that lacks them
-        console.print("misses by cause: none -- every request reported met its targets")
-        return
-    misses = Table(title="misses by cause")
-    for name in ("cause", "requests", "% of misses"):
-        misses.add_column(name, justify="left" if name == "cause" else "right")
-    for m in result.misses:
-        misses.add_row(cause_text(m.cause), str(m.count), f"{m.share_pct:.1f}")
-    console.print(misses)
-    if result.worst:
-        worst = Table(title="worst examples (seconds)")
-        for name in ("cause", "index", "prompt", "ttft", "queue", "mean tbt", "targets",
-                     "instances", "code"):
-            worst.add_column(name)
-        for w in result.worst:
-            worst.add_row(cause_text(w.cause), str(w.index), str(w.prompt_tokens), _s(w.ttft),
-                          _s(w.queue_delay), _s(w.mean_tbt), f"{w.ttft_slo:g} / {w.tbt_slo:g}",
-                          " ".join(map(str, w.instances)) or "-", w.error_code or "-")
-        console.print(worst)
+        blocks.append("misses by cause: none -- every request reported met its targets")
+    else:
+        blocks.append(TextTable("misses by cause", ("cause", "requests", "% of misses"),
+                                [(cause_text(m.cause), str(m.count), f"{m.share_pct:.1f}")
+                                 for m in result.misses]))
+    if result.misses and result.worst:
+        blocks.append(TextTable(
+            "worst examples (seconds)",
+            ("cause", "index", "prompt", "ttft", "queue", "mean tbt", "targets", "instances",
+             "code"),
+            [(cause_text(w.cause), str(w.index), str(w.prompt_tokens), _s(w.ttft),
+              _s(w.queue_delay), _s(w.mean_tbt), f"{w.ttft_slo:g} / {w.tbt_slo:g}",
+              " ".join(map(str, w.instances)) or "-", w.error_code or "-")
+             for w in result.worst]))
+    print_blocks(blocks, file)
 
 
-def _group_table(table_type, title: str, groups: list[GroupRow]):
-    table = table_type(title=f"goodput {title}")
-    for name in ("group", "requests", "good", "goodput %", "completed", "dropped", "errored",
-                 "lost", "p99 TTFT s"):
-        table.add_column(name, justify="left" if name == "group" else "right")
-    for g in groups:
-        table.add_row(g.group, str(g.requests), str(g.good), f"{g.goodput_pct:.1f}",
-                      str(g.completed), str(g.dropped), str(g.errored), str(g.lost),
-                      _s(g.p99_ttft_s))
-    return table
+def _group_table(title: str, groups: list[GroupRow]) -> TextTable:
+    return TextTable(f"goodput {title}",
+                     ("group", "requests", "good", "goodput %", "completed", "dropped",
+                      "errored", "lost", "p99 TTFT s"),
+                     [(g.group, str(g.requests), str(g.good), f"{g.goodput_pct:.1f}",
+                       str(g.completed), str(g.dropped), str(g.errored), str(g.lost),
+                       _s(g.p99_ttft_s)) for g in groups])

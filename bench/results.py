@@ -84,6 +84,7 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
     good = sum(1 for r in records if is_good(r, ttft_slo, tbt_slo, e2el_slo))
     tbt = percentiles(_all_gaps(done))
     per_second = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: 0.0)
+    window = arrival_window(records)
     return RunResult(
         config=config, num_requests=len(records), duration_s=duration_s,
         ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo,
@@ -91,6 +92,7 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         token_goodput_pct=token_goodput_pct(records, ttft_slo, tbt_slo, e2el_slo),
         goodput_rps=per_second(good), throughput_rps=per_second(counts["completed"]),
         output_tok_s=per_second(sum(r.output_tokens() for r in records)),
+        **window,
         ttft_s=percentiles([r.ttft() for r in done if r.ttft() is not None]),
         tbt_s=tbt, p99_tbt_s=tbt.p99,
         mean_tbt_s=percentiles([m for m in (r.mean_tbt() for r in done) if m is not None]),
@@ -102,6 +104,24 @@ def summarize(records: list[RequestRecord], config: dict, duration_s: float,
         per_tenant=per_tenant(records, ttft_slo, tbt_slo, e2el_slo),
         e2el_slo_s=msgspec.UNSET if e2el_slo is None else e2el_slo,
         primed=primed, records=list(everything) if keep_records else msgspec.UNSET)
+
+
+def arrival_window(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """RunResult's `arrival_window_s`, `offered_rps`, `achieved_rps` and `drain_s`: a run's
+    rates over its arrivals only, so the drain after the last arrival does not dilute them."""
+    if not records:
+        return {}
+    first = min(r.arrival for r in records)
+    last = max(r.arrival for r in records)
+    window = last - first
+    ends = [r.end_time for r in records if r.end_time is not None]
+    done_in_window = sum(1 for r in records
+                         if r.outcome == "completed" and r.end_time is not None
+                         and r.end_time <= last)
+    return {"arrival_window_s": window,
+            "offered_rps": (len(records) - 1) / window if window > 0 else 0.0,
+            "achieved_rps": done_in_window / window if window > 0 else 0.0,
+            "drain_s": max(0.0, max(ends) - last) if ends else 0.0}
 
 
 def cached_share(records: list[RequestRecord]) -> float:

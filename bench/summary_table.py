@@ -23,9 +23,15 @@ def summary_rows(result: RunResult) -> list[tuple[str, str]]:
             ("completed / dropped / errored / lost",
              f"{r.completed} / {r.dropped} / {r.errored} / {r.lost}"),
             ("offloaded", str(r.offloaded)),
-            ("goodput", f"{r.goodput_pct:.1f} % ({r.good} requests, {r.goodput_rps:.2f} req/s)"),
+            ("goodput", f"{r.goodput_pct:.1f} % ({r.good} requests)"),
             ("token goodput", f"{r.token_goodput_pct:.1f} % of prompt + output tokens"),
-            ("throughput", f"{r.throughput_rps:.2f} req/s, {r.output_tok_s:.1f} output tok/s"),
+            ("offered rate", f"{r.offered_rps:.2f} req/s over {r.arrival_window_s:.1f} s of "
+                             "arrivals"),
+            ("achieved rate", f"{r.achieved_rps:.2f} req/s completed within the arrivals"),
+            ("drain", f"{r.drain_s:.1f} s after the last arrival"),
+            ("over the whole run", f"{r.throughput_rps:.2f} req/s completed, "
+                                   f"{r.goodput_rps:.2f} req/s good, {r.output_tok_s:.1f} "
+                                   "output tok/s (drain included)"),
             ("P99 TBT", f"{_ms(r.p99_tbt_s)} ms")]
     if r.perf_model_mape is not None:
         rows.append(("perf model MAPE", f"{100 * r.perf_model_mape:.1f} %"))  # a fraction

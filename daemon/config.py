@@ -26,7 +26,7 @@ import msgspec
 from msgspec import Meta
 
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
-from daemon.layout import layout_modes, parse_layout
+from daemon.layout import DEFAULT_LAYOUT, layout_modes, parse_layout
 from daemon.model_plan import ModelPlan, instance_gpus, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig
 from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH
@@ -67,13 +67,15 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     their KV cache."""
 
     layout: Annotated[str | list[str], doc(
-        'How many engine instances of which kind: "<count>x<mode>" (modes sarathi, vllm, lp, '
-        'hp), e.g. "3xsarathi", Ascendra\'s "<n>L<m>H", e.g. "2L1H" (2 LP + 1 HP '
+        'How many engine instances of which kind. "" (the default) = Ascendra\'s "<n>A" with '
+        "one instance per GPU listed in `gpus` (none listed: \"1A\", one instance in the LP "
+        "role). Else \"<count>x<mode>\" (modes sarathi, vllm, lp, "
+        'hp), e.g. "3xsarathi" (the baselines), Ascendra\'s "<n>L<m>H", e.g. "2L1H" (2 LP + 1 HP '
         'instances), "<n>A", e.g. "3A" (3 instances switching between LP and HP online), '
         'or DistServe\'s prefill/decode split "<n>P<m>D", e.g. "2P1D" (2 prefill '
         "instances hand each request with its KV cache to 1 decode instance). With several "
         "models: one layout for each of them, or a list of one per model (--layout "
-        "repeated); instance ids and `gpus` run on across the models in order.")] = "1xsarathi"
+        "repeated); instance ids and `gpus` run on across the models in order.")] = DEFAULT_LAYOUT
     executor: Annotated[Literal["torch", "sim"], doc(
         '"torch" runs the model; "sim" runs none and only waits out `sim_latency` per step, '
         "streaming text tokens of the model's tokenizer.")] = "torch"
@@ -110,19 +112,27 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
         if isinstance(self.layout, str):
-            if isinstance(self.tp, int):  # else: counted against the models by ServeConfig
+            if not self.layout:
+                pass  # the default is made to fit the GPUs (ServeConfig.model_plans)
+            elif isinstance(self.tp, int):  # else: counted against the models by ServeConfig
                 parse_layout(self.layout, self.gpus or None,  # "layout: ..."
                              instance_gpus(self.tp, self.gpus_per_instance))
             else:
                 layout_modes(self.layout)
         else:  # one per model: counted against the models by ServeConfig
-            for layout in self.layout:
+            for layout in filter(None, self.layout):
                 layout_modes(layout)
         field = "profile" if self.profile else "sim_latency"
         try:
             make_latency(self.resolved_sim_latency)
         except ValueError as exc:
             raise ValueError(f"{field}: {exc}") from None
+        if self.executor != "sim" and self.resolved_sim_latency != "zero":
+            # a setting that cannot act is an error, not silence: the torch executor runs
+            # the model, at the speed of this machine, whatever profile is named
+            raise ValueError(f"{field}: only the sim executor waits out a step latency; with "
+                             f"executor {self.executor!r} the model runs at this machine's "
+                             "speed (add --executor sim, or drop the setting)")
 
     @property
     def resolved_sim_latency(self) -> str:

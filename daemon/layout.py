@@ -90,6 +90,20 @@ def layout_modes(layout: str) -> list[str]:
     return [mode] * count
 
 
+#: `instances.layout`'s default: Ascendra's own, one instance per GPU listed (`default_layout`).
+DEFAULT_LAYOUT = ""
+
+
+def default_layout(gpus: list[int] | None, gpus_per_instance: int = 1, models: int = 1) -> str:
+    """The layout a plain `ascendra serve` runs: `<n>A`, Ascendra's instances choosing
+    their roles online, n = the instances the listed GPUs make for each model (no GPUs
+    listed: 1, so `1A`, one instance in the LP role -- it orders waiting prompts by
+    deadline). A baseline or a fixed split is asked for by name (`--layout 3xsarathi`,
+    `2L1H`)."""
+    instances = len(gpus) // gpus_per_instance // models if gpus else 1
+    return f"{max(1, instances)}A"
+
+
 def dynamic_roles(layout: str) -> bool:
     """Its instances change between LP and HP online (`<n>A`)."""
     return bool(_ADAPTIVE.match(layout.strip()))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.layout import InstanceSpec, layout_modes
+from daemon.layout import InstanceSpec, default_layout, layout_modes
 from engines.models.builtin import builtin_tiny_model_dir_name
 
 
@@ -44,8 +44,10 @@ def plan_models(folders: str | list[str], names: str | list[str], layouts: str |
         raise ValueError("model.model: the list of models is empty; give at least one folder "
                          '(or "" for the built-in tiny model)')
     served = _names(folders, names)
-    layouts = _layouts(folders, layouts)
     degrees = _degrees(folders, tp)
+    layouts = [layout or default_layout(gpus, instance_gpus(degree, gpus_per_instance),
+                                        len(folders))
+               for layout, degree in zip(_layouts(folders, layouts), degrees)]
     plans, next_id, next_gpu = [], 0, 0
     for folder, name, layout, degree in zip(folders, served, layouts, degrees):
         modes = layout_modes(layout)

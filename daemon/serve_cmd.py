@@ -178,8 +178,20 @@ async def serve(config: ServeConfig) -> int:
     await models.stop()
     if http.port_file:
         Path(http.port_file).unlink(missing_ok=True)
+    _remove_runtime_dir(runtime_dir, chosen=bool(config.process.runtime_dir))
     log.info("stopped")
     return 0
+
+
+def _remove_runtime_dir(path: Path, chosen: bool) -> None:
+    """The sockets' directory when this run made it (not `runtime_dir`) and nothing is
+    left in it: a clean stop leaves no /tmp/ascendra-XXXX behind."""
+    if chosen:
+        return
+    try:
+        path.rmdir()
+    except OSError:  # not empty (something else put a file there), or already gone
+        pass
 
 
 def _write_port_file(path: str, port: int) -> None:

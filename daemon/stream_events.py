@@ -5,7 +5,8 @@ same in every chunk of a stream, so encoded once) around one choice's new text (
 its log-probabilities when asked): `{"id": ..., "choices": [{"index": 0, "text": ...,
 "logprobs": null, "finish_reason": null}]}` for completions, a `delta` instead of `text`
 for chat (`{"role": "assistant", "content": ...}` in a choice's first chunk, then
-`{"content": ...}`, `{}` when a token adds no text yet). Events are appended to a
+`{"content": ...}`, `{"content": ""}` when a token adds no text yet, as vLLM sends: never
+an empty delta `{}`). Events are appended to a
 bytearray, so every event ready at once goes out in one write; each is still its own
 `data:` line, as OpenAI's clients and load testers expect. Encoded by msgspec; most
 chunks differ only in their text, so for them only the text is (the bytes around it are
@@ -75,14 +76,13 @@ class StreamEvents:
         token all the same, as clients time tokens by events); `completion_tokens`: the
         choice's tokens so far, for continuous usage."""
         continuous = self.prompt_tokens is not None
-        if finish_reason is None and logprobs is None and not first and not continuous and (
-                text or not self.chat):
+        if finish_reason is None and logprobs is None and not first and not continuous:
             out += self._plain_open.get(index) or self._plain_opening(index)
             self._encoder.encode_into(text, out, -1)
             out += self._plain_close
             return
         if self.chat:
-            delta = _Delta("assistant", text) if first else _Delta(content=text) if text else _Delta()
+            delta = _Delta("assistant", text) if first else _Delta(content=text)
             choice = _ChatChoice(index, delta, logprobs, finish_reason)
         else:
             choice = _TextChoice(index, text, logprobs, finish_reason)

@@ -267,9 +267,12 @@ class ControllerChannel:
         return message, frames[2:] if len(frames) > 2 else NO_FRAMES
 
     def close(self) -> None:
+        """Close the socket and remove its file (ZeroMQ leaves an ipc socket's file)."""
         self._sock.close(linger=0)
         if self._own_context:
             self._context.term()
+        if self.endpoint.startswith("ipc://"):
+            Path(self.endpoint.removeprefix("ipc://")).unlink(missing_ok=True)
 
 
 _KV_HEADER = msgspec.msgpack.Decoder(Handoff | SubmitPrefilled)

@@ -9,7 +9,7 @@ import pytest
 
 from bench.results import (RequestRecord, is_good, percentiles, print_summary,
                            read_result, summarize, write_result)
-from bench.summary_table import plain_summary
+from bench.summary_table import plain_summary, summary_rows
 
 TTFT_SLO, TBT_SLO = 1.0, 0.1
 
@@ -119,3 +119,19 @@ def test_summary_tables_render():
     out = io.StringIO()
     print_summary(result, file=out)
     assert "goodput" in out.getvalue() and "TTFT" in out.getvalue()
+
+
+def test_the_rates_over_the_arrival_window_leave_the_drain_apart():
+    """Issue #62: `goodput ... 5.77 req/s` at --qps 8 counted the drain in the rate. Arrivals
+    at 0..4 s (5 requests: 1 req/s offered); three completed by the last arrival, and the
+    last answer 1.5 s after it (request 2: 2.0 + 1.5 + 0.01)."""
+    result = summarize(run_records()[:5], {"tool": "test"}, duration_s=5.51,
+                       ttft_slo=TTFT_SLO, tbt_slo=TBT_SLO)
+    assert result.arrival_window_s == 4.0 and result.offered_rps == 1.0
+    # requests 0, 1 and 3 end by t=4 (0.65, 2.22, 3.2); 2 at 3.51 too; 4 at 4.48 does not
+    assert result.achieved_rps == pytest.approx(4 / 4.0)
+    assert result.drain_s == pytest.approx(4.48 - 4.0)
+    rows = dict(summary_rows(result))
+    assert rows["offered rate"].startswith("1.00 req/s over 4.0 s")
+    assert rows["drain"] == "0.5 s after the last arrival"
+    assert "drain included" in rows["over the whole run"]

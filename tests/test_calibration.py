@@ -63,7 +63,6 @@ def test_calibration_fits_and_predicts_fresh_batches(executor, hardware):
     shapes = default_shapes(executor, TOKEN_BUDGET, MAX_BATCH, MAX_CONTEXT)
     report = calibrate(executor, perf, shapes, max_seconds=math.inf)  # all, however busy the CPU
     assert report.measured == 2 * len(shapes) and report.skipped == 0
-    assert report.seconds < 30  # about 1 s unloaded; generous for a busy machine
     assert min(perf.coefficients) >= 0
     assert perf.mape is not None and math.isfinite(perf.mape)
 

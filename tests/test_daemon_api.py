@@ -21,7 +21,10 @@ PROMPTS = ["Hello, Ascendra", "Paged attention is"]
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory, daemon_cache, tiny_models):
     d = start_daemon(tmp_path_factory.mktemp("api-daemon"), "--model", str(tiny_models["llama"]),
-                     *torch_args(), "--api-key", API_KEY, "--served-model-name", MODEL,
+                     # the API, not scheduling, is under test: a baseline that queues, where
+                     # the default 1A sheds what it predicts will miss 1 s on a busy CPU
+                     *torch_args(), "--layout", "1xsarathi", "--api-key", API_KEY,
+                     "--served-model-name", MODEL,
                      cache_dir=daemon_cache)
     yield d
     d.close()

@@ -53,7 +53,7 @@ def test_1l1h_offloads_to_hp_and_hands_out_tickets(daemon_factory):
     hp = metric(daemon, 'ascendra_instance_served_total{instance="1",role="hp"}')
     assert lp >= 2 and hp >= 2, "both instances served part of the burst"
     assert lp + hp == len(served)
-    health = wait_for(lambda: (h := daemon.health())["requests_in_flight"] == 0 and h, 5,
+    health = wait_for(lambda: (h := daemon.health())["requests_in_flight"] == 0 and h, 30,
                       what="every request ended")
     assert health["instances"][0]["perf_model_mape"] is not None
 
@@ -71,7 +71,7 @@ def test_1l1h_without_the_global_queue_offloads_late_requests_to_hp(daemon_facto
     assert metric(daemon, "ascendra_offloads_total") >= 1, "LP gave its late requests to HP"
     served = metric(daemon, 'ascendra_instance_served_total{instance="1",role="hp"}')
     assert served >= 2, "HP served offloaded and ticketed requests"
-    health = wait_for(lambda: (h := daemon.health())["instances"][0]["offloaded"] and h, 5,
+    health = wait_for(lambda: (h := daemon.health())["instances"][0]["offloaded"] and h, 30,
                       what="heartbeats with the offload count")
     assert health["requests_in_flight"] == 0
 

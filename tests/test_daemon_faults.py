@@ -196,7 +196,7 @@ def test_sigterm_under_load_refuses_new_requests_and_ends_every_stream_cleanly(d
                  what="every stream in flight")
         sent = time.monotonic()
         daemon.signal(signal.SIGTERM)
-        wait_for(lambda: daemon.health()["status"] == "draining", 5, what="draining")
+        wait_for(lambda: daemon.health()["status"] == "draining", 30, what="draining")
         status, headers, body = completion(daemon, 2)
         assert status == 503 and body["error"]["code"] == "shutting_down"
         assert "retry-after" in headers
@@ -208,7 +208,8 @@ def test_sigterm_under_load_refuses_new_requests_and_ends_every_stream_cleanly(d
             assert finish is None and 0 < tokens < n
             assert re.search(r"shutting down .* drain timeout \(2 s\)", error), error
     assert daemon.wait_exit(15) == 0
-    assert time.monotonic() - sent < 10
+    # cut at the drain timeout, not served out (about 40 s): a bound a busy machine keeps
+    assert time.monotonic() - sent < 30
 
 
 def test_killing_the_daemon_takes_its_instances_with_it(daemon_factory):

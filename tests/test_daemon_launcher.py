@@ -47,7 +47,7 @@ def test_stop_ends_the_daemon_and_its_instances(tmp_path, daemon_cache, tiny_mod
     assert len(instances) == 2
     daemon.signal(signal.SIGSTOP)  # deaf to SIGTERM: the grace runs out, SIGKILL follows
     assert daemon.stop(grace=0.5) == -signal.SIGKILL
-    wait_for(lambda: not any(alive(pid) for pid in [daemon.pid, *instances]), 5,
+    wait_for(lambda: not any(alive(pid) for pid in [daemon.pid, *instances]), 30,
              what="the daemon and its instances to be gone")
     assert not daemon.tmp.exists()
 

@@ -58,7 +58,7 @@ def test_sigterm_lets_the_stream_in_flight_finish_refuses_new_requests_and_exits
         status, body = daemon.get_json("/health")
         return status == 503 and body["status"] == "draining"
 
-    wait_for(draining, 5, what="/health to say draining")
+    wait_for(draining, 30, what="/health to say draining")
     status, body = daemon.post_json("/v1/completions", {"prompt": "Hi", "max_tokens": 2})
     assert status == 503 and "shutting down" in body["error"]["message"]
     assert daemon.health()["requests_in_flight"] == 1  # still serving the one in flight
@@ -67,9 +67,7 @@ def test_sigterm_lets_the_stream_in_flight_finish_refuses_new_requests_and_exits
     usage = chunks[-1].usage
     assert usage is not None and usage.completion_tokens == max_tokens
     assert chunks[-2].choices[0].finish_reason == "length"
-    started = time.monotonic()
-    assert daemon.wait_exit(15) == 0
-    assert time.monotonic() - started < 10  # it did not sit out the 30 s drain timeout
+    assert daemon.wait_exit(15) == 0  # it did not sit out the 30 s drain timeout
     assert "stopped" in daemon.log()
 
 
@@ -92,7 +90,8 @@ def test_sigterm_with_a_short_drain_timeout_ends_requests_with_an_error_and_exit
             blocking.result(timeout=15)
         assert info.value.status_code == 503
     assert daemon.wait_exit(15) == 0
-    assert time.monotonic() - sent < 10
+    # cut at the 0.5 s drain, not served out (about 40 s): a bound a busy machine keeps
+    assert time.monotonic() - sent < 30
 
 
 @pytest.mark.slow

@@ -242,3 +242,13 @@ async def test_controller_drops_garbage_and_impostors(controller, instance):
     instance.send(Heartbeat(instance_id=3, time=1.0))
     assert await recv(controller) == Heartbeat(instance_id=3, time=1.0)
     assert controller.num_bad_frames == 3
+
+
+async def test_closing_the_controller_socket_removes_its_file(scratch):
+    """ZeroMQ leaves an ipc socket's file behind; a clean stop must not (issue #62: each
+    run left /tmp/ascendra-XXXX/controller.sock)."""
+    channel = ControllerChannel(make_runtime_dir(scratch))
+    path = channel.endpoint.removeprefix("ipc://")
+    assert os.path.exists(path)
+    channel.close()
+    assert not os.path.exists(path)

@@ -182,7 +182,7 @@ async def test_outcomes_token_times_and_open_loop(fake):
     run = await run_load(fake.url, work, ttft_slo=1.0, tbt_slo=0.1, seed=1, timeout=1.0,
                          progress=False)
     elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 3.0  # the hang is cut off at the last arrival + timeout
+    assert 1.0 <= elapsed < 30  # the hour-long hang is cut off at the last arrival + timeout
     assert run.duration_s == pytest.approx(max(r.end_time or 0 for r in run.records))
     by_length = {r.output_len: r for r in run.records}
     for n, outcome in BEHAVIOUR.items():
@@ -193,7 +193,7 @@ async def test_outcomes_token_times_and_open_loop(fake):
             assert len(r.token_times) == r.output_tokens() == r.output_len
             assert r.first_token_time == r.token_times[0] > r.arrival
             assert r.token_times == sorted(r.token_times)
-        assert r.arrival - r.scheduled < 0.25  # open loop: the hang held nobody back
+        assert r.arrival - r.scheduled < 0.9  # open loop: a hang would hold the next one 1 s
     chunked = by_length[CHUNKED]
     assert len(chunked.token_times) == 4 and chunked.output_tokens() == CHUNKED
     assert by_length[HTTP_DROP].error_code == "ttft_slo_missed"
@@ -270,7 +270,8 @@ async def test_bench_command_end_to_end(tmp_path, capsys):
     out = tmp_path / "result.json"
     args = build_parser().parse_args([
         "--base-url", url, "--dataset-path", str(trace), "--request-rate", "200",
-        "--num-prompts", "12", "--ttft-slo", "1", "--tbt-slo", "0.1", "--api-key", "k",
+        # targets a busy machine keeps (it once sent requests 3 s late): every request good
+        "--num-prompts", "12", "--ttft-slo", "30", "--tbt-slo", "5", "--api-key", "k",
         "--json", str(out), "--save-detailed", "--disable-tqdm"])
     try:
         from bench.loadgen.bench_cli import run
@@ -450,3 +451,17 @@ def test_a_runs_per_instance_counts_are_its_own_not_since_the_daemon_started():
     assert (row["served"], row["offloaded"], row["preemptions"]) == (60, 2, 0)
     assert this_run(None, health(served=100, offloaded=7))[0]["served"] == 100  # no before
     assert this_run(health(1, 1), None) == []                                    # not ours
+
+
+async def test_a_stopped_run_sends_nothing_more_and_keeps_what_finished(fake):
+    """Ctrl-C on `bench` (issue #62): the run stops sending, drops what is in flight and
+    keeps the requests that had finished, so they are still printed and saved."""
+    work = workload([2] * 5 + [HANG] + [2] * 20, qps=10.0)  # 2.5 s of arrivals
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.9, stop.set)
+    run = await run_load(fake.url, work, ttft_slo=1.0, tbt_slo=0.1, timeout=60, stop=stop,
+                         progress=False)
+    assert run.interrupted == len(work)
+    assert 0 < len(run.records) < len(run.sent) < len(work)  # the hang was in flight
+    assert all(r.outcome == "completed" for r in run.records)
+    assert len(fake.bodies) == len(run.sent)  # nothing sent after the stop

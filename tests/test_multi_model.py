@@ -32,10 +32,19 @@ def _plans(config) -> list[tuple[str, str, str, list[int], list[tuple[int, ...]]
 # ---- config -------------------------------------------------------------------------------
 
 def test_one_model_is_served_as_before():
-    assert _plans(_config()) == [("tiny-llama-seed0", "", "1xsarathi", [0], [()])]
+    assert _plans(_config()) == [("tiny-llama-seed0", "", "1A", [0], [()])]
     config = _config("--model", "/m/llama", "--served-model-name", "tiny", "--layout", "2L1H")
     assert config.model.model == "/m/llama"  # one flag: a text, not a list
     assert _plans(config) == [("tiny", "/m/llama", "2L1H", [0, 1, 2], [(), (), ()])]
+
+
+def test_the_default_layout_is_ascendras_with_an_instance_per_gpu_listed():
+    assert _plans(_config("--gpus", "0,1,2")) == [
+        ("tiny-llama-seed0", "", "3A", [0, 1, 2], [(0,), (1,), (2,)])]
+    assert _plans(_config("--gpus", "0,1,2,3", "--gpus-per-instance", "2"))[0][2] == "2A"
+    two = _config("--model", "/m/a", "--model", "/m/b", "--gpus", "0,1,2,3")
+    assert [p[2] for p in _plans(two)] == ["2A", "2A"]
+    assert _plans(_config("--layout", "3xsarathi"))[0][2] == "3xsarathi"  # a baseline by name
 
 
 def test_model_repeated_serves_each_folder_under_its_name_with_its_layout_and_gpus():

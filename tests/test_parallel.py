@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from bench.parallel import add_workers_flag, cores, default_workers, imap, run_parallel
+from bench.parallel import (
+    add_workers_flag, cores, default_workers, imap, imap_unordered, run_parallel,
+)
 
 
 def _square_and_pid(x: int) -> tuple[int, int]:
@@ -62,3 +64,12 @@ def test_the_flag_defaults_to_the_runners_default():
     add_workers_flag(parser)
     assert parser.parse_args([]).workers is None
     assert parser.parse_args(["--workers", "3"]).workers == 3
+
+
+def test_imap_unordered_yields_each_job_as_it_ends_with_its_index():
+    # `plan` prints a line per layout as its search ends: a long first job must not hold
+    # back the lines of the short ones after it
+    pairs = list(imap_unordered(_square_and_pid, [40, 1, 2], workers=2))
+    assert sorted((i, r) for i, (r, _) in pairs) == [(0, 1600), (1, 1), (2, 4)]
+    assert pairs[-1][0] == 0  # the long job ends last
+    assert list(imap_unordered(_square_and_pid, [3], workers=1))[0][0] == 0

@@ -85,6 +85,16 @@ def test_a_config_file_has_one_section_per_part_and_says_where_a_field_belongs(t
         load_config(str(config))
 
 
+def test_a_latency_profile_without_the_sim_executor_is_an_error_naming_why():
+    parser = build_parser()
+    for flags, field in ((["--profile", "a100-llama3-8b"], "profile"),
+                         (["--sim-latency", "constant:0.01"], "sim_latency")):
+        with pytest.raises(ValueError, match=rf"{field}: only the sim executor .* --executor sim"):
+            config_from_args(parser.parse_args(["serve", *flags]))
+        config = config_from_args(parser.parse_args(["serve", *flags, "--executor", "sim"]))
+        assert config.instances.resolved_sim_latency != "zero"
+
+
 @pytest.mark.slow
 def test_print_config_is_the_example_config_and_applies_flags():
     assert EXAMPLE_CONFIG.read_text() == render_toml(), (
@@ -158,12 +168,12 @@ def test_daemon_cuts_off_slow_loris_slow_body_and_surplus_connections(tmp_path, 
         head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         seconds, answer = _closed_after(daemon.port, b"", head + b"X-Slow: " + b"a" * 100)
         print(f"slow-loris headers: connection closed after {seconds:.1f} s (header_timeout 3)")
-        assert 2.5 <= seconds <= 5.0 and answer == b""
+        assert 2.5 <= seconds <= 15 and answer == b""  # the trickle would last 100 s
 
         seconds, answer = _closed_after(daemon.port, head + b"Content-Length: 200\r\n\r\n",
                                         b"{" + b" " * 199)
         print(f"slow body: 408 and connection closed after {seconds:.1f} s (body_timeout 3)")
-        assert 2.5 <= seconds <= 5.0 and answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert 2.5 <= seconds <= 15 and answer.startswith(b"HTTP/1.1 408"), answer[:200]
         assert b'"body_timeout"' in answer
 
         held = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(4)]

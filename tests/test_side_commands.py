@@ -22,20 +22,22 @@ def test_reproduce_without_matplotlib_names_the_extra_in_one_line(monkeypatch, c
     assert not list(tmp_path.iterdir())  # nothing simulated
 
 
-@pytest.mark.parametrize("argv, usage, hint", [
-    (["serve", "--prt", "9000"], "usage: ascendra serve", "did you mean --port?"),
-    (["plan", "--quik"], "usage: ascendra plan", "did you mean --quick?"),
-    (["capacity", "--measurd", "40"], "usage: ascendra capacity", "did you mean --measured?"),
-    (["serve", "--bogus"], "usage: ascendra serve", "unrecognized arguments: --bogus"),
+@pytest.mark.parametrize("argv, prog, hint", [
+    (["serve", "--prt", "9000"], "ascendra serve", "did you mean --port?"),
+    (["plan", "--quik"], "ascendra plan", "did you mean --quick?"),
+    (["capacity", "--measurd", "40"], "ascendra capacity", "did you mean --measured?"),
+    (["serve", "--bogus"], "ascendra serve", "unrecognized arguments: --bogus"),
+    (["simulate", "--qps", "x"], "ascendra simulate", "argument --qps: invalid float value"),
+    ([], "ascendra", "required: COMMAND"),
 ])
-def test_a_wrong_flag_shows_the_subcommands_usage_and_the_closest_flag(argv, usage, hint,
-                                                                        capsys):
+def test_a_wrong_flag_is_one_short_line_naming_the_closest_flag(argv, prog, hint, capsys):
+    """As git's: the line that helps, last and alone -- not 31 lines of usage above it."""
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith(usage) and hint in err
-    assert "COMMAND" not in err  # not the top-level usage
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{prog}: error: ") and hint in line
+    assert line.endswith(f"see {prog} --help") and "usage:" not in line
 
 
 def test_no_suggestion_when_nothing_is_close():

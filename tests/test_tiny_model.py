@@ -176,3 +176,13 @@ def test_loading_a_model_leaves_torch_compilation_unloaded(tiny_models):
                           timeout=120, check=True)
     assert done.stdout.strip() == "[]"
     assert "leaked" not in done.stderr
+
+
+def test_a_model_folder_that_is_not_there_is_named_as_such(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"model folder .*/no/such/dir does not exist"):
+        Tokenizer(tmp_path / "no" / "such" / "dir")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        Tokenizer(tmp_path / "file")
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json in"):
+        Tokenizer(tmp_path)

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from bench.records import RequestRecord
 from bench.records_file import record_rows, write_records
 from bench.br_report import br02_report
 from bench.br_report import now as report_now
-from bench.results import RunResult, print_summary, summarize, write_result
+from bench.results import RunResult, arrival_window, print_summary, summarize, write_result
 from bench.vllm_result import (
     DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS, parse_goodput,
     parse_metric_percentiles, parse_percentile_metrics, result_path, vllm_result,
@@ -284,16 +285,23 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
               if fitted.counted else "the server has no /tokenize: chat prompts are fitted "
               "by an estimate, and some may exceed its context", file=sys.stderr)
     before = await _health(args.url, api_key)
+    stop = _stop_on_ctrl_c()
     load = await run_load(args.url, workload, ttft_slo=args.ttft_slo, tbt_slo=args.tbt_slo,
                           model=model, seed=args.seed, api_key=api_key, endpoint=args.endpoint,
                           timeout=args.timeout, max_concurrency=args.max_concurrency,
-                          priority=args.priority, progress=args.progress)
+                          priority=args.priority, progress=args.progress, stop=stop)
+    if load.interrupted:
+        print(f"bench: interrupted (Ctrl-C): {len(load.records)} of {load.interrupted} "
+              "requests had finished; the summary and the files below are theirs (those in "
+              "flight and those not yet sent are left out)", file=sys.stderr)
     _warn_if_late(load)
     _warn_if_chunked(load)
     health = await _health(args.url, api_key)
     config = {k: v for k, v in vars(args).items() if k not in NOT_CONFIG and not callable(v)}
     config.update(tool="bench", model=model, max_model_len=max_len or None,
                   num_requests=len(workload), workload=msgspec.to_builtins(spec))
+    if load.interrupted:
+        config["interrupted_after_finished"] = len(load.records)
     if spec.tenant_mix and rate is not None and math.isfinite(rate):
         config["tenant_rates"] = tenant_rates(spec.tenant_mix, rate)
     result = summarize(load.records, config, load.duration_s, args.ttft_slo, args.tbt_slo,
@@ -301,7 +309,28 @@ async def _benchmark(args: argparse.Namespace) -> tuple[RunResult, list[RequestR
                        perf_model_mape=health.perf_model_mape if health else None,
                        keep_records=args.save_detailed,
                        e2el_slo=getattr(args, "e2el_slo", None))
+    if load.interrupted:  # the rate offered is that of every request sent, not the finished
+        sent = arrival_window(load.sent)
+        result = msgspec.structs.replace(result, arrival_window_s=sent.get("arrival_window_s", 0.0),
+                                         offered_rps=sent.get("offered_rps", 0.0))
     return result, load.records
+
+
+def _stop_on_ctrl_c() -> asyncio.Event:
+    """Set on the first Ctrl-C (SIGINT): the run stops sending and keeps what finished; a
+    second Ctrl-C interrupts at once, as usual."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+        pass
+    return stop
 
 
 async def server_info(url: str, api_key: str) -> dict:

@@ -62,6 +62,11 @@ class LoadRun(NamedTuple):
     #: Run start -> the later of the last send and the last terminal answer; a lost
     #: request's wait until the deadline does not stretch it (nor deflate the rates).
     duration_s: float
+    #: Stopped early (Ctrl-C): the requests the run had (`records` holds those that had
+    #: finished); 0: it ran to the end.
+    interrupted: int = 0
+    #: When interrupted: every request sent, finished or not (the offered rate is theirs).
+    sent: list[RequestRecord] = []
 
 
 class Client:
@@ -132,8 +137,11 @@ async def run_load(url: str, workload: list[WorkloadRequest], *, ttft_slo: float
                    tbt_slo: float | None = None, model: str | None = None, seed: int = 0,
                    api_key: str = "", endpoint: str = "/v1/completions",
                    timeout: float = ANSWER_TIMEOUT, max_concurrency: int | None = None,
-                   priority: int = 0, progress: bool = True) -> LoadRun:
-    """Send `workload` to the server at `url` open-loop; one record per request."""
+                   priority: int = 0, progress: bool = True,
+                   stop: asyncio.Event | None = None) -> LoadRun:
+    """Send `workload` to the server at `url` open-loop; one record per request. Once
+    `stop` is set (Ctrl-C) nothing more is sent, what is in flight is cancelled, and the
+    run keeps only the requests that had finished (`LoadRun.interrupted`)."""
     bar = Progress(len(workload), enabled=progress)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, headers=auth_headers(api_key),
@@ -147,9 +155,13 @@ async def run_load(url: str, workload: list[WorkloadRequest], *, ttft_slo: float
                                  priority=w.priority or priority)
                    for w in workload]
         try:
-            await _dispatch(client, workload, records, timeout)
+            started = await _dispatch(client, workload, records, timeout, stop)
         finally:
             bar.close()
+        if stop is not None and stop.is_set():
+            finished = [r for r in records if r.end_time is not None]
+            return LoadRun(finished, _span(finished), interrupted=len(records),
+                           sent=records[:started])
         return LoadRun(records, _span(records))
 
 
@@ -158,22 +170,33 @@ def _span(records: list[RequestRecord]) -> float:
 
 
 async def _dispatch(client: Client, workload: list[WorkloadRequest],
-                    records: list[RequestRecord], timeout: float) -> None:
-    """Start each request at its offset; then wait (bounded) for the answers."""
+                    records: list[RequestRecord], timeout: float,
+                    stop: asyncio.Event | None = None) -> int:
+    """Start each request at its offset; then wait (bounded) for the answers -- or until
+    `stop` is set. Returns how many were sent (the first ones)."""
+    stop = stop or asyncio.Event()
+    stopped = asyncio.ensure_future(stop.wait())
     tasks = []
     try:
         for request, record in zip(workload, records):
             delay = request.arrival - client.now()
             if delay > 0:
-                await asyncio.sleep(delay)
+                await asyncio.wait([stopped], timeout=delay)
+            if stop.is_set():
+                break
             tasks.append(asyncio.create_task(_send(client, request, record)))
         deadline = (workload[-1].arrival if workload else 0.0) + timeout
-        if tasks:
-            await asyncio.wait(tasks, timeout=max(0.0, deadline - client.now()))
+        if tasks and not stop.is_set():
+            answers = asyncio.ensure_future(asyncio.wait(tasks))
+            await asyncio.wait([answers, stopped], timeout=max(0.0, deadline - client.now()),
+                               return_when=asyncio.FIRST_COMPLETED)
+            answers.cancel()
     finally:
+        stopped.cancel()
         for task in tasks:
             task.cancel()  # what is still running is lost
         await asyncio.gather(*tasks, return_exceptions=True)
+    return len(tasks)
 
 
 async def _send(client: Client, request: WorkloadRequest, record: RequestRecord) -> None:

@@ -45,6 +45,13 @@ START_GROWTH = 1.25
 NEAR_GROWTH = 1.05
 
 
+class SearchSteps(msgspec.Struct, frozen=True, kw_only=True):
+    """How far one seed's searches may go: the ruler's (the defaults), or a first look's."""
+    max_runs: int = 16           # rates tried for the capacity
+    fair_growth: float = START_GROWTH
+    fair_max_runs: int = 16      # rates tried for the fair capacity (the capacity's reused)
+
+
 class Subject(msgspec.Struct, frozen=True, kw_only=True):
     """One layout at its settings (e.g. 3xsarathi at chunk 1024), as a row of a table."""
     label: str
@@ -179,9 +186,11 @@ def point_rows(subject: Subject, config: RulerConfig, qps: float, seed: int) -> 
 
 
 def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
-                  start_qps: float, growth: float = START_GROWTH) -> SeedCapacity:
+                  start_qps: float, growth: float = START_GROWTH,
+                  steps: SearchSteps = SearchSteps()) -> SeedCapacity:
     """Capacity, then fair capacity searched down from it (a rate run once is not run
-    again: both searches read the same points)."""
+    again: both searches read the same points); `steps` bounds the searches (a first
+    look takes fewer, wider ones)."""
     points: dict[float, Point] = {}
     classes = ruler_classes(config)
 
@@ -191,7 +200,8 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
         return points[qps]
 
     capacity = find_capacity(lambda q: point(q).holds, start_qps=start_qps,
-                             tolerance=config.tolerance, growth=growth)
+                             tolerance=config.tolerance, growth=growth,
+                             max_runs=steps.max_runs)
     # from the capacity down, in the wide steps of a search from the ceiling: the fair edge
     # may lie far under the capacity (bursty traffic), and a narrow step would spend the
     # search's runs before reaching it. Never above the capacity: a fair point holds the
@@ -199,7 +209,7 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
     # would report more fair capacity than capacity.
     fair = capacity if config.fair_floor == 0 or capacity == 0 else find_capacity(
         lambda q: q <= capacity and point(q).fair_holds, start_qps=capacity,
-        tolerance=config.tolerance, growth=START_GROWTH)
+        tolerance=config.tolerance, growth=steps.fair_growth, max_runs=steps.fair_max_runs)
     tried = sorted(points.values(), key=lambda p: p.qps)
     return SeedCapacity(seed, round(capacity, 3), tried,
                         _bracketed([(p.qps, p.holds) for p in tried], capacity),

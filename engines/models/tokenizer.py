@@ -51,6 +51,9 @@ def _token_name(value: Any) -> str | None:
 class Tokenizer:
     def __init__(self, model_dir: str | Path) -> None:
         model_dir = Path(model_dir)
+        if not model_dir.is_dir():
+            what = "is not a folder" if model_dir.exists() else "does not exist"
+            raise FileNotFoundError(f"model folder {model_dir} {what}")
         path = model_dir / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"no tokenizer.json in {model_dir}")
