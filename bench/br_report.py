@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 
 VERSION = "0.2"
 #: The schema's percentile fields and the percentile each stands for.

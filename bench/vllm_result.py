@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 
 #: The metrics `--percentile-metrics` may name (vLLM's, less its client-queue ones, which
 #: it reports only under --max-concurrency), and the default.

@@ -5,7 +5,7 @@ GET /v1/models/{id}, GET /health, GET /livez, GET /readyz (the Kubernetes probes
 daemon/health.py), GET /metrics, GET /openapi.json (the OpenAPI 3.1
 description). A request's `model` picks the controller of that model
 (daemon/served_models.py); it becomes one engine request per choice
-(daemon/request_plan.py), served together as one response (daemon/choices.py). Its
+(daemon/request_plan.py), served together as one response (daemon/response_streamer.py). Its
 latency targets may also come from the `x-llm-d-slo-ttft-ms` / `x-llm-d-slo-tpot-ms`
 headers (or their old `x-slo-*` names), the body's fields winning (daemon/slo_headers.py);
 a queue TTL from `x-llm-d-inference-ttl` (daemon/ttl_header.py).
@@ -30,7 +30,7 @@ import uuid
 import msgspec
 from aiohttp import web
 
-from daemon.choices import RunningChoice, complete, serving_info, stream, submit
+from daemon.response_streamer import RunningChoice, complete, serving_info, stream, submit
 from daemon.config import HttpConfig
 from daemon.errors import ApiError
 from daemon.logprobs import token_text_for

@@ -43,7 +43,7 @@ def doc(description: str, *, example=None) -> Meta:
     return Meta(description=description, examples=None if example is None else [example])
 
 
-class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ServedModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The models served, and under which names."""
 
     model: Annotated[str | list[str], doc(
@@ -201,7 +201,7 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     layers that use them: `SchedulerConfig` is the engines', `SloConfig` and
     `ControllerConfig` the controller core's)."""
 
-    model: ModelConfig = ModelConfig()
+    model: ServedModelConfig = ServedModelConfig()
     instances: InstancesConfig = InstancesConfig()
     http: HttpConfig = HttpConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -222,7 +222,7 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
 #: The TOML sections, in order, and the struct of each.
 SECTIONS: dict[str, type] = {
-    "model": ModelConfig, "instances": InstancesConfig, "http": HttpConfig,
+    "model": ServedModelConfig, "instances": InstancesConfig, "http": HttpConfig,
     "scheduler": SchedulerConfig, "slo": SloConfig, "controller": ControllerConfig,
     "tenants": TenantsConfig, "process": ProcessConfig}
 #: The sections the simulator's commands (`simulate`, `capacity`, `plan`) take as flags too.

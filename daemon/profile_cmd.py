@@ -72,7 +72,7 @@ def measure_profile(args: argparse.Namespace) -> int:
     from engines.executors.torch_executor import TorchExecutor
     from engines.hardware import hardware_for
     from engines.models.builtin import builtin_tiny_model_dir
-    from policies.perf.model_shape import ModelShape
+    from engines.perf.model_shape import ModelShape
 
     model_dir = args.model or builtin_tiny_model_dir()
     executor = TorchExecutor(model_dir, block_size=args.block_size,
@@ -127,7 +127,7 @@ def compare(files: list[str], model: str | None) -> int:
     measured = load_measured(files[0])
     if model:
         from engines.models.model_config import ModelConfig
-        from policies.perf.model_shape import ModelShape
+        from engines.perf.model_shape import ModelShape
         check_model(measured, ModelShape.from_config(ModelConfig.from_pretrained(model)), model)
     other = get_profile(files[1]) if len(files) == 2 else None
     print(f"{measured.name}: {measured.data.device}, {measured.data.model_dir} "

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import msgspec
 
 from engines.request import Request
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 
 
 class Chunk(msgspec.Struct, eq=False, gc=False):

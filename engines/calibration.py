@@ -16,9 +16,9 @@ from engines.batch import Batch
 from engines.kv_cache import BlockManager
 from engines.request import Request
 from ipc.params import SamplingParams
-from policies.perf.batch_shape import BatchShape
-from policies.perf.calibration_shapes import calibration_shapes
-from policies.perf.model import PerfModel
+from policies.batch_shape import BatchShape
+from engines.perf.calibration_shapes import calibration_shapes
+from engines.perf.model import PerfModel
 
 _PARAMS = SamplingParams(max_tokens=1)
 

@@ -9,7 +9,7 @@ budget is half a millisecond. Frozen, they are never visited again; what is allo
 while serving is collected as before. vLLM freezes its start-up heap the same way
 (`freeze_gc_heap` in vllm/utils/gc_utils.py).
 
-A simulated run (bench/sim/simulate.py) does the same for its stretch of work, and also
+A simulated run (bench/sim/box_run.py) does the same for its stretch of work, and also
 collects its young garbage less often (`few_collections`).
 """
 from __future__ import annotations

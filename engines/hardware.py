@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from policies.perf.hardware_spec import HardwareSpec, hardware_for_device
+from engines.perf.hardware_spec import HardwareSpec, hardware_for_device
 
 
 def _sync(device: torch.device) -> None:

@@ -32,7 +32,7 @@ from engines.instance_core import InstanceCore, Output
 from engines.timed_step import timed_step
 from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
-from policies.perf.model import PerfModel
+from engines.perf.model import PerfModel
 
 log = logging.getLogger(__name__)
 

@@ -48,8 +48,8 @@ from ipc.messages import (
 )
 from engines.modes import role_of_mode
 from policies.admission import TICKET_BATCH_LIMIT, ticket_wanted
-from policies.perf.model import PerfModel
-from policies.perf.predictor import MemoPredictor
+from engines.perf.model import PerfModel
+from policies.predictor import MemoPredictor
 
 #: Weight of the newest saturated step in the prefill rate's moving average.
 RATE_WEIGHT = 0.1

@@ -23,7 +23,7 @@ from engines.scheduler_config import SchedulerConfig
 from engines.timed_step import timed_step
 from ipc.messages import RequestError, Submit
 from ipc.params import SamplingParams
-from policies.perf.model import PerfModel
+from engines.perf.model import PerfModel
 
 
 @dataclass

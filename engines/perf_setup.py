@@ -8,10 +8,10 @@ from pathlib import Path
 from engines.executors.executor_config import ExecutorConfig
 from engines.modes import get_mode
 from engines.scheduler_config import SchedulerConfig
-from policies.perf.calibration_shapes import calibration_shapes
-from policies.perf.hardware_spec import HARDWARE
-from policies.perf.model_shape import ModelShape
-from policies.perf.model import PerfModel
+from engines.perf.calibration_shapes import calibration_shapes
+from engines.perf.hardware_spec import HARDWARE
+from engines.perf.model_shape import ModelShape
+from engines.perf.model import PerfModel
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from engines.waiting_queue import WaitingQueue
 from ipc.messages import StepTokens
 from policies import output_reserve
 from policies.admission import DecodeLengthHistory, decode_reserve, decode_reserve_columns
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 from policies.tbt_budget import step_time_allowed, whole_prefill_pays
-from policies.perf.predictor import Predictor, ZeroPredictor, remaining_prefill_time
+from policies.predictor import Predictor, ZeroPredictor, remaining_prefill_time
 from policies.selection import select_prefills, tokens_within
 
 #: Modes that size steps by TBT slack may run up to this many token budgets in one step.

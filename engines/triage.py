@@ -20,7 +20,7 @@ from engines.request import Request
 from engines.scheduler_config import SchedulerConfig
 from engines.waiting_queue import WaitingQueue
 from policies.offload import offload_candidates, offload_rows
-from policies.perf.predictor import Predictor
+from policies.predictor import Predictor
 from policies.queue_columns import QueueColumns, ttft_lost_rows
 from policies.value import get_value_keys, value_order
 

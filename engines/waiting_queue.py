@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from engines.request import Request
-from policies.perf.predictor import Predictor, remaining_prefill_time
+from policies.predictor import Predictor, remaining_prefill_time
 from policies.queue_columns import QueueColumns
 
 _FIRST_CAPACITY = 64

@@ -2,7 +2,7 @@
 `"return_serving_info": true` (docs/api.md#serving-info).
 
 The HTTP API's contract with its clients, like ipc/api_codes.py: the daemon writes it
-(daemon/choices.py), `ascendra bench` reads it into its records (bench/loadgen/loadgen.py)
+(daemon/response_streamer.py), `ascendra bench` reads it into its records (bench/loadgen/loadgen.py)
 so that a live run's records say what a simulated run's do -- without importing the
 daemon's internals.
 """

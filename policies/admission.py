@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from policies.perf.predictor import Predictor, remaining_prefill_time
+from policies.predictor import Predictor, remaining_prefill_time
 from policies.request_view import RunningRequest, WaitingRequest
 
 #: The paper's LP batch is a fixed 128; on ShareGPT (long outputs) that cap filled up and

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from policies.perf.predictor import Predictor, remaining_prefill_time
+from policies.predictor import Predictor, remaining_prefill_time
 from policies.queue_columns import QueueColumns
 from policies.request_view import WaitingRequest
 

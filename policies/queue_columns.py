@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.perf.predictor import Predictor, remaining_prefill_time
+from policies.predictor import Predictor, remaining_prefill_time
 from policies.request_view import WaitingRequest
 
 

@@ -17,7 +17,7 @@ left fits (the scheduler may fill its budget exactly).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from policies.perf.predictor import Predictor
+from policies.predictor import Predictor
 from policies.request_view import WaitingRequest
 
 

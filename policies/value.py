@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from policies.admission import ttft_unreachable
-from policies.perf.predictor import Predictor, remaining_prefill_time
+from policies.predictor import Predictor, remaining_prefill_time
 from policies.queue_columns import QueueColumns, ttft_lost_rows
 from policies.request_view import WaitingRequest
 

@@ -1,6 +1,6 @@
-"""Run the real daemon (`python -m bench.cli serve`) as a subprocess for end-to-end tests.
+"""Run the real daemon (`python -m daemon.cli serve`) as a subprocess for end-to-end tests.
 
-`start_daemon(...)` starts it with bench/daemon_launcher.py (the benches' launcher too): on
+`start_daemon(...)` starts it with bench/launch/daemon_launcher.py (the benches' launcher too): on
 a free 127.0.0.1 port (`--port 0`, learnt from its `--port-file`) with a private runtime
 directory, waits (bounded) until /health says ok and returns a `Daemon`. `Daemon.close()`
 always ends it and every instance process it started.
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import daemon_launcher
-from bench.daemon_launcher import PROJECT_ROOT, START_TIMEOUT, DaemonExited, ServeProcess
+from bench.launch import daemon_launcher
+from bench.launch.daemon_launcher import PROJECT_ROOT, START_TIMEOUT, DaemonExited, ServeProcess
 
 __all__ = ["PROJECT_ROOT", "START_TIMEOUT", "DaemonExited", "Daemon", "start_daemon",
            "daemon_env", "request", "get_json", "post_json", "wait_for", "torch_args",
@@ -74,7 +74,7 @@ def post_json(base_url: str, path: str, body, **kwargs) -> tuple[int, Any]:
 
 
 class Daemon(ServeProcess):
-    """A running `ascendra serve` subprocess (bench.daemon_launcher.ServeProcess), with
+    """A running `ascendra serve` subprocess (bench.launch.daemon_launcher.ServeProcess), with
     HTTP helpers."""
 
     def request(self, method: str, path: str, body=None, **kwargs):
@@ -100,7 +100,7 @@ def daemon_env(cache_dir: str | os.PathLike, extra: dict[str, str] | None = None
 def start_daemon(log_dir: str | os.PathLike, *args: str, cache_dir: str | os.PathLike,
                  env: dict[str, str] | None = None, wait: bool = True,
                  timeout: float = START_TIMEOUT) -> Daemon:
-    """Start `python -m bench.cli serve --port 0 --port-file F --runtime-dir DIR ARGS...`.
+    """Start `python -m daemon.cli serve --port 0 --port-file F --runtime-dir DIR ARGS...`.
 
     `args` come last, so a test may override the port or add `--config`. With `wait`
     (default) this returns once /health is ok; on any failure the daemon is ended.

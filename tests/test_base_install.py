@@ -98,7 +98,7 @@ def base_env(tmp_path_factory, daemon_cache) -> dict[str, str]:
 
 
 def _ascendra(env: dict[str, str], *args: str, timeout: float = 300) -> str:
-    done = subprocess.run([sys.executable, "-m", "bench.cli", *args], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"ascendra {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
     return done.stdout

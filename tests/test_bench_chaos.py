@@ -1,10 +1,10 @@
-"""The pure parts of `ascendra chaos` (bench/chaos.py): how answers are told apart, what
+"""The pure parts of `ascendra chaos` (bench/chaos/chaos_run.py): how answers are told apart, what
 it sends as garbage, and the printed tally. The full run is in tests/test_daemon_faults.py."""
 from __future__ import annotations
 
-from bench.chaos import Tally, format_tally
-from bench.chaos_client import Answer, record_error
-from bench.garbage_frames import garbage_frames
+from bench.chaos.chaos_run import Tally, format_tally
+from bench.chaos.chaos_client import Answer, record_error
+from bench.chaos.garbage_frames import garbage_frames
 from ipc.codec import controller_decoder
 from ipc.messages import StepOutputs
 

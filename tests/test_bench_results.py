@@ -1,4 +1,4 @@
-"""bench/results.py: goodput, percentiles and rates from hand-made records."""
+"""bench/records/results.py: goodput, percentiles and rates from hand-made records."""
 from __future__ import annotations
 
 import io
@@ -7,9 +7,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from bench.results import (RequestRecord, is_good, percentiles, print_summary,
+from bench.records.results import (RequestRecord, is_good, percentiles, print_summary,
                            read_result, summarize, write_result)
-from bench.summary_table import plain_summary, summary_rows
+from bench.records.summary_table import plain_summary, summary_rows
 
 TTFT_SLO, TBT_SLO = 1.0, 0.1
 

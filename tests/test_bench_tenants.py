@@ -8,22 +8,22 @@ import json
 import msgspec
 import pytest
 
-from bench.cli import build_parser, main
+from daemon.cli import build_parser, main
 from bench.loadgen.loadgen import Client, run_load
 from bench.loadgen.progress import Progress
 from bench.loadgen.tenant_mix import TenantShare, mix_text, parse_tenant_mix, tenant_rates
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
-from bench.records import RecordRow, RequestRecord, RunResult
-from bench.records_report import report
+from bench.records.schema import RecordRow, RequestRecord, RunResult
+from bench.records.records_report import report
 from ipc.tenancy import TENANT_HEADER
-from bench.results import per_tenant, summarize
-from bench.ruler.classes import RequestClasses, class_goodput, holds_floor
+from bench.records.results import per_tenant, summarize
+from bench.records.request_classes import RequestClasses, class_goodput, holds_floor
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.sim.sim_flags import sim_settings
 from bench.sim.simulator import SimConfig, Simulation
 from bench.studies.tenants import service_per_window
-from bench.summary_table import plain_summary
+from bench.records.summary_table import plain_summary
 from daemon.core.events import Arrived
 from tests.test_loadgen import FakeServer, _serve
 
@@ -216,7 +216,7 @@ def test_per_tenant_results_on_hand_made_records():
 
 
 def test_records_files_and_their_report_group_by_tenant():
-    from bench.records_file import record_rows
+    from bench.records.records_file import record_rows
     rows = record_rows(RECORDS, 1.0, 0.1)
     assert [r.tenant for r in rows] == ["a", "a", "a", "b", None]
     result = report(rows)
@@ -235,7 +235,7 @@ def test_records_files_and_their_report_group_by_tenant():
 
 
 def test_the_records_command_prints_the_tenant_table(tmp_path, capsys):
-    from bench.records_file import record_rows, write_records
+    from bench.records.records_file import record_rows, write_records
     path = tmp_path / "r.jsonl"
     write_records(path, record_rows(RECORDS, 1.0, 0.1))
     assert main(["records", str(path), "--all"]) == 0
@@ -261,7 +261,7 @@ def test_the_rulers_classes_add_tenants_and_hold_no_floor_for_sheddable_ones():
 
 
 def test_the_capacity_configuration_shows_the_mix_as_the_flag_takes_it():
-    from bench.simulate_cmd import _printable, readable_config
+    from bench.sim.simulate_cmd import _printable, readable_config
     config = RulerConfig(workload=workload("poisson", tenant_mix=(
         TenantShare("a", 0.75, 2.0), TenantShare("b", 0.25, 1.0, -1))))
     text = readable_config(_printable(Subject(label="2L1H", layout="2L1H"), config))

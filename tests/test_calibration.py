@@ -14,10 +14,10 @@ from engines.executors.torch_executor import TorchExecutor
 from engines.hardware import hardware_for, measure_cpu
 from engines.request import Request
 from ipc.params import SamplingParams
-from policies.perf.batch_shape import BatchShape
-from policies.perf.calibration_shapes import random_shapes
-from policies.perf.model_shape import ModelShape
-from policies.perf.model import PerfModel
+from policies.batch_shape import BatchShape
+from engines.perf.calibration_shapes import random_shapes
+from engines.perf.model_shape import ModelShape
+from engines.perf.model import PerfModel
 
 TOKEN_BUDGET, MAX_BATCH, MAX_CONTEXT = 256, 32, 512
 

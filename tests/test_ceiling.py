@@ -6,7 +6,7 @@ import pytest
 from bench.loadgen.workload import build_workload
 from bench.ruler.ceiling import BUDGETS, ceiling_qps
 from engines.executors.profiles.registry import get_profile
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 
 
 class LinearProfile:

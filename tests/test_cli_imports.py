@@ -1,4 +1,4 @@
-"""The command line loads only the verb it runs: bench/cli.py names each verb's module as
+"""The command line loads only the verb it runs: daemon/cli.py names each verb's module as
 text (`VERBS`) and imports it when that verb is chosen, so `ascendra serve` loads the
 daemon and, of bench/, only the command line -- no simulator, load generator or figures.
 
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import VERBS, build_parser, verb_parser
+from daemon.cli import VERBS, build_parser, verb_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("bench", "daemon", "engines", "ipc", "policies")
 #: Parse `ascendra ARGS` (a --help exits) and write the project's loaded modules to OUT.
 PROBE = """
 import json, sys
-from bench.cli import build_parser
+from daemon.cli import build_parser
 out, argv = sys.argv[1], sys.argv[2:]
 try:
     build_parser().parse_args(argv)
@@ -41,7 +41,7 @@ def _loaded(tmp_path: Path, *argv: str) -> set[str]:
 @pytest.mark.slow
 def test_serve_loads_no_bench_module_but_the_command_line(tmp_path):
     loaded = _loaded(tmp_path, "serve")
-    assert {m for m in loaded if m.startswith("bench.")} == {"bench.cli"}
+    assert {m for m in loaded if m.startswith("bench.")} == {"daemon.cli"}
     assert {"daemon.serve_cmd", "daemon.controller", "daemon.api"} <= loaded
 
 
@@ -53,7 +53,7 @@ def test_the_verb_list_loads_no_verb(tmp_path):
 
 def test_a_verbs_help_loads_that_verb_only(tmp_path):
     commands = {m for m in _loaded(tmp_path, "records", "--help") if m.endswith("_cmd")}
-    assert commands == {"bench.records_cmd"}
+    assert commands == {"bench.records.records_cmd"}
 
 
 @pytest.mark.parametrize("verb", [v.name for v in VERBS])

@@ -43,7 +43,7 @@ def generated(tiny_models):
     import contextlib
     import io
 
-    from bench.cli import main
+    from daemon.cli import main
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["generate", "--json", "--model", str(tiny_models["llama"]), "--device", "cpu",

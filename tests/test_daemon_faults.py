@@ -243,7 +243,7 @@ def test_ascendra_chaos_loses_nothing(layout, tmp_path, daemon_cache, tiny_model
     from tests.daemon_fixture import PROJECT_ROOT, daemon_env
     out = tmp_path / "tally.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "chaos", "--duration", "8", "--qps", "8",
+        [sys.executable, "-m", "daemon.cli", "chaos", "--duration", "8", "--qps", "8",
          "--layout", layout, "--burst", "80", "--max-queued-requests", "32",
          "--drain-timeout", "3", "--model", str(tiny_models["llama"]), "--json", str(out),
          "--log", str(tmp_path / "daemon.log")],

@@ -1,4 +1,4 @@
-"""bench/daemon_launcher.py, the one way benches and tests start `ascendra serve`: the port
+"""bench/launch/daemon_launcher.py, the one way benches and tests start `ascendra serve`: the port
 comes from the daemon's --port-file, a daemon that cannot start says why (its log's end),
 and stopping it ends its instance processes too."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from bench.daemon_launcher import DaemonExited, ServeProcess
-from bench.processes import alive
+from bench.launch.daemon_launcher import DaemonExited, ServeProcess
+from bench.launch.processes import alive
 from tests.daemon_fixture import sim_args, start_daemon, wait_for
 
 

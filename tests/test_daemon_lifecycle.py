@@ -190,7 +190,7 @@ def test_toml_config_and_a_flag_that_overrides_it(daemon_factory, tmp_path):
 def _serve(*args: str, tmp_path) -> subprocess.CompletedProcess:
     """`ascendra serve ARGS` that is expected to stop at once (bad config)."""
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", "serve", "--runtime-dir", str(tmp_path / "rt"),
+        [sys.executable, "-m", "daemon.cli", "serve", "--runtime-dir", str(tmp_path / "rt"),
          "--port", "0", *args],
         cwd=PROJECT_ROOT, env=daemon_env(tmp_path / "cache"), capture_output=True, text=True,
         timeout=60)
@@ -219,7 +219,7 @@ def test_bad_toml_value_exits_2_naming_the_field(tmp_path):
 ])
 def test_bad_config_is_refused_with_exit_2(tmp_path, capsys, monkeypatch, toml, flags, field):
     from daemon import serve_cmd
-    from bench.cli import main
+    from daemon.cli import main
 
     def serve(config):
         raise AssertionError(f"the config was accepted: {config}")

@@ -14,7 +14,7 @@ from ipc.messages import Origin, Role, Submit
 from ipc.params import SamplingParams
 from policies.admission import should_drop, ttft_unreachable
 from policies.offload import plan_offloads
-from policies.perf.predictor import LinearPredictor, ZeroPredictor
+from policies.predictor import LinearPredictor, ZeroPredictor
 from tests.fakes import FakeExecutor, expected_output
 
 

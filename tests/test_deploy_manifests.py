@@ -63,7 +63,7 @@ def _epp_config() -> dict:
 
 def _print_config(args: list[str]) -> str:
     """What `ascendra <args> --print-config` prints; fails the test if the CLI refuses them."""
-    done = subprocess.run([sys.executable, "-m", "bench.cli", *args, "--print-config"],
+    done = subprocess.run([sys.executable, "-m", "daemon.cli", *args, "--print-config"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout

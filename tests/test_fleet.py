@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from bench.cli import main as ascendra
+from daemon.cli import main as ascendra
 from bench.loadgen.workloads import build_requests, workload
 from bench.sim.fleet import Fleet, GatewayConfig
 from bench.sim.fleet_run import FleetResult

@@ -17,9 +17,9 @@ from engines.offline import Offline
 from engines.request import Request
 from engines.scheduler import SchedulerConfig
 from ipc.params import SamplingParams
-from policies.perf.batch_shape import BatchShape
-from policies.perf.hardware_spec import HARDWARE
-from policies.perf.model import PerfModel
+from policies.batch_shape import BatchShape
+from engines.perf.hardware_spec import HARDWARE
+from engines.perf.model import PerfModel
 
 
 @pytest.fixture(scope="module")

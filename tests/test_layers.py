@@ -1,8 +1,8 @@
 """The shape of the code: imports point down, the cores stay sans-I/O, each file says its idea.
 
-Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line (bench/cli.py).
-The `*_cmd.py` modules bench/cli.py registers rank as their own package: a command may import
-its own package and below, never a higher one, and only bench/cli.py names a command (as text,
+Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line (daemon/cli.py).
+The `*_cmd.py` modules daemon/cli.py registers rank as their own package: a command may import
+its own package and below, never a higher one, and only daemon/cli.py names a command (as text,
 imported when it runs: tests/test_cli_imports.py). A core (events in, actions out) imports no
 event loop, socket, clock or OS module, and nothing of ours that does: the controller core is
 its folder, daemon/core/ (which imports nothing else of daemon/), the instance core the
@@ -66,7 +66,7 @@ def _ours(names: frozenset[str]) -> set[str]:
 
 def _rank(module: str) -> int:
     """A `*_cmd` module ranks as its package, so daemon/serve_cmd.py may not import bench."""
-    if module == "bench.cli":
+    if module == "daemon.cli":
         return COMMAND_LINE
     return RANK[module.split(".")[0]]
 
@@ -75,7 +75,7 @@ def test_every_import_points_down():
     up = []
     for module, path in MODULES.items():
         for target in _ours(_imports(path)):
-            if _rank(target) > _rank(module) or (target.endswith("_cmd") and module != "bench.cli"):
+            if _rank(target) > _rank(module) or (target.endswith("_cmd") and module != "daemon.cli"):
                 up.append(f"{module} -> {target}")
     assert not up, "imports pointing up (or at a command module from below the CLI):\n" + \
         "\n".join(sorted(up))
@@ -190,8 +190,8 @@ def test_a_file_that_imports_up_is_caught(tmp_path):
 def test_a_command_ranks_as_its_own_package():
     """daemon/serve_cmd.py importing bench would point up; bench_cmd importing daemon is fine."""
     assert _rank("bench.loadgen.loadgen") > _rank("daemon.serve_cmd")
-    assert _rank("daemon.layout") <= _rank("bench.bench_cmd")
-    assert _rank("bench.bench_cmd") < _rank("bench.cli")
+    assert _rank("daemon.layout") <= _rank("bench.loadgen.bench_cmd")
+    assert _rank("bench.loadgen.bench_cmd") < _rank("daemon.cli")
 
 
 def test_every_module_states_its_idea():

@@ -22,10 +22,10 @@ from daemon.health import Health, InstanceHealth
 from bench.loadgen.bench_cli import build_parser
 from bench.loadgen.loadgen import CHAT_WORDS, on_serving_info, run_load
 from bench.loadgen.workload import HIGH_TOKEN_ID, LOW_TOKEN_ID, WorkloadRequest
-from bench.records import RequestRecord
-from bench.records_file import read_records
-from bench.records_report import report
-from bench.results import read_result, summarize
+from bench.records.schema import RequestRecord
+from bench.records.records_file import read_records
+from bench.records.records_report import report
+from bench.records.results import read_result, summarize
 from tests.daemon_fixture import PROJECT_ROOT, sim_args
 
 HTTP_DROP, SSE_ERROR, SSE_DROP, HTTP_500, HANG, CHUNKED, NO_FINISH = 7, 8, 9, 10, 11, 12, 13
@@ -346,7 +346,7 @@ def test_partial_failures_exit_1_only_past_the_max_error_rate():
 
 
 def test_bench_subcommand_registers_the_same_flags():
-    from bench.cli import build_parser as ascendra_parser
+    from daemon.cli import build_parser as ascendra_parser
     parser = ascendra_parser()
     args = parser.parse_args(["bench", "--url", "http://127.0.0.1:1", "--qps", "3",
                               "--duration", "5", "--json", "x.json"])
@@ -359,7 +359,7 @@ def test_bench_subcommand_registers_the_same_flags():
 def bench_against(daemon, out, num_requests: int) -> subprocess.CompletedProcess:
     """`ascendra bench` against a running daemon, short requests, its result in `out`."""
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
+        [sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.base_url, "--qps", "40",
          "--num-requests", str(num_requests), "--length-scale", "32", "--ttft-slo", "2",
          "--tbt-slo", "0.5", "--json", str(out), "--disable-tqdm", "--timeout", "60"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
@@ -396,7 +396,7 @@ def test_chat_endpoint_against_the_real_daemon(daemon_factory, tmp_path):
     daemon = daemon_factory(*sim_args("constant:0.005"))
     out = tmp_path / "chat.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
+        [sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.base_url, "--qps", "40",
          "--num-requests", "12", "--length-scale", "32", "--endpoint", "/v1/chat/completions",
          "--ttft-slo", "2", "--tbt-slo", "0.5", "--json", str(out), "--disable-tqdm",
          "--timeout", "60"],
@@ -416,7 +416,7 @@ def test_a_bench_records_file_reports_by_instance_and_by_cause(daemon_factory, t
     daemon = daemon_factory(*sim_args("constant:0.005", layout="1L1H"))
     records = tmp_path / "live.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "bench", "--url", daemon.base_url, "--qps", "40",
+        [sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.base_url, "--qps", "40",
          "--num-requests", "24", "--length-scale", "32", "--ttft-slo", "2", "--tbt-slo", "0.001",
          "--records", str(records), "--disable-tqdm", "--timeout", "60"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
@@ -429,7 +429,7 @@ def test_a_bench_records_file_reports_by_instance_and_by_cause(daemon_factory, t
     assert groups and groups <= {"0", "1"}
     missed = sum(r.output_tokens > 1 for r in done)  # one token has no TBT to miss
     assert missed > 0 and [(m.cause, m.count) for m in summary.misses] == [("tbt", missed)]
-    shown = subprocess.run([sys.executable, "-m", "bench.cli", "records", str(records)],
+    shown = subprocess.run([sys.executable, "-m", "daemon.cli", "records", str(records)],
                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and "TBT missed" in shown.stdout
 

@@ -20,7 +20,7 @@ from engines.executors.profiles.measured import (
 from engines.executors.profiles.profile_grid import profile_grid
 from engines.executors.profiles.registry import LLAMA3_8B, get_profile
 from engines.executors.sim_executor import SimExecutor
-from policies.perf.hardware_spec import HardwareSpec
+from engines.perf.hardware_spec import HardwareSpec
 
 #: The known step time: a constant, per token, per sequence and per attended token.
 KNOWN = (2e-3, 4e-6, 3e-5, 1e-9, 2e-8)
@@ -105,7 +105,7 @@ def test_a_profile_of_another_model_shape_is_refused(tmp_path):
 
 
 def test_simulate_names_a_bad_profile_file_and_exits_2(tmp_path, capsys):
-    from bench.cli import main
+    from daemon.cli import main
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     with pytest.raises(SystemExit) as exit_:

@@ -11,7 +11,7 @@ import pytest
 from bench.loadgen.trace_file import load_rows
 from bench.loadgen.workload import request_prompt
 from bench.loadgen.workloads import build_requests, hash_parts, workload
-from bench.sim.simulate import simulate
+from bench.sim.box_run import simulate
 from bench.sim.simulator import SimConfig
 from engines.scheduler_config import SchedulerConfig
 

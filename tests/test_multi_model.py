@@ -13,7 +13,7 @@ import re
 import openai
 import pytest
 
-from bench.cli import build_parser, main
+from daemon.cli import build_parser, main
 from daemon.config import config_from_args, load_config
 from daemon.served_models import ServedModels
 from tests.api_fakes import LIMITS, FakeController, api_client, assert_openai_error, call

@@ -100,7 +100,7 @@ def test_operator_tables_equal_the_raw_files(name):
 @needs_raw_profiles
 def test_profile_results_equal_with_the_raw_files(monkeypatch):
     from engines.executors.profiles import PROFILES
-    from policies.perf.batch_shape import BatchShape
+    from policies.batch_shape import BatchShape
     shapes = [BatchShape.prefill_only(n, c) for n in (1, 77, 512, 3000, 40000) for c in (0, 900)]
     # the profiles whose raw files are all beside the checkout (a 70B's may not be)
     raw = {n: p for n, p in PROFILES.items()
@@ -202,6 +202,6 @@ def test_a_copy_without_shared_passes_its_tests(tmp_path):
     skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     # only the comparisons with the raw files skip: there are none beside the copy
     assert skipped and all("no raw" in line for line in skipped), out[-4000:]
-    run("-m", "bench.cli", "simulate", "--layout", "2L1H", "--profile", "a100-llama3-8b",
+    run("-m", "daemon.cli", "simulate", "--layout", "2L1H", "--profile", "a100-llama3-8b",
         "--trace", "arxiv", "--qps", "2", "--num-requests", "20")
     assert "ratio" in run("-m", "bench.studies.profile_check")

@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from policies.perf.batch_shape import BatchShape
-from policies.perf.calibration_shapes import calibration_shapes, kv_tokens, random_shapes
-from policies.perf.hardware_spec import HARDWARE, HardwareSpec, hardware_for_device
-from policies.perf.model_shape import ModelShape
-from policies.perf.nnls import nnls
-from policies.perf.features import (bytes_and_flops, decode_attention, prefill_attention,
+from policies.batch_shape import BatchShape
+from engines.perf.calibration_shapes import calibration_shapes, kv_tokens, random_shapes
+from engines.perf.hardware_spec import HARDWARE, HardwareSpec, hardware_for_device
+from engines.perf.model_shape import ModelShape
+from engines.perf.nnls import nnls
+from engines.perf.features import (bytes_and_flops, decode_attention, prefill_attention,
                                     prefill_bytes_and_flops, times)
-from policies.perf.model import PerfModel, feature_rows
+from engines.perf.model import PerfModel, feature_rows
 
 LLAMA3_8B = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
                        intermediate=14336, vocab=128256)
@@ -371,7 +371,7 @@ def test_the_per_step_float_paths_equal_the_array_formulas():
         attention_seconds, decode_seconds, prefill_seconds,
     )
     from engines.executors.profiles.registry import get_profile
-    from policies.perf.features import (
+    from engines.perf.features import (
         _whole_model, bytes_and_flops, decode_attention, prefill_attention,
     )
     profile, rng = get_profile("a100-llama3-8b"), random.Random(0)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.cli import main
+from daemon.cli import main
 from bench.ruler.plan import candidate_layouts, zero_note
 from bench.ruler.ruler import Point, SeedCapacity
 
@@ -43,9 +43,9 @@ def test_plan_recommends_the_candidate_with_the_highest_capacity(tmp_path, capsy
 
 
 def test_plan_quick_is_a_short_run():
-    from bench.plan_cmd import QUICK_MEASURED
+    from bench.ruler.plan_cmd import QUICK_MEASURED
     from bench.ruler.short_run import too_short
-    from bench.cli import build_parser, verb_parser
+    from daemon.cli import build_parser, verb_parser
     args = verb_parser(build_parser(), "plan").parse_args(["--quick"])
     assert args.quick and args.measured is None
     assert too_short(QUICK_MEASURED)  # --quick says it is a first look

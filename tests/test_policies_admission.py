@@ -9,7 +9,7 @@ from policies.admission import (
     DecodeLengthHistory, TicketBook, decode_reserve,
     should_drop, ticket_wanted,
 )
-from policies.perf.predictor import LinearPredictor
+from policies.predictor import LinearPredictor
 from tests.policy_fakes import FakeRequest
 
 PREDICTOR = LinearPredictor(seconds_per_token=0.001, fixed=0.002)

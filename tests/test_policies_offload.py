@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from policies.offload import OffloadDecision, plan_offloads
-from policies.perf.predictor import LinearPredictor
+from policies.predictor import LinearPredictor
 from tests.policy_fakes import FakeRequest, names
 
 KEEP, OFFLOAD, UNREACHABLE = OffloadDecision.KEEP, OffloadDecision.OFFLOAD, OffloadDecision.UNREACHABLE

@@ -19,11 +19,11 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from policies.admission import ttft_unreachable  # noqa: E402
-from policies.perf.hardware_spec import HARDWARE  # noqa: E402
-from policies.perf.model_shape import ModelShape  # noqa: E402
+from engines.perf.hardware_spec import HARDWARE  # noqa: E402
+from engines.perf.model_shape import ModelShape  # noqa: E402
 from policies.offload import offload_candidates, offload_rows, plan_offloads  # noqa: E402
-from policies.perf.model import PerfModel  # noqa: E402
-from policies.perf.predictor import LinearPredictor  # noqa: E402
+from engines.perf.model import PerfModel  # noqa: E402
+from policies.predictor import LinearPredictor  # noqa: E402
 from policies.queue_columns import QueueColumns, ttft_lost_rows  # noqa: E402
 from policies.value import VALUE_FUNCTIONS, VALUE_KEYS, order_by_value, value_order  # noqa: E402
 from tests.examples import examples  # noqa: E402

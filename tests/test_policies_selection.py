@@ -9,7 +9,7 @@ import pytest
 from engines.kv_cache import BlockManager
 from engines.request import Request
 from ipc.params import SamplingParams
-from policies.perf.predictor import LinearPredictor
+from policies.predictor import LinearPredictor
 from policies.selection import blocks_needed, select_prefills
 from tests.policy_fakes import FakeRequest
 

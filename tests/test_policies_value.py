@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies.perf.predictor import LinearPredictor, MemoPredictor, ZeroPredictor
+from policies.predictor import LinearPredictor, MemoPredictor, ZeroPredictor
 from policies.value import (
     VALUE_FUNCTIONS, edf, fcfs, get_value_function, ljf, order_by_value, sjf, slack,
 )

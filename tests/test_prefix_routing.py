@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.choices import usage_counts
+from daemon.response_streamer import usage_counts
 from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import Arrived, FromInstance, Send, Settle, StartAccepting

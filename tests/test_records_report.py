@@ -9,13 +9,13 @@ import json
 import msgspec
 import pytest
 
-from bench.cli import main as ascendra
+from daemon.cli import main as ascendra
 from bench.loadgen.bench_cli import build_parser as bench_parser
 from bench.loadgen.bench_cli import run as run_bench
 from bench.loadgen.workloads import SLO_CLASSES
-from bench.records import RecordRow, RunResult
-from bench.records_file import read_records, write_records
-from bench.records_report import RecordsReport, report
+from bench.records.schema import RecordRow, RunResult
+from bench.records.records_file import read_records, write_records
+from bench.records.records_report import RecordsReport, report
 from tests.test_loadgen import FakeServer, _serve
 
 CLASS_SLO = {c.name: (c.ttft_slo, c.tbt_slo) for c in SLO_CLASSES}

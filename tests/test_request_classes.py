@@ -1,13 +1,13 @@
-"""Who pays (bench/ruler/classes.py): request classes, the fair floor on the steady-state
+"""Who pays (bench/records/request_classes.py): request classes, the fair floor on the steady-state
 rule, token-weighted goodput, and the fair hardware ceiling."""
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 from bench.ruler.ceiling import ceiling_qps
-from bench.ruler.classes import RequestClasses, class_goodput, token_goodput_pct
+from bench.records.request_classes import RequestClasses, class_goodput, token_goodput_pct
 from bench.ruler.steady_state import MeasureRule, judge
 from tests.test_ceiling import LinearProfile
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import build_parser, verb_parser
+from daemon.cli import build_parser, verb_parser
 from bench.ruler.ruler import SeedCapacity
 from bench.studies.results_run import (
     assemble, capacity_parser, render, row_command, table_command,

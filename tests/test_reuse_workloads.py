@@ -9,7 +9,7 @@ import pytest
 from bench.loadgen.reuse_workloads import ideal_reuse
 from bench.loadgen.workload import request_prompt
 from bench.loadgen.workloads import build_requests, workload
-from bench.sim.simulate import simulate
+from bench.sim.box_run import simulate
 from bench.sim.simulator import SimConfig
 from engines.batch import Batch
 from engines.executors.latency import make_latency
@@ -112,7 +112,7 @@ def test_caching_shows_in_a_simulated_multi_turn_run():
 def test_a_multi_turn_runs_figures_count_only_its_own_turns_not_the_priming_ones():
     """`simulate --num-requests 120` on multi-turn reports 120 requests: the earlier turns
     sent to prime the cache are counted apart, and a records file marks them unmeasured."""
-    from bench.records_file import record_rows
+    from bench.records.records_file import record_rows
     requests = build_requests(workload("multi-turn"), rate=4.0, num_requests=120, seed=1,
                               max_model_len=8192)
     primed = sum(r.warmup for r in requests)

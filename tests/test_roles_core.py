@@ -72,7 +72,7 @@ def test_a_switching_instance_gets_nothing_and_its_given_back_requests_bind_agai
     [switched] = [a for a in actions if isinstance(a, RoleSwitched)]
     assert (switched.old, switched.new, switched.reason, switched.returned) == (
         Role.LP, Role.HP, "test", 1)
-    assert core.ledger.roles[0] is Role.HP and core.ledger.instances[0].role is Role.HP
+    assert core.ledger.role_of[0] is Role.HP and core.ledger.instances[0].role is Role.HP
     assert core.router.hp_ids == [0] and core.router.pool == [1, 2]
     assert 0 not in core.ledger.switching and core.roles.since[0] == 1.2
     back = core.ledger.requests[on_zero[1]]
@@ -109,7 +109,7 @@ def test_an_hp_leaving_gives_up_its_ticket_at_once_and_a_restart_resets_its_role
     # it died mid-change and came back as it started: an LP, nothing under way
     core.handle(FromInstance(2.0, msgspec.structs.replace(
         ready(2, Role.LP, max_model_len=4096), prefill_curve=CURVE, token_budget=100)))
-    assert core.ledger.roles[2] is Role.LP and not core.roles.pending
+    assert core.ledger.role_of[2] is Role.LP and not core.roles.pending
     assert 2 not in core.ledger.switching and core.router.hp_ids == []
 
 
@@ -118,7 +118,7 @@ def test_a_change_the_instance_refused_keeps_its_role():
     core.roles.switch(1, Role.HP, "test", [])
     actions = changed(core, 1, Role.LP, 1.0)
     assert not any(isinstance(a, RoleSwitched) for a in actions)
-    assert core.ledger.roles[1] is Role.LP and not core.ledger.switching
+    assert core.ledger.role_of[1] is Role.LP and not core.ledger.switching
 
 
 def test_the_policy_adds_an_hp_for_a_tight_class_once_a_window_shows_rescuable_requests():
@@ -143,7 +143,7 @@ def test_uniform_slos_keep_every_instance_an_lp():
         out += arrive(core, f"r{k}", 0.2 * k)
         core.roles.evidence.set_aside(0.2 * k, [], 1)
     assert not any(isinstance(a, Send) and isinstance(a.message, SetRole) for a in out)
-    assert all(r is Role.LP for r in core.ledger.roles.values())
+    assert all(r is Role.LP for r in core.ledger.role_of.values())
 
 
 @pytest.mark.parametrize("hps_in_bursts", [False, True])

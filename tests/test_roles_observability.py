@@ -34,7 +34,7 @@ def test_health_shows_each_instances_role_and_its_last_change():
 
 def test_metrics_count_role_changes_and_seconds_per_role():
     core = core_3a()  # ready at 0.0
-    metrics = Metrics(dict(core.ledger.roles))
+    metrics = Metrics(dict(core.ledger.role_of))
     core.roles.switch(1, Role.HP, "why", [])
     for action in changed(core, 1, Role.HP, 5.0):
         metrics.observe(action)

@@ -7,7 +7,7 @@ import pytest
 
 from bench.loadgen.shifting import PHASES, per_phase, phase_of
 from bench.loadgen.workloads import build_requests, workload
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 
 
 def test_phases_follow_each_other_and_only_the_mixed_one_has_classes():

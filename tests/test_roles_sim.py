@@ -45,7 +45,7 @@ def test_mixed_slo_classes_turn_lps_into_hps_and_lose_no_request():
     served = {r.role for r in records if r.first_token_time is not None}
     assert served == {"lp", "hp"}
     # the simulator's instances are in the roles the controller believes
-    assert {s.instance_id: s.core.role for s in sim.instances} == sim.controller.ledger.roles
+    assert {s.instance_id: s.core.role for s in sim.instances} == sim.controller.ledger.role_of
 
 
 @pytest.mark.slow

@@ -51,7 +51,7 @@ def _point(qps: float, holds: bool) -> Point:
 
 
 def test_a_search_that_never_finds_the_edge_is_called_out(capsys):
-    from bench.simulate_cmd import _warn_unbracketed
+    from bench.sim.simulate_cmd import _warn_unbracketed
     only_held = SeedCapacity(0, 64.0, [_point(q, True) for q in (16.0, 32.0, 64.0)], False)
     none_held = SeedCapacity(1, 0.0, [_point(q, False) for q in (1.0, 0.5)], False)
     found = SeedCapacity(2, 8.0, [_point(8.0, True), _point(8.2, False)], True)

@@ -12,7 +12,7 @@ from engines.offline import Offline
 from engines.request import Request, RequestStatus
 from engines.scheduler import Scheduler, SchedulerConfig
 from ipc.params import SamplingParams
-from policies.perf.predictor import LinearPredictor
+from policies.predictor import LinearPredictor
 from tests.fakes import FakeExecutor, expected_output
 
 

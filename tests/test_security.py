@@ -66,8 +66,8 @@ def test_default_host_is_loopback_everywhere():
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    """`ascendra serve`'s flags, as bench.cli registers them."""
-    from bench.cli import build_parser
+    """`ascendra serve`'s flags, as daemon.cli registers them."""
+    from daemon.cli import build_parser
     return build_parser()
 
 

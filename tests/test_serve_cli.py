@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from bench.cli import build_parser, main, verb_parser
+from daemon.cli import build_parser, main, verb_parser
 from daemon.config import ServeConfig, config_from_args, field_docs, load_config, toml_value
 from daemon.config_toml import render_toml
 from tests.daemon_fixture import PROJECT_ROOT, daemon_env, sim_args, start_daemon
@@ -21,7 +21,7 @@ EXAMPLE_CONFIG = PROJECT_ROOT / "systemd" / "ascendra.toml"
 
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args], check=False,
+    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], check=False,
                           cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from bench.loadgen.loadgen import _http_error
 from bench.loadgen.workloads import build_requests, workload
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 from bench.sim.record_keeper import RecordKeeper
 from bench.sim.simulator import Simulation
 from daemon.core.events import Refuse, Settle

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from bench.cli import main, unrecognized, build_parser, verb_parser
+from daemon.cli import main, unrecognized, build_parser, verb_parser
 from bench.ruler.ruler import RulerConfig, SeedCapacity, Subject
 from bench.ruler.short_run import STEADY_MIN_MEASURED, above_bound, too_short
-from bench.simulate_cmd import (
+from bench.sim.simulate_cmd import (
     CapacityAnswer, capacity_table, capacity_warnings, readable_config, _printable,
 )
 
@@ -106,8 +106,8 @@ def test_simulate_says_its_times_are_simulated_and_where_it_wrote(capsys, tmp_pa
 
 
 def test_the_performance_models_error_reads_alike_everywhere_in_a_summary():
-    from bench.records import Percentiles, RunResult
-    from bench.summary_table import plain_summary
+    from bench.records.schema import Percentiles, RunResult
+    from bench.records.summary_table import plain_summary
     none = Percentiles()
     result = RunResult(
         config={}, num_requests=1, duration_s=1.0, ttft_slo_s=1.0, tbt_slo_s=0.15,

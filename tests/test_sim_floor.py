@@ -5,11 +5,11 @@ import pytest
 from bench.micro import sim_floor
 
 PROFILE = """\
-<module> (bench/cli.py:1);Simulation.run (bench/sim/simulator.py:91);Scheduler.update (engines/scheduler.py:500) 30
-<module> (bench/cli.py:1);Scheduler.update (engines/scheduler.py:513);_chain (policies/prefix_hash.py:72) 10
-<module> (bench/cli.py:1);_Held.record (daemon/core/prefix_index.py:48) 5
-<module> (bench/cli.py:1);prompt_token_ids (bench/loadgen/workload.py:131) 5
-<module> (bench/cli.py:1);EventHeap.run_next (bench/sim/event_heap.py:27) 50
+<module> (daemon/cli.py:1);Simulation.run (bench/sim/simulator.py:91);Scheduler.update (engines/scheduler.py:500) 30
+<module> (daemon/cli.py:1);Scheduler.update (engines/scheduler.py:513);_chain (policies/prefix_hash.py:72) 10
+<module> (daemon/cli.py:1);_Held.record (daemon/core/prefix_index.py:48) 5
+<module> (daemon/cli.py:1);prompt_token_ids (bench/loadgen/workload.py:131) 5
+<module> (daemon/cli.py:1);EventHeap.run_next (bench/sim/event_heap.py:27) 50
 """
 
 

@@ -21,8 +21,8 @@ import msgspec
 import pytest
 
 from bench.loadgen.workload import build_workload, prompt_token_ids, request_prompt
-from bench.records import RunResult
-from bench.results import encode_result
+from bench.records.schema import RunResult
+from bench.records.results import encode_result
 from bench.sim.simulator import PROMPT_SEED, Simulation
 from daemon.core.controller_config import ControllerConfig
 from engines.executors.executor_config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
@@ -46,7 +46,7 @@ RUNS = {"2L1H": dict(qps=20.0, num_requests=120), "3xsarathi": dict(qps=20.0, nu
 
 _CHILD = """
 import sys
-from bench.results import encode_result
+from bench.records.results import encode_result
 from tests.simulator_helpers import run, without_wall_time
 layout, trace, qps, n = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 result = run(layout, trace, qps=qps, num_requests=n, seed=0)
@@ -228,7 +228,7 @@ def _simulated_phases(tmp_path, phases=PHASES) -> list[list[tuple]]:
     config = sim_config("1L1H", latency=f"constant:{STEP}", ttft_slo=TTFT_SLO, tbt_slo=1.0,
                         num_kv_blocks=SIM_DEFAULT_KV_BLOCKS, max_model_len=4096,
                         scheduler=SchedulerConfig(chunk_size=512))
-    from bench.sim.simulate import simulate
+    from bench.sim.box_run import simulate
     result = simulate(config, trace=trace, qps=1.0, num_requests=len(rows), keep_records=True)
     records = sorted(result.records, key=lambda r: r.arrival)
     paths, i = [], 0

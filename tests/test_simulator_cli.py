@@ -10,11 +10,11 @@ import math
 import msgspec
 import pytest
 
-from bench.cli import main as ascendra
+from daemon.cli import main as ascendra
 from bench.loadgen.bench_cli import build_parser as bench_parser
 from bench.loadgen.bench_cli import run as run_bench
-from bench.records import RequestRecord, RunResult
-from bench.results import is_good, summarize
+from bench.records.schema import RequestRecord, RunResult
+from bench.records.results import is_good, summarize
 from bench.ruler.capacity import find_capacity
 from tests.simulator_helpers import length_trace, run, write_jsonl
 from tests.test_loadgen import FakeServer, _serve

@@ -1,4 +1,4 @@
-"""The coalesced SSE stream (daemon/choices.py `stream`, daemon/stream_events.py): however
+"""The coalesced SSE stream (daemon/response_streamer.py `stream`, daemon/stream_events.py): however
 many tokens are queued when the handler wakes, exactly one `data:` event per token, in
 order, then the usage chunk and [DONE]; a token is written as soon as it is queued (none
 waits for more); an error after queued tokens follows their events. In-process over a

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import msgspec
 
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 
 SLO = (1.0, 0.15)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.cli import main as ascendra
+from daemon.cli import main as ascendra
 from bench.studies.timing_sensitivity import main as sensitivity
 
 FLAGS = ["--layout", "3xvllm-v1", "--chunk-size", "512", "--drop-expired", "--workload",

@@ -40,7 +40,7 @@ def test_same_seed_same_bytes_different_seed_different_weights(tmp_path):
 
 
 def test_make_tiny_model_verb_tells_where_the_model_and_tokenizer_are(tmp_path, capsys):
-    from bench.cli import main
+    from daemon.cli import main
     folder = tmp_path / "tiny"
     assert main(["make-tiny-model", str(folder), "--seed", "1"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ import pytest
 from bench.ruler.plan_tp import fitting_degrees
 from engines.executors.profiles import get_profile
 from engines.executors.profiles.all_reduce import load_all_reduce
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 
 PREFILL = BatchShape.of(prefills=[(2048, 0)], decodes=[])
 DECODE = BatchShape.of(prefills=[], decodes=[1024] * 64)

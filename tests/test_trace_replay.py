@@ -8,10 +8,10 @@ import json
 import msgspec
 import pytest
 
-from bench.cli import main as ascendra
+from daemon.cli import main as ascendra
 from bench.loadgen.trace_file import load_rows
 from bench.loadgen.workloads import build_requests, workload
-from bench.records import RunResult
+from bench.records.schema import RunResult
 
 TIMES = [0.0, 0.5, 1.0, 3.0, 4.0]            # mean gap 1 s
 

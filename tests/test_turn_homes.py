@@ -6,7 +6,7 @@ import pytest
 
 from bench.loadgen.reuse_workloads import HISTORY, conversation_of
 from bench.loadgen.workload import PromptPart, WorkloadRequest
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 from bench.ruler.capacity_table import parse_setting
 from bench.studies.turn_homes import PLACES, main, turn_homes, turn_places
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bench.loadgen.bench_cli import build_parser
-from bench.records import RequestRecord
-from bench.results import read_result, summarize
+from bench.records.schema import RequestRecord
+from bench.records.results import read_result, summarize
 from bench.vllm_result import (
     parse_goodput, parse_metric_percentiles, parse_percentile_metrics, result_path, vllm_result,
 )

@@ -20,13 +20,13 @@ from engines.triage import Triage
 from engines.waiting_queue import WaitingQueue
 from ipc.params import SamplingParams
 from policies.admission import should_drop
-from policies.perf.hardware_spec import HARDWARE
-from policies.perf.model_shape import ModelShape
+from engines.perf.hardware_spec import HARDWARE
+from engines.perf.model_shape import ModelShape
 from policies.offload import plan_offloads
-from policies.perf.calibration_shapes import calibration_shapes
-from policies.perf.features import times
-from policies.perf.model import PerfModel, feature_rows
-from policies.perf.predictor import LinearPredictor, MemoPredictor, remaining_prefill_time
+from engines.perf.calibration_shapes import calibration_shapes
+from engines.perf.features import times
+from engines.perf.model import PerfModel, feature_rows
+from policies.predictor import LinearPredictor, MemoPredictor, remaining_prefill_time
 from policies.value import get_value_function, order_by_value
 
 BUDGET = 512

@@ -158,8 +158,8 @@ def test_long_prompts_are_trimmed_then_fitted_to_the_context():
 
 @pytest.mark.slow
 def test_a_script_simulates_its_own_requests_in_memory():
-    """`bench.sim.simulate.simulate(sim, requests)`: no trace file and no command line."""
-    from bench.sim.simulate import simulate
+    """`bench.sim.box_run.simulate(sim, requests)`: no trace file and no command line."""
+    from bench.sim.box_run import simulate
     from tests.simulator_helpers import sim_config
     requests = build_requests(workload("mixed-slo"), rate=4.0, num_requests=40, seed=3,
                               max_model_len=2048)

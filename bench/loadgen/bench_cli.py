@@ -2,7 +2,7 @@
 
 A run: ask the server its model and context length (/v1/models), build the workload
 (bench/loadgen/workloads.py, from the flags of bench/loadgen/workload_flags.py), send it open-loop
-(bench/loadgen/loadgen.py), read /health for the per-instance part, summarize (bench/results.py),
+(bench/loadgen/loadgen.py), read /health for the per-instance part, summarize (bench/records/results.py),
 print the table, write the JSON (and `--records`, one line per request). Flag names
 follow `vllm bench serve` where one exists (the aliases).
 
@@ -33,11 +33,11 @@ from bench.loadgen.loadgen import (
 from bench.loadgen.tenant_mix import mix_text, tenant_rates
 from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import build_requests, num_requests_or
-from bench.records import RequestRecord
-from bench.records_file import record_rows, write_records
+from bench.records.schema import RequestRecord
+from bench.records.records_file import record_rows, write_records
 from bench.br_report import br02_report
 from bench.br_report import now as report_now
-from bench.results import RunResult, arrival_window, print_summary, summarize, write_result
+from bench.records.results import RunResult, arrival_window, print_summary, summarize, write_result
 from bench.vllm_result import (
     DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS, parse_goodput,
     parse_metric_percentiles, parse_percentile_metrics, result_path, vllm_result,

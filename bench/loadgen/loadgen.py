@@ -22,7 +22,7 @@ distribution of single gaps is per chunk (a gap that spans several tokens counts
 
 Outcomes: completed (a finish_reason arrived), dropped (shed under load: error code
 `ttft_slo_missed` or `queue_full`, as an HTTP error or an SSE error event; as a
-simulated run's records say, bench/records.py `failure_outcome`), errored (any other
+simulated run's records say, bench/records/schema.py `failure_outcome`), errored (any other
 HTTP status, SSE error, broken connection or malformed stream), lost (no terminal answer
 before the run's deadline: the last arrival + `timeout`). The run always ends by that
 deadline.
@@ -47,7 +47,7 @@ from bench.loadgen.progress import Progress
 from bench.loadgen.sse import sse_data
 from ipc.tenancy import TENANT_HEADER
 from bench.loadgen.workload import WorkloadRequest, request_prompt
-from bench.records import RequestRecord, failure_outcome
+from bench.records.schema import RequestRecord, failure_outcome
 from ipc.serving_info import ServingInfo
 
 #: Words of a chat prompt: common English words, one token each (with their space) in the

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import msgspec
 
-from bench.records import PhaseResult, RequestRecord
-from bench.results import is_good
+from bench.records.schema import PhaseResult, RequestRecord
+from bench.records.results import is_good
 from bench.loadgen.workload import WorkloadRequest
 
 #: The workloads of the phases, in order.

@@ -33,7 +33,7 @@ from engines.request import Request
 from ipc.params import SamplingParams
 from policies.global_queue import Lane, Shed, Waiting, plan as plan_queue
 from policies.offload import plan_offloads
-from policies.perf.predictor import LinearPredictor, MemoPredictor, Predictor
+from policies.predictor import LinearPredictor, MemoPredictor, Predictor
 from policies.value import edf, order_by_value, slack
 
 TOKEN_BUDGET = 512

@@ -11,7 +11,7 @@ real one adds glue around those calls), so a target under it is out of reach of 
 rewrite.
 
     pip install py-spy
-    py-spy record -r 400 -f raw -o PROFILE -- python -m bench.cli simulate \\
+    py-spy record -r 400 -f raw -o PROFILE -- python -m daemon.cli simulate \\
         --layout 2L1H --workload poisson --num-requests 4500 --qps 10.5 --seed 0
     python -m bench.micro.sim_floor PROFILE --baseline-cpu 18.1 -- \\
         --layout 2L1H --workload poisson --num-requests 4500 --qps 10.5 --seed 0
@@ -168,7 +168,7 @@ def run_cpu_seconds(argv: list[str]) -> float:
     shares are of such a process, start-up included; `run_counts` needs the simulation's
     objects, so it runs it again in this one)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "bench.cli", "simulate", *argv], check=True,
+    subprocess.run([sys.executable, "-m", "daemon.cli", "simulate", *argv], check=True,
                    stdout=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

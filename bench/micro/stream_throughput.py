@@ -25,9 +25,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.daemon_launcher import PROJECT_ROOT, DaemonStartError, ServeProcess, free_port
+from bench.launch.daemon_launcher import PROJECT_ROOT, DaemonStartError, ServeProcess, free_port
 from bench.micro.stream_client import StreamRun, run_streams
-from bench.processes import cpu_seconds
+from bench.launch.processes import cpu_seconds
 
 START_TIMEOUT = 60.0
 #: Cores this process may run on: the box the daemon, its instance and the client share.
@@ -45,7 +45,7 @@ class Measured:
 @dataclass
 class Daemon:
     """`ascendra serve` run from checkout `root` (its code on PYTHONPATH, same python), by
-    bench/daemon_launcher.py: this checkout's learns its port from its port file, another
+    bench/launch/daemon_launcher.py: this checkout's learns its port from its port file, another
     one (which may predate --port-file) gets a free port picked here."""
     name: str
     root: Path

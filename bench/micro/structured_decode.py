@@ -177,7 +177,7 @@ async def _load(base_url: str, n: int, rate: float) -> dict[str, list[float]]:
 
 
 def report_ttft(n: int, rate: float) -> None:
-    from bench.daemon_launcher import launch
+    from bench.launch.daemon_launcher import launch
     with tempfile.TemporaryDirectory() as tmp:
         daemon = launch(["--executor", "torch", "--device", "cpu", "--num-kv-blocks", "1024"],
                         log_path=f"{tmp}/daemon.log")

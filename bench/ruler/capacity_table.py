@@ -17,7 +17,7 @@ Per workload, in three phases (each phase's jobs in parallel, bench/parallel.py)
 
 The best baseline is the best of the tuned rows, with or without drops; a row's ratio is
 its mean capacity over that row's mean capacity. Every row also has its fair capacity
-(every request class at the ruler's class floor: bench/ruler/classes.py) and its ratio
+(every request class at the ruler's class floor: bench/records/request_classes.py) and its ratio
 to the best baseline by that rule (the best of the tuned rows' fair capacities). The
 upstream defaults (`UPSTREAM`) are reported as rows of their own.
 """

@@ -22,7 +22,7 @@ output tokens x seconds per decode, both from the profile), divided by 0.9 becau
 arrival rate counts every request. With a fair floor F (`fair_floor`, and each
 request's class in `classes`) the costliest are refused only while their class keeps at
 least F of its requests: the fair ceiling, the bound for a point that must hold fairly
-(bench/ruler/classes.py).
+(bench/records/request_classes.py).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from bench.ruler.ruler import RulerConfig, ruler_classes, workload_requests
 from engines.executors.profiles.registry import get_profile
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 
 #: Token budgets the model tries (every power of two from 64 to 16,384, and midpoints).
 BUDGETS = tuple(sorted({int(b) for b in np.geomspace(64, 16384, 17)}))

@@ -14,7 +14,7 @@ The protocol (stated in full by `RulerConfig` and printed with every result):
 * **capacity** -- the highest rate that holds the target (bench/ruler/capacity.py), searched
   from a start near the hardware ceiling (bench/ruler/ceiling.py), to `tolerance`;
 * **fair capacity** -- the highest rate that holds it with every request class
-  (bench/ruler/classes.py: prompt-length quartiles, SLO classes) at `fair_floor` too,
+  (bench/records/request_classes.py: prompt-length quartiles, SLO classes) at `fair_floor` too,
   searched from the capacity down (it is never above it: the rule is stricter).
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ import msgspec
 from bench.loadgen.tenant_mix import tenant_weights
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import WorkloadSpec, build_requests
-from bench.records import RecordRow
-from bench.records_file import record_rows
+from bench.records.schema import RecordRow
+from bench.records.records_file import record_rows
 from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
-from bench.ruler.classes import DEFAULT_FAIR_FLOOR, ClassGoodput, RequestClasses
+from bench.records.request_classes import DEFAULT_FAIR_FLOOR, ClassGoodput, RequestClasses
 from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation

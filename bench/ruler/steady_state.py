@@ -18,7 +18,7 @@ A workload may put priming requests before its run (`warmup` requests: the earli
 of the conversations a multi-turn run joins, filling the prefix cache). They arrive first
 and are never measured; the shares above apply to the requests after them.
 
-With request classes (bench/ruler/classes.py) the verdict also gives each class's goodput
+With request classes (bench/records/request_classes.py) the verdict also gives each class's goodput
 over the measured requests, and `fair_holds`: the point holds and every class reaches
 the fair floor.
 """
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 import msgspec
 
-from bench.records import RequestRecord
-from bench.results import is_good
-from bench.ruler.classes import (
+from bench.records.schema import RequestRecord
+from bench.records.results import is_good
+from bench.records.request_classes import (
     ClassGoodput, RequestClasses, class_goodput, holds_floor, token_goodput_pct,
 )
 

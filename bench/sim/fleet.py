@@ -23,7 +23,7 @@ import msgspec
 import numpy as np
 
 from bench.loadgen.workload import WorkloadRequest
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 from bench.sim.event_heap import EventHeap
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import msgspec
 
 from bench.loadgen.workloads import build_requests
-from bench.records import RequestRecord
-from bench.results import is_good
+from bench.records.schema import RequestRecord
+from bench.records.results import is_good
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.ruler.steady_state import judge
 from bench.sim.fleet import Fleet, GatewayConfig

@@ -7,8 +7,8 @@ the controller (a step's in one `Tokens` action), a request ends with its `Settl
 """
 from __future__ import annotations
 
-from bench.records import RequestRecord, failure_outcome
-from bench.results import is_good
+from bench.records.schema import RequestRecord, failure_outcome
+from bench.records.results import is_good
 from daemon.core.controller_config import SloConfig
 from daemon.core.events import Moved, Refuse, RoleSwitched, Send, Settle, Tokens
 from daemon.core.request_state import Outcome

@@ -84,7 +84,7 @@ def _stated_perf_model(profile, executor: SimExecutor, scheduler: SchedulerConfi
     """A performance model on the profile's model and GPU, calibrated on the synthetic
     batches a daemon's sim instance times at start, at the latency the executor states."""
     from engines.calibration import calibrate, default_shapes, stated_latency
-    from policies.perf.model import PerfModel
+    from engines.perf.model import PerfModel
     perf = PerfModel(profile.model, profile.hardware)
     shapes = default_shapes(executor, scheduler.chunk_size, scheduler.resolved_max_num_seqs())
     calibrate(executor, perf, shapes, repeats=1, timer=stated_latency)

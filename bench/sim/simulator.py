@@ -28,7 +28,7 @@ arrive (`arrive`) instead of the box scheduling a workload of its own.
 from __future__ import annotations
 
 from bench.loadgen.workload import WorkloadRequest, request_prompt
-from bench.records import RequestRecord
+from bench.records.schema import RequestRecord
 from bench.sim.event_heap import EventHeap
 from bench.sim.kv_transfer_time import kv_transfer_seconds
 from bench.sim.record_keeper import RecordKeeper

@@ -25,7 +25,7 @@ from bench.loadgen.workloads import build_requests, workload
 from bench.parallel import add_workers_flag, run_parallel
 from bench.ruler.capacity_table import SWEEPS, UPSTREAM, capacity_table
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
-from bench.sim.simulate import simulate
+from bench.sim.box_run import simulate
 from bench.studies.reproduce import CAPACITY_WORKLOADS
 from daemon.core.controller_config import ControllerConfig
 from engines.scheduler_config import SchedulerConfig

@@ -27,7 +27,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from bench.daemon_launcher import DaemonStartError, ServeProcess, launch_started
+from bench.launch.daemon_launcher import DaemonStartError, ServeProcess, launch_started
 from bench.json_file import write_json
 from bench.studies.gpu_measure import make_model, run_measure
 
@@ -68,7 +68,7 @@ def run_live(out: Path, model_dir: Path, layouts: list[str], qps: float, duratio
         try:
             for workload in LIVE_WORKLOADS:
                 target = out / f"live_{layout}_{workload}.json"
-                subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url,
+                subprocess.run([sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.url,
                                 "--workload", workload, "--qps", str(qps), "--duration",
                                 str(duration), "--seed", "0", "--max-model-len", "8192",
                                 "--json", str(target), "--disable-tqdm"], timeout=duration * 4)

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.daemon_launcher import ServeProcess
+from bench.launch.daemon_launcher import ServeProcess
 
 PROFILE = "a100-llama3-8b"
 SERVE_ARGS = ["--executor", "sim", "--profile", PROFILE, "--max-model-len", "8192",
@@ -90,7 +90,7 @@ def _cached_pct(url: str) -> float | None:
 
 def run_ascendra(url: str, trace: Path, out: Path, a: argparse.Namespace) -> dict:
     saved = out / "ascendra_vllm.json"
-    subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", url, "--workload",
+    subprocess.run([sys.executable, "-m", "daemon.cli", "bench", "--url", url, "--workload",
                     "replay", "--trace", str(trace), "--goodput", f"ttft:{a.ttft_ms}",
                     f"tpot:{a.tpot_ms}", "--save-result", "--save-detailed", "--result-dir",
                     str(out), "--result-filename", saved.name, "--report", "br0.2",

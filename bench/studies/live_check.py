@@ -30,8 +30,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.daemon_launcher import ServeProcess
-from bench.results import read_result
+from bench.launch.daemon_launcher import ServeProcess
+from bench.records.results import read_result
 
 PROFILE = "a100-llama3-8b"
 
@@ -51,11 +51,11 @@ def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int,
     live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
     with ServeProcess(_serve_args(layout, list(scheduler)), port=port, start_timeout=120,
                       log_path=out / f"daemon_{layout}_{workload}.log") as daemon:
-        subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url, *flags,
+        subprocess.run([sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.url, *flags,
                         "--max-model-len", "8192", "--json", str(live_json), "--disable-tqdm",
                         "--max-error-rate", "1"], check=True, stdout=subprocess.DEVNULL)
         changes = role_changes(daemon.url)
-    subprocess.run([sys.executable, "-m", "bench.cli", "simulate", "--layout", layout,
+    subprocess.run([sys.executable, "-m", "daemon.cli", "simulate", "--layout", layout,
                     "--profile", PROFILE, *flags, *scheduler, "--json", str(sim_json)], check=True,
                    stdout=subprocess.DEVNULL)
     return read_result(live_json), read_result(sim_json), changes

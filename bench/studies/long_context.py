@@ -29,15 +29,15 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
-from bench.results import is_good
+from bench.records.results import is_good
 from bench.sim.sim_instances import SimConfig
-from bench.sim.simulate import simulate
+from bench.sim.box_run import simulate
 from daemon.core.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.executors.profiles.interconnect import get_interconnect
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 
 PROFILE = "a100-llama3-8b"
 LENGTHS = (16_384, 32_768, 65_536, 100_000)

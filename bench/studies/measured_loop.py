@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.daemon_launcher import ServeProcess
-from bench.results import read_result
+from bench.launch.daemon_launcher import ServeProcess
+from bench.records.results import read_result
 from engines.executors.profiles.measured import load_measured
 
 
@@ -42,11 +42,11 @@ def check(args, rate: float, out: Path) -> dict:
              *(["--model", args.model] if args.model else []),
              "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
     with ServeProcess(serve, start_timeout=300, log_path=out / f"daemon_{rate}.log") as daemon:
-        subprocess.run([sys.executable, "-m", "bench.cli", "bench", "--url", daemon.url, *load,
+        subprocess.run([sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.url, *load,
                         "--max-model-len", str(args.max_model_len), "--json", str(live_json),
                         "--disable-tqdm", "--max-error-rate", "1"],
                        check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([sys.executable, "-m", "bench.cli", "simulate", *shared, *load,
+    subprocess.run([sys.executable, "-m", "daemon.cli", "simulate", *shared, *load,
                     "--profile", args.profile, "--json", str(sim_json)],
                    check=True, stdout=subprocess.DEVNULL)
     live, sim = read_result(live_json), read_result(sim_json)

@@ -33,7 +33,7 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
-from bench.results import is_good
+from bench.records.results import is_good
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
 from daemon.core.controller_config import SloConfig

@@ -25,12 +25,12 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.workloads import build_requests, workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.records import RunResult
-from bench.results import is_good
+from bench.records.schema import RunResult
+from bench.records.results import is_good
 from bench.ruler.capacity_table import SWEEPS, parse_settings
-from bench.ruler.classes import RequestClasses, class_goodput
+from bench.records.request_classes import RequestClasses, class_goodput
 from bench.ruler.ruler import RulerConfig, Subject, ruler_classes, sim_config
-from bench.sim.simulate import simulate
+from bench.sim.box_run import simulate
 from daemon.core.controller_config import ControllerConfig
 
 #: Ascendra's layouts, and each faithful baseline at its best poisson setting with drops

@@ -22,9 +22,9 @@ from engines.calibration import calibrate, default_shapes, measure
 from engines.executors.torch_executor import TorchExecutor
 from engines.hardware import hardware_for
 from engines.models.builtin import builtin_tiny_model_dir
-from policies.perf.calibration_shapes import random_shapes
-from policies.perf.model_shape import ModelShape
-from policies.perf.model import COEFFICIENT_NAMES, PerfModel
+from engines.perf.calibration_shapes import random_shapes
+from engines.perf.model_shape import ModelShape
+from engines.perf.model import COEFFICIENT_NAMES, PerfModel
 
 
 def mape_on(perf: PerfModel, timings) -> float:

@@ -19,7 +19,7 @@ from bench.data.profile_refs import ProfileRefs, load_refs
 from engines.executors.profiles import PROFILES, GpuProfile
 from engines.executors.profiles.attention_time import decode_seconds, prefill_seconds
 from engines.executors.profiles.cpu_overhead import VIDUR_POINTS, CpuOverhead
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 
 #: (profile, max_num_batched_tokens, max_num_seqs, published KV blocks of 16, source)
 PUBLISHED_KV_BLOCKS = (

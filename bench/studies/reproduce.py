@@ -26,8 +26,8 @@ from pathlib import Path
 import msgspec
 
 from bench.parallel import imap
-from bench.records import RunResult
-from bench.sim.simulate import simulate
+from bench.records.schema import RunResult
+from bench.sim.box_run import simulate
 from bench.sim.simulator import SimConfig
 from daemon.core.controller_config import SloConfig
 from daemon.layout import layout_modes

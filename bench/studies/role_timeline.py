@@ -22,7 +22,7 @@ from bench.json_file import write_json
 from bench.loadgen.shifting import DEFAULT_PHASE_SECONDS, PHASES, per_phase
 from bench.loadgen.workloads import build_requests, workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.results import is_good
+from bench.records.results import is_good
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.sim.simulator import Simulation
 from daemon.layout import dynamic_roles, layout_modes

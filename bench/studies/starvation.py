@@ -1,7 +1,7 @@
 """Starvation check: does Ascendra's reordering and shedding make some requests wait far
 longer than a baseline would? Per workload, Ascendra's layout and the best baseline run the
 same requests at the same rate (by default the baseline's capacity), and the per-request
-records (bench/records_report.py) give the p99 TTFT of the requests served and the longest
+records (bench/records/records_report.py) give the p99 TTFT of the requests served and the longest
 wait any request had for its first answer (first token, or its drop), in multiples of its
 own TTFT target. Issue #14's bar: p99 TTFT no worse than the baseline's, and no wait over
 `max_wait_slo_multiple` (10) targets.
@@ -18,7 +18,7 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.workloads import workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.records_report import report
+from bench.records.records_report import report
 from bench.ruler.ruler import RulerConfig, Subject, point_rows
 from engines.scheduler_config import SchedulerConfig
 

@@ -52,8 +52,8 @@ from bench.loadgen.tenant_mix import TenantShare, mix_text
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.records import RequestRecord, TenantResult
-from bench.results import is_good, per_tenant, token_goodput_pct
+from bench.records.schema import RequestRecord, TenantResult
+from bench.records.results import is_good, per_tenant, token_goodput_pct
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.ruler.steady_state import MeasureRule
 from bench.sim.simulator import Simulation

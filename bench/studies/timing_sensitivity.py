@@ -27,7 +27,7 @@ from bench.json_file import write_json
 from bench.loadgen.workloads import build_requests
 from bench.ruler.ruler import sim_config
 from bench.sim.sim_flags import add_sim_flags, sim_settings
-from bench.sim.simulate import simulate
+from bench.sim.box_run import simulate
 
 DEFAULT_IPC_DELAYS = (0.00025, 0.0005, 0.001)
 

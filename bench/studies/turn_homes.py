@@ -35,8 +35,8 @@ from bench.loadgen.reuse_workloads import conversation_of
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.records import RequestRecord
-from bench.results import is_good
+from bench.records.schema import RequestRecord
+from bench.records.results import is_good
 from bench.ruler.capacity_table import parse_setting
 from bench.ruler.ruler import RulerConfig, Subject, ruler_classes, sim_config, workload_requests
 from bench.sim.simulator import Simulation

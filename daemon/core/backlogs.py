@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ipc.messages import InstanceLoad, Ready
-from policies.perf.prefill_curve import curve_seconds
+from engines.perf.prefill_curve import curve_seconds
 
 #: The least share of its model's prefill-alone rate an instance is taken to run at.
 MIN_RATE_SHARE = 0.25

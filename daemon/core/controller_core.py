@@ -440,7 +440,7 @@ class ControllerCore:
                 target = self.router.route_offload(ready, ledger.queued())
             if target is None:
                 submit = reroute_offload(submit)
-                target = recovery_target(ready, ledger.roles, ledger.queued(), ledger.in_flight())
+                target = recovery_target(ready, ledger.role_of, ledger.queued(), ledger.in_flight())
             if target is None:
                 ledger.end(tracked, Outcome.ERRORED, EndCode.UNAVAILABLE,
                            "offloaded, but no instance is ready", out)

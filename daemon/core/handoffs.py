@@ -44,7 +44,7 @@ class Handoffs:
         """Every ready decode instance, with the context its requests hold in its KV."""
         ledger, views = self.ledger, []
         for i in ledger.ready_ids():
-            if ledger.roles[i] is not Role.DECODE:
+            if ledger.role_of[i] is not Role.DECODE:
                 continue
             instance = ledger.instances[i]
             tokens = sum(self._context_tokens(t) for t in instance.held.values())

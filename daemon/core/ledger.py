@@ -70,7 +70,7 @@ class Ended:
 class Ledger:
     def __init__(self, roles: Mapping[int, Role], config: ControllerConfig,
                  ttft_slo: float) -> None:
-        self.roles = dict(roles)
+        self.role_of = dict(roles)
         self.instances = {i: InstanceView(i, role) for i, role in sorted(roles.items())}
         self.requests: dict[str, Tracked] = {}
         self.bounds = AdmissionBounds(config.max_queued_requests, config.max_queued_tokens)
@@ -87,7 +87,7 @@ class Ledger:
 
     def serving(self, role: Role) -> list[int]:
         """The ready instances of `role` no role change is under way for."""
-        roles, switching = self.roles, self.switching
+        roles, switching = self.role_of, self.switching
         return [i for i, view in self.instances.items()
                 if view.ready is not None and roles[i] is role and i not in switching]
 
@@ -145,7 +145,7 @@ class Ledger:
 
     # ---- roles (`<n>A` layouts: daemon/core/role_switch.py) ------------------------------
     def set_role(self, instance_id: int, role: Role) -> None:
-        self.roles[instance_id] = role
+        self.role_of[instance_id] = role
         self.instances[instance_id].role = role
 
     def start_switch(self, instance_id: int) -> None:

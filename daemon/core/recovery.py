@@ -70,7 +70,7 @@ class Recovery:
             return
         ready, queued, in_flight = ledger.ready_ids(), ledger.queued(), ledger.in_flight()
         for tracked in moving:
-            target = recovery_target(ready, ledger.roles, queued, in_flight)
+            target = recovery_target(ready, ledger.role_of, queued, in_flight)
             if target is None:
                 return  # no instance is ready: they wait for a Ready or their give-up time
             plan = recover(tracked.original, tracked.token_ids,

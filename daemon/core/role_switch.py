@@ -47,7 +47,7 @@ class Roles:
         #: The last reading of the window: arrivals come in bursts.
         self.in_bursts = False
         #: When each instance took its role (-inf: it started in it).
-        self.since: dict[int, float] = {i: -float("inf") for i in ledger.roles}
+        self.since: dict[int, float] = {i: -float("inf") for i in ledger.role_of}
         #: Each instance's last change, for /health.
         self.last: dict[int, RoleSwitched] = {}
         #: Changes sent and not answered yet: instance -> (role, reason).
@@ -78,7 +78,7 @@ class Roles:
         if i in self.stint:
             self._count(i, now)
         self.stint[i] = now
-        if ready.role in _MODE and self.ledger.roles.get(i) is not ready.role:
+        if ready.role in _MODE and self.ledger.role_of.get(i) is not ready.role:
             self._set(i, ready.role)
             self.since[i] = -float("inf")
 
@@ -86,12 +86,12 @@ class Roles:
         """Seconds each instance has served in each role up to `now`."""
         seconds = dict(self.seconds)
         for i, start in self.stint.items():
-            key = (i, self.ledger.roles[i])
+            key = (i, self.ledger.role_of[i])
             seconds[key] = seconds.get(key, 0.0) + max(now - start, 0.0)
         return seconds
 
     def _count(self, instance_id: int, now: float) -> None:
-        key = (instance_id, self.ledger.roles[instance_id])
+        key = (instance_id, self.ledger.role_of[instance_id])
         self.seconds[key] = self.seconds.get(key, 0.0) + max(now - self.stint[instance_id], 0.0)
         self.stint[instance_id] = now
 
@@ -105,9 +105,9 @@ class Roles:
         ledger, room = self.ledger, self.room
         window, rescued = self.evidence.read(now, self.params.tight_ratio)
         self.in_bursts = in_bursts(window, self.params)
-        seats = [Seat(i, _MODE[ledger.roles[i]], self.since[i], room.backlog_seconds(i),
+        seats = [Seat(i, _MODE[ledger.role_of[i]], self.since[i], room.backlog_seconds(i),
                       rescued.get(i, 0))
-                 for i in ledger.ready_ids() if ledger.roles[i] in _MODE]
+                 for i in ledger.ready_ids() if ledger.role_of[i] in _MODE]
         change = decide(seats, window, now, self.last_change, self.params)
         if change is not None:
             self.switch(change.instance_id, _ROLE[change.role], change.reason, out)
@@ -128,7 +128,7 @@ class Roles:
         i = view.instance_id
         _, reason = self.pending.pop(i, (message.role, "asked elsewhere"))
         self.ledger.end_switch(i)
-        old = self.ledger.roles[i]
+        old = self.ledger.role_of[i]
         returned = self._take_back(view, message)
         if message.load is not None:  # its backlog without them
             view.reported(message.load.num_running, message.load.num_kv_blocks_used)
@@ -159,7 +159,7 @@ class Roles:
     def _set(self, instance_id: int, role: Role) -> None:
         ledger, router = self.ledger, self.router
         ledger.set_role(instance_id, role)
-        router.set_roles([i for i, r in ledger.roles.items() if r is Role.LP],
-                         [i for i, r in ledger.roles.items() if r is Role.HP])
+        router.set_roles([i for i, r in ledger.role_of.items() if r is Role.LP],
+                         [i for i, r in ledger.role_of.items() if r is Role.HP])
         if role is not Role.HP:
             router.tickets.cancel(instance_id)

@@ -110,7 +110,7 @@ def _check_profile_model(config: ExecutorConfig) -> None:
         return
     from engines.executors.profiles.measured import MeasuredProfile, check_model
     from engines.executors.profiles.registry import get_profile
-    from policies.perf.model_shape import ModelShape
+    from engines.perf.model_shape import ModelShape
     profile = get_profile(config.latency.split(":", 1)[1])
     if isinstance(profile, MeasuredProfile):
         raw = json.loads((Path(config.model_dir) / "config.json").read_text())

@@ -1,4 +1,4 @@
-"""Attention time of one layer, from the batch's FLOPs and bytes (policies.perf.features)
+"""Attention time of one layer, from the batch's FLOPs and bytes (engines.perf.features)
 and efficiencies calibrated on Vidur's A100 Llama-3-8B FlashInfer profile.
 
 Vidur's `attention.csv` is not among the raw profiles the tables derive from (tables/README.md),
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.perf.batch_shape import BatchShape
-from policies.perf.hardware_spec import HardwareSpec
-from policies.perf.model_shape import ModelShape
-from policies.perf.features import decode_attention, prefill_attention
+from policies.batch_shape import BatchShape
+from engines.perf.hardware_spec import HardwareSpec
+from engines.perf.model_shape import ModelShape
+from engines.perf.features import decode_attention, prefill_attention
 
 
 @dataclass(frozen=True)

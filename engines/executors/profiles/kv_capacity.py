@@ -33,7 +33,7 @@ from __future__ import annotations
 from engines.executors.profiles.memory_reserve import (
     PROFILE_NUM_SEQS, PROFILE_NUM_TOKENS, reserve_bytes,
 )
-from policies.perf.model_shape import ModelShape
+from engines.perf.model_shape import ModelShape
 
 #: Total device memory CUDA reports, by HardwareSpec name (sources above).
 GPU_MEMORY_BYTES = {"a100": int(79.15 * 2**30), "h100": int(79.22 * 2**30)}

@@ -29,10 +29,10 @@ import msgspec
 import numpy as np
 
 from engines.executors.profiles.kv_capacity import kv_bytes_per_token, weight_bytes
-from policies.perf.batch_shape import BatchShape
-from policies.perf.hardware_spec import HardwareSpec
-from policies.perf.model_shape import ModelShape
-from policies.perf.nnls import nnls
+from policies.batch_shape import BatchShape
+from engines.perf.hardware_spec import HardwareSpec
+from engines.perf.model_shape import ModelShape
+from engines.perf.nnls import nnls
 
 #: The file format this code reads and writes; a file of another version is refused.
 PROFILE_FORMAT = 1

@@ -38,7 +38,7 @@ TP 1 in most published logs (under 1 % of the KV cache), though 1.79 GiB in PR #
 """
 from __future__ import annotations
 
-from policies.perf.model_shape import ModelShape
+from engines.perf.model_shape import ModelShape
 
 #: vLLM's defaults for the profiling pass: `max_num_seqs` 256; `max_num_batched_tokens`
 #: = max(max_model_len, 2048) without chunked prefill = 8192 for Llama-3-8B's context

@@ -47,9 +47,9 @@ from engines.executors.profiles.memory_reserve import (
     PROFILE_NUM_SEQS, PROFILE_NUM_TOKENS, activation_peak_bytes, cuda_graph_bytes,
 )
 from engines.executors.profiles.op_table import OpTable, load_op_table
-from policies.perf.batch_shape import BatchShape
-from policies.perf.hardware_spec import HardwareSpec
-from policies.perf.model_shape import ModelShape
+from policies.batch_shape import BatchShape
+from engines.perf.hardware_spec import HardwareSpec
+from engines.perf.model_shape import ModelShape
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class GpuProfile:
 
     def breakdown(self, shape: BatchShape, num_sampling: int | None = None) -> StepTime:
         """Each part of the step time. `num_sampling`: sequences whose logits are computed
-        (None: every sequence, as policies.perf.features counts)."""
+        (None: every sequence, as engines.perf.features counts)."""
         tokens = shape.num_tokens
         if tokens == 0:
             return StepTime(0.0, 0.0, 0.0, 0.0, 0.0)

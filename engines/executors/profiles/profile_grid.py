@@ -8,8 +8,8 @@ fewer points on each axis. The same list for the same arguments.
 """
 from __future__ import annotations
 
-from policies.perf.batch_shape import BatchShape
-from policies.perf.calibration_shapes import _spread, kv_tokens
+from policies.batch_shape import BatchShape
+from engines.perf.calibration_shapes import _spread, kv_tokens
 
 
 def profile_grid(token_budget: int, max_context: int, max_batch: int,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from engines.executors.profiles.measured import MeasuredProfile, is_profile_file, load_measured
 from engines.executors.profiles.profile import GpuProfile, tp_name
-from policies.perf.hardware_spec import HARDWARE
-from policies.perf.model_shape import ModelShape
+from engines.perf.hardware_spec import HARDWARE
+from engines.perf.model_shape import ModelShape
 
 LLAMA3_8B = ModelShape(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
                        intermediate=14336, vocab=128256)

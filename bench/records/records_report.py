@@ -1,11 +1,11 @@
 """What a records file says: goodput by group, and which requests missed and why.
 
-`report(rows)` summarises the `RecordRow`s of a `--records` file (bench/records_file.py):
+`report(rows)` summarises the `RecordRow`s of a `--records` file (bench/records/records_file.py):
 goodput (a row's `met_slo`, as the run counted it) and token goodput (prompt + output
 tokens of the good rows over all), by SLO class, by tenant (when the rows carry tenants:
 a workload with a tenant mix), by prompt length (PROMPT_BUCKETS, and
 the quartiles of the rows' own prompt lengths, as the capacity ruler's classes:
-bench/ruler/classes.py), by the instance that held it last and by offloaded or not; then every
+bench/records/request_classes.py), by the instance that held it last and by offloaded or not; then every
 miss under one cause, the first that applies:
 
 * `dropped:CODE` -- the server gave up on it (CODE: its error code, e.g. ttft_slo_missed);
@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 import msgspec
 import numpy as np
 
-from bench.records import RecordRow
-from bench.ruler.classes import RequestClasses
+from bench.records.schema import RecordRow
+from bench.records.request_classes import RequestClasses
 
 #: (upper bound, exclusive; label) of the prompt-length buckets, tokens.
 PROMPT_BUCKETS = ((512, "<512"), (2048, "512-2047"), (4096, "2048-4095"), (None, ">=4096"))

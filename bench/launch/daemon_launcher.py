@@ -5,7 +5,7 @@ benches (chaos, stream_throughput, live_check) and the tests (tests/daemon_fixtu
         ... daemon.url ...
     # ended here, its instance processes too
 
-It runs `python -m bench.cli serve --host 127.0.0.1 --port 0 --port-file F --runtime-dir D
+It runs `python -m daemon.cli serve --host 127.0.0.1 --port 0 --port-file F --runtime-dir D
 ARGS...` (ARGS last, so they may override any of these) in a session of its own, with a
 short private temporary folder for F, D (the socket path must stay under 108 bytes) and,
 unless given one, the log. The daemon writes its port to F once it listens
@@ -13,7 +13,7 @@ unless given one, the log. The daemon writes its port to F once it listens
 first, or is not serving in time, raises `DaemonExited` / `DaemonStartError` with its exit
 code and the end of its log. `stop()` sends SIGTERM, then SIGKILL to the daemon's process
 group after a grace period, and SIGKILL to every instance process it had started (they run
-in sessions of their own: found by pid, bench/processes.py).
+in sessions of their own: found by pid, bench/launch/processes.py).
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.processes import instance_pids, is_instance, kill_quietly
+from bench.launch.processes import instance_pids, is_instance, kill_quietly
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: Seconds a daemon may take from exec to /health ok (a cold torch import on 2 busy cores).
 START_TIMEOUT = 60.0
 #: Environment a launched daemon must not inherit from a shell that runs under systemd or
@@ -101,7 +101,7 @@ class ServeProcess:
     # ---- what it is -----------------------------------------------------------------------
     def command(self) -> list[str]:
         port_file = ["--port-file", str(self.port_file)] if self.port_file else []
-        return [sys.executable, "-m", "bench.cli", "serve", "--host", self.host,
+        return [sys.executable, "-m", "daemon.cli", "serve", "--host", self.host,
                 "--port", str(self._fixed_port), *port_file,
                 "--runtime-dir", str(self.runtime_dir), *self.args]
 

@@ -1,7 +1,7 @@
 """The data of a run, shared by `ascendra bench` (a real server) and the simulator.
 
 A `RequestRecord` is what happened to one request; `RunResult` is what a run reports
-(bench/results.py computes it from the records). Both tools write the same JSON, so a
+(bench/records/results.py computes it from the records). Both tools write the same JSON, so a
 report reads either alike.
 
 Times in a record are seconds on one clock with any origin (the load generator uses
@@ -155,7 +155,7 @@ class ClassResult(msgspec.Struct, kw_only=True):
 
 
 class TenantResult(msgspec.Struct, kw_only=True):
-    """What one tenant of a run whose requests carry tenants got (bench/results.py
+    """What one tenant of a run whose requests carry tenants got (bench/records/results.py
     `per_tenant`)."""
     tenant: str
     priority: int                      # its requests' (the first's); < 0: sheddable

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.perf.batch_shape import BatchShape
-from policies.perf.hardware_spec import HARDWARE, HardwareSpec, hardware_for_device
-from policies.perf.model_shape import ModelShape
+from policies.batch_shape import BatchShape
+from engines.perf.hardware_spec import HARDWARE, HardwareSpec, hardware_for_device
+from engines.perf.model_shape import ModelShape
 
 __all__ = ["HARDWARE", "HardwareSpec", "ModelShape", "bytes_and_flops", "hardware_for_device",
            "prefill_bytes_and_flops", "times"]

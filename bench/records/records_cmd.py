@@ -1,4 +1,4 @@
-"""`ascendra records FILE`: a records file's report (bench/records_report.py), as tables.
+"""`ascendra records FILE`: a records file's report (bench/records/records_report.py), as tables.
 
 FILE is what `simulate --records`, `capacity` or `bench --records` wrote. The report
 prints as tables (rich's when the `bench` extra is installed, else plain text: it runs on
@@ -10,8 +10,8 @@ import argparse
 from pathlib import Path
 
 from bench.json_file import write_json
-from bench.records_file import read_records
-from bench.records_report import GroupRow, RecordsReport, cause_text, report
+from bench.records.records_file import read_records
+from bench.records.records_report import GroupRow, RecordsReport, cause_text, report
 from bench.text_table import TextTable, print_blocks
 
 

@@ -5,8 +5,8 @@ import time
 from dataclasses import asdict
 
 from bench.loadgen.workload import WorkloadRequest, build_workload
-from bench.records import RequestRecord, RunResult
-from bench.results import percentiles, summarize
+from bench.records.schema import RequestRecord, RunResult
+from bench.records.results import percentiles, summarize
 from bench.sim.simulator import SimConfig, Simulation
 from engines.gc_freeze import few_collections
 from ipc.messages import Role

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 from policies.request_view import WaitingRequest
 
 

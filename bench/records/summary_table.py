@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.records import Percentiles, RunResult
+from bench.records.schema import Percentiles, RunResult
 
 LATENCIES = (("TTFT", "ttft_s"), ("TBT (every gap)", "tbt_s"), ("mean TBT per request", "mean_tbt_s"),
              ("scheduling delay", "sched_delay_s"))

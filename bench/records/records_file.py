@@ -2,7 +2,7 @@
 or Parquet when the name ends in .parquet and pyarrow is installed.
 
 Written by `simulate`, `capacity` (the point at capacity) and `bench`; read back, with
-strict validation, by `ascendra records FILE` (bench/records_report.py) or any tool.
+strict validation, by `ascendra records FILE` (bench/records/records_report.py) or any tool.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import msgspec
 
-from bench.records import RecordRow, RequestRecord
-from bench.results import is_good
+from bench.records.schema import RecordRow, RequestRecord
+from bench.records.results import is_good
 
 
 def record_rows(records: Sequence[RequestRecord], ttft_slo: float, tbt_slo: float,

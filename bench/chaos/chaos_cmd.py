@@ -1,11 +1,11 @@
-"""`ascendra chaos`: load and faults against a real daemon (sim executor); see bench/chaos.py."""
+"""`ascendra chaos`: load and faults against a real daemon (sim executor); see bench/chaos/chaos_run.py."""
 from __future__ import annotations
 
 import argparse
 import json
 import shlex
 
-from bench.chaos import ChaosConfig, format_tally, run_chaos
+from bench.chaos.chaos_run import ChaosConfig, format_tally, run_chaos
 
 
 def _range(text: str) -> tuple[int, int]:

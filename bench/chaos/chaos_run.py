@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from bench.chaos_client import Answer, one_request
-from bench.daemon_launcher import ServeProcess
-from bench.garbage_frames import send_garbage
+from bench.chaos.chaos_client import Answer, one_request
+from bench.launch.daemon_launcher import ServeProcess
+from bench.chaos.garbage_frames import send_garbage
 from bench.loadgen.bench_cli import raise_open_files_limit
 from bench.loadgen.workload import prompt_token_ids
-from bench.processes import alive, instance_pids, is_instance, kill_quietly, rss_mb
+from bench.launch.processes import alive, instance_pids, is_instance, kill_quietly, rss_mb
 
 #: When each fault strikes, as a share of the run's duration.
 FAULT_AT = {"kill_lp": 0.25, "garbage": 0.40, "kill_hp": 0.55, "burst": 0.70, "kill_rank": 0.85}
@@ -112,7 +112,7 @@ class Tally:
 # ---- the daemon ---------------------------------------------------------------------------
 
 def serve_args(cfg: ChaosConfig) -> list[str]:
-    """`ascendra serve`'s flags for a chaos run (bench/daemon_launcher.py adds host, port,
+    """`ascendra serve`'s flags for a chaos run (bench/launch/daemon_launcher.py adds host, port,
     port file and runtime directory)."""
     args = ["--executor", "sim", "--sim-latency", cfg.sim_latency, "--layout", cfg.layout,
             "--heartbeat-interval", "0.2", "--restart-backoff-max", "1",

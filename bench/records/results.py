@@ -16,10 +16,10 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from bench.records import (
+from bench.records.schema import (
     OUTCOMES, ClassResult, Percentiles, RequestRecord, RunResult, TenantResult,
 )
-from bench.summary_table import print_summary, summary_rows
+from bench.records.summary_table import print_summary, summary_rows
 from policies.tenants import DEFAULT_TENANT
 
 __all__ = ["Percentiles", "RequestRecord", "RunResult", "encode_result", "is_good", "per_class",

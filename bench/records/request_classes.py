@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 import msgspec
 import numpy as np
 
-from bench.records import RequestRecord
-from bench.results import is_good, token_goodput_pct
+from bench.records.schema import RequestRecord
+from bench.records.results import is_good, token_goodput_pct
 
 #: The floor a class must reach for a point to hold fairly, as a share of its requests.
 DEFAULT_FAIR_FLOOR = 0.8

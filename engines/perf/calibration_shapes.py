@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.perf.batch_shape import BatchShape
+from policies.batch_shape import BatchShape
 
 
 def _spread(low: int, high: int, count: int) -> list[int]:

@@ -34,21 +34,21 @@ VERBS: tuple[Verb, ...] = (
                     "simulate/capacity/plan --profile FILE; --compare two profiles",
          "daemon.profile_cmd:add_arguments"),
     Verb("bench", "load-test a server: open-loop arrivals from a trace, TTFT/TBT "
-                  "percentiles, goodput", "bench.bench_cmd:add_arguments"),
+                  "percentiles, goodput", "bench.loadgen.bench_cmd:add_arguments"),
     Verb("simulate", "simulate a layout on a GPU profile (virtual clock)",
-         "bench.simulate_cmd:add_simulate_arguments"),
+         "bench.sim.simulate_cmd:add_simulate_arguments"),
     Verb("capacity", "highest QPS holding a goodput target in steady state, by simulation "
-                     "(several seeds)", "bench.simulate_cmd:add_capacity_arguments"),
+                     "(several seeds)", "bench.sim.simulate_cmd:add_capacity_arguments"),
     Verb("plan", "simulate every split of --gpus GPUs (all-LP, kLmH, baselines) on a "
-                 "workload and recommend one", "bench.plan_cmd:add_arguments"),
+                 "workload and recommend one", "bench.ruler.plan_cmd:add_arguments"),
     Verb("records", "goodput by class, prompt length, instance and offload of a records "
-                    "file, and why requests missed", "bench.records_cmd:add_arguments"),
+                    "file, and why requests missed", "bench.records.records_cmd:add_arguments"),
     Verb("reproduce", "the paper's figures 9-13 (and the offload-threshold sweep), simulated",
-         "bench.reproduce_cmd:add_arguments"),
+         "bench.studies.reproduce_cmd:add_arguments"),
     Verb("chaos", "start a daemon (sim executor), load it, inject faults (kill -9 LP and HP "
                   "instances, garbage frames, client disconnects, a burst, SIGTERM) and "
                   "tally every request's answer; exit 1 if any was lost",
-         "bench.chaos_cmd:add_arguments"),
+         "bench.chaos.chaos_cmd:add_arguments"),
     Verb("make-tiny-model", "write a small random-weight Llama-family checkpoint in the "
                             "Hugging Face folder format", "daemon.tiny_model_cmd:add_arguments"),
 )

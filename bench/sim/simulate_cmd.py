@@ -17,8 +17,8 @@ from bench.loadgen.shifting import per_phase
 from bench.loadgen.tenant_mix import mix_text, tenant_rates
 from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.parallel import add_workers_flag, run_parallel
-from bench.records_file import record_rows, write_records
-from bench.results import print_summary, write_result
+from bench.records.records_file import record_rows, write_records
+from bench.records.results import print_summary, write_result
 from bench.ruler.capacity import CAPACITY_TARGET
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import (
@@ -26,7 +26,7 @@ from bench.ruler.ruler import (
 )
 from bench.sim.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
 from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
-from bench.sim.simulate import simulate
+from bench.sim.box_run import simulate
 from daemon.core.controller_config import TenantsConfig
 from daemon.layout import layout_modes
 

@@ -35,12 +35,12 @@ from dataclasses import asdict
 
 import numpy as np
 
-from policies.perf.batch_shape import BatchShape
-from policies.perf.calibration_shapes import calibration_shapes
-from policies.perf.hardware_spec import HardwareSpec
-from policies.perf.model_shape import ModelShape
-from policies.perf.nnls import nnls
-from policies.perf.features import prefill_bytes_and_flops, times
+from policies.batch_shape import BatchShape
+from engines.perf.calibration_shapes import calibration_shapes
+from engines.perf.hardware_spec import HardwareSpec
+from engines.perf.model_shape import ModelShape
+from engines.perf.nnls import nnls
+from engines.perf.features import prefill_bytes_and_flops, times
 
 __all__ = ["COEFFICIENT_NAMES", "DEFAULT_COEFFICIENTS", "PerfModel", "calibration_shapes",
            "feature_rows"]
