@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engines.executors.executor_config import ExecutorConfig, build_executor
+    from engines.executors.build import build_executor
+    from engines.executors.executor_config import ExecutorConfig
     sampling = SamplingParams.create(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos)

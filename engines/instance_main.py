@@ -55,7 +55,7 @@ def setup_logging(config: InstanceConfig) -> None:
 def serve(config: InstanceConfig) -> int:
     """Connect, build the executor and its performance model (reporting a failure to the
     controller), run the loop."""
-    from engines.executors.executor_config import build_executor
+    from engines.executors.build import build_executor
     from engines.gc_freeze import freeze_startup_heap
     from engines.instance import EXIT_FAILED, Instance
     from engines.perf_setup import build_perf_model

@@ -15,7 +15,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined
 pytest.importorskip("triton")
 
-from engines.models.elementwise import TorchOps, select_ops  # noqa: E402
+from engines.models.elementwise import TorchOps  # noqa: E402
+from engines.models.loader import select_ops  # noqa: E402
 from engines.models.model_config import ModelConfig  # noqa: E402
 from engines.models.rotary import rotation_table  # noqa: E402
 from engines.models.tiny import tiny_config  # noqa: E402

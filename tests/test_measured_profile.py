@@ -115,7 +115,8 @@ def test_simulate_names_a_bad_profile_file_and_exits_2(tmp_path, capsys):
 
 
 def test_a_sim_instance_refuses_a_profile_of_another_model(tmp_path, tiny_models):
-    from engines.executors.executor_config import ExecutorConfig, build_executor
+    from engines.executors.build import build_executor
+    from engines.executors.executor_config import ExecutorConfig
     path = tmp_path / "p.json"
     fake_profile(path)  # measured on Llama-3-8B's shape
     with pytest.raises(ValueError, match="measured on a model of shape"):

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from engines.executors.executor_config import ExecutorConfig, build_executor
+from engines.executors.build import build_executor
+
+from engines.executors.executor_config import ExecutorConfig
 from engines.offline import Offline
 from engines.executors.latency import (
     constant_latency, make_latency, zero_latency,
@@ -46,7 +48,8 @@ def test_zero_latency_never_sleeps():
 
 
 def test_sim_path_never_imports_torch():
-    code = ("import sys; from engines.executors.executor_config import ExecutorConfig, build_executor; "
+    code = ("import sys; from engines.executors.build import build_executor; "
+            "from engines.executors.executor_config import ExecutorConfig; "
             "import engines.instance_main, engines.instance, engines.instance_launch; "
             "build_executor(ExecutorConfig(kind='sim')); "
             "assert 'torch' not in sys.modules, 'torch was imported'")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from daemon.detokenizer import IncrementalDetokenizer
-from engines.executors.executor_config import ExecutorConfig, build_executor
+from engines.executors.build import build_executor
+from engines.executors.executor_config import ExecutorConfig
 from engines.executors.latency import zero_latency
 from engines.executors.sim_executor import SimExecutor
 from engines.executors.sim_vocabulary import text_token_ids

@@ -25,7 +25,8 @@ from bench.records.schema import RunResult
 from bench.records.results import encode_result
 from bench.sim.simulator import PROMPT_SEED, Simulation
 from daemon.core.controller_config import ControllerConfig
-from engines.executors.executor_config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig, build_executor
+from engines.executors.build import build_executor
+from engines.executors.executor_config import SIM_DEFAULT_KV_BLOCKS, ExecutorConfig
 from engines.offline import Offline
 from engines.perf_setup import build_perf_model
 from engines.scheduler_config import SchedulerConfig

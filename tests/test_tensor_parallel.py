@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from engines.offline import Offline
-from engines.executors.executor_config import ExecutorConfig, build_executor
+from engines.executors.build import build_executor
+from engines.executors.executor_config import ExecutorConfig
 from engines.models.attention import SdpaAttention
 from engines.models.loader import load_model
 from engines.models.model_config import ModelConfig

@@ -10,47 +10,18 @@ Its phases, in order and then again from the first until the run has its request
 
 Each lasts its `phase_seconds` (default 60 s each; flag `--phase-seconds`), all at the
 run's rate; the trace, length scale and prompt cap are the spec's. `phase_of` says which
-phase an arrival time falls in, and `per_phase` the goodput of each phase's requests.
+phase an arrival time falls in, and `per_phase` the goodput of each phase's requests. The
+requests themselves are built with the other workloads' (bench/loadgen/workloads.py
+`shifting_requests`), which import the phases from here.
 """
 from __future__ import annotations
 
-import msgspec
-
 from bench.records.schema import PhaseResult, RequestRecord
 from bench.records.results import is_good
-from bench.loadgen.workload import WorkloadRequest
 
 #: The workloads of the phases, in order.
 PHASES = ("poisson", "mixed-slo", "bursty-cv4")
 DEFAULT_PHASE_SECONDS = (60.0, 60.0, 60.0)
-
-
-def shifting_requests(spec, *, rate: float, num_requests: int | None, duration: float | None,
-                      seed: int, max_model_len: int | None) -> list[WorkloadRequest]:
-    """`num_requests` requests, or every arrival within `duration` seconds, phase after
-    phase (see the module docstring)."""
-    from bench.loadgen.workloads import build_requests, workload
-    seconds = spec.phase_seconds or DEFAULT_PHASE_SECONDS
-    shared = dict(trace=spec.trace, length_scale=spec.length_scale,
-                  max_prompt_len=spec.max_prompt_len)
-    phases = [workload(name, **shared, **({"slo_mix": spec.slo_mix} if name == "mixed-slo"
-                                           and spec.slo_mix else {}))
-              for name in PHASES]
-    requests: list[WorkloadRequest] = []
-    start, k = 0.0, 0
-    while True:
-        if duration is not None and start >= duration:
-            break
-        if num_requests is not None and len(requests) >= num_requests:
-            break
-        i = k % len(PHASES)
-        length = seconds[i] if duration is None else min(seconds[i], duration - start)
-        for r in build_requests(phases[i], rate=rate, duration=length, seed=seed * 1000 + k,
-                                max_model_len=max_model_len):
-            requests.append(msgspec.structs.replace(r, index=len(requests),
-                                                    arrival=start + r.arrival))
-        start, k = start + seconds[i], k + 1
-    return requests[:num_requests] if num_requests is not None else requests
 
 
 def phase_of(phase_seconds: tuple[float, ...], arrival: float) -> int:

@@ -56,6 +56,7 @@ from bench.loadgen.arrivals import (
     onoff_offsets,
 )
 from bench.loadgen.reuse_workloads import conversation_requests, system_prompt_requests
+from bench.loadgen.shifting import DEFAULT_PHASE_SECONDS, PHASES
 from bench.loadgen.tenant_mix import TenantShare, assign_tenants, check_tenant_mix
 from bench.loadgen.trace_file import BLOCK_TOKENS, TraceRow, load_rows
 from bench.loadgen.workload import PromptPart, WorkloadRequest, fit_lengths, sample_rows
@@ -230,7 +231,6 @@ def _requests(spec: WorkloadSpec, *, rate: float | None, num_requests: int | Non
     elif rate is None:
         raise ValueError(f"workload {spec.name!r} needs an arrival rate (--qps)")
     elif spec.arrival == "shifting":
-        from bench.loadgen.shifting import shifting_requests  # it builds its phases here
         return shifting_requests(spec, rate=rate, num_requests=num_requests,
                                  duration=duration, seed=seed, max_model_len=max_model_len)
     elif spec.turns > 1:
@@ -286,6 +286,33 @@ def hash_parts(row: TraceRow, index: int, prompt_len: int, length_scale: float =
     if left > 0:
         parts.append(PromptPart((HASH_REST, index), left))
     return tuple(parts)
+
+
+def shifting_requests(spec, *, rate: float, num_requests: int | None, duration: float | None,
+                      seed: int, max_model_len: int | None) -> list[WorkloadRequest]:
+    """The `shifting` workload: `num_requests` requests, or every arrival within
+    `duration` seconds, its phases (bench/loadgen/shifting.py) one after another."""
+    seconds = spec.phase_seconds or DEFAULT_PHASE_SECONDS
+    shared = dict(trace=spec.trace, length_scale=spec.length_scale,
+                  max_prompt_len=spec.max_prompt_len)
+    phases = [workload(name, **shared, **({"slo_mix": spec.slo_mix} if name == "mixed-slo"
+                                           and spec.slo_mix else {}))
+              for name in PHASES]
+    requests: list[WorkloadRequest] = []
+    start, k = 0.0, 0
+    while True:
+        if duration is not None and start >= duration:
+            break
+        if num_requests is not None and len(requests) >= num_requests:
+            break
+        i = k % len(PHASES)
+        length = seconds[i] if duration is None else min(seconds[i], duration - start)
+        for r in build_requests(phases[i], rate=rate, duration=length, seed=seed * 1000 + k,
+                                max_model_len=max_model_len):
+            requests.append(msgspec.structs.replace(r, index=len(requests),
+                                                    arrival=start + r.arrival))
+        start, k = start + seconds[i], k + 1
+    return requests[:num_requests] if num_requests is not None else requests
 
 
 def _with_tenants(spec: WorkloadSpec, seed: int,

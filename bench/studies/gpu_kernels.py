@@ -179,7 +179,8 @@ def profile_replay(executor, batch_size: int, replays: int = 10) -> StepBreakdow
 def compare_variants(executor, ceilings: Ceilings) -> list[Variant]:
     """The step before this phase's changes and after, on the same loaded model."""
     from engines.models import paged_decode
-    from engines.models.elementwise import TorchOps, select_ops
+    from engines.models.elementwise import TorchOps
+    from engines.models.loader import select_ops
     fused, tuned = select_ops(executor.device, executor.dtype), paged_decode.TUNING
     variants = []
     for name, ops, tuning in (("torch ops, unpipelined kernel", TorchOps,

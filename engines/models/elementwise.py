@@ -61,13 +61,3 @@ class TorchOps:
         # in place: gate_up is ours alone, and two fewer [tokens, intermediate] temporaries
         return F.silu(gate, inplace=True).mul_(up)
 
-
-def select_ops(device: torch.device, dtype: torch.dtype):
-    """The fused kernels on CUDA in fp16/bf16 when Triton imports; torch ops otherwise."""
-    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
-        return TorchOps
-    try:
-        from engines.models.triton_elementwise import TritonOps
-    except ImportError:
-        return TorchOps
-    return TritonOps

@@ -12,6 +12,11 @@ Under tensor parallelism (`shard`, engines/models/tensor_parallel.py) each rank 
 its slice of every split tensor (`safe_open(...).get_slice`): the rows of its heads /
 intermediate columns of q/k/v and gate/up, the matching columns of o_proj and down_proj;
 the rest whole.
+
+`select_ops` picks the model's element-wise ops for its device: the fused Triton kernels
+(engines/models/triton_elementwise.py) on CUDA in fp16/bf16, else the torch reference
+(engines/models/elementwise.py); it lives here, the one place a model is built, so that
+the torch ops need not import the Triton ones that build on them.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from engines.models.elementwise import select_ops
+from engines.models.elementwise import TorchOps
 from engines.models.model_config import ModelConfig
 from engines.models.llama import LlamaForCausalLM
 from engines.models.rotary import interleave_order
@@ -196,3 +201,14 @@ def _fill(model: LlamaForCausalLM, config: ModelConfig, files: list[Path],
                 remaining.discard(name)
     if remaining:
         raise ValueError(f"checkpoint is missing tensors: {sorted(remaining)}")
+
+
+def select_ops(device: torch.device, dtype: torch.dtype):
+    """The fused kernels on CUDA in fp16/bf16 when Triton imports; torch ops otherwise."""
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+        return TorchOps
+    try:
+        from engines.models.triton_elementwise import TritonOps
+    except ImportError:
+        return TorchOps
+    return TritonOps
