@@ -1,11 +1,14 @@
 """`ascendra` command line: one subcommand per job -- the top of the import graph.
 
-The daemon's own verbs (serve, generate, profile, make-tiny-model) live in `daemon/*_cmd.py`, the
-evidence verbs (bench, simulate, capacity, plan, records, reproduce, chaos) in
-`bench/*_cmd.py`; only this file names them. It names them as text (`VERBS`) and imports a
-verb's module only when that verb runs or its `--help` is asked for: `ascendra serve`
-loads the daemon and, of bench/, nothing but this file (no simulator, load generator or
-figures; tests/test_cli_imports.py checks it).
+The product's entry point (setup.cfg: `ascendra = daemon.cli:main`). The daemon's own verbs
+(serve, generate, profile, make-tiny-model) live in `daemon/*_cmd.py`; the evidence verbs each in
+bench/ beside what they run (bench/loadgen/bench_cmd.py, bench/sim/simulate_cmd.py for
+simulate and capacity, bench/ruler/plan_cmd.py, bench/records/records_cmd.py,
+bench/studies/reproduce_cmd.py, bench/chaos/chaos_cmd.py). Only this file names them, as
+text (`VERBS`), and it imports a verb's module only when that verb runs or its `--help` is
+asked for: this module imports nothing of bench/ (bench/ sits above the daemon), and
+`ascendra serve` loads the daemon and nothing of bench/ -- no simulator, load generator,
+study or figure (tests/test_cli_imports.py, tests/test_layers.py check it).
 """
 from __future__ import annotations
 

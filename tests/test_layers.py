@@ -1,13 +1,17 @@
 """The shape of the code: imports point down, the cores stay sans-I/O, each file says its idea.
 
-Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line (daemon/cli.py).
-The `*_cmd.py` modules daemon/cli.py registers rank as their own package: a command may import
-its own package and below, never a higher one, and only daemon/cli.py names a command (as text,
-imported when it runs: tests/test_cli_imports.py). A core (events in, actions out) imports no
-event loop, socket, clock or OS module, and nothing of ours that does: the controller core is
-its folder, daemon/core/ (which imports nothing else of daemon/), the instance core the
-modules of engines.instance_core's import closure. A file holds one idea, which its module
-docstring states (there is no line cap: a file's length follows its idea, STYLE.md).
+Layers: policies/, ipc/ <- engines/ <- daemon/ <- bench/ <- the command line. The command
+line is the product's (daemon/cli.py, the `ascendra` entry point) and ranks as daemon/: what
+it imports, it imports from daemon/ and below. It reaches bench/ only by name: its verb
+table (`VERBS`) holds each verb's "module:function" as text, imported when that verb runs
+(tests/test_cli_imports.py), so no import of bench/ points up from it. The `*_cmd.py`
+modules it names rank as their own package: a command may import its own package and
+below, never a higher one, and nothing imports a command (only the CLI names one, as text).
+A core (events in, actions out) imports no event loop, socket, clock or OS module, and
+nothing of ours that does: the controller core is its folder, daemon/core/ (which imports
+nothing else of daemon/), the instance core the modules of engines.instance_core's import
+closure. A file holds one idea, which its module docstring states (there is no line cap: a
+file's length follows its idea, STYLE.md).
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("policies", "ipc", "engines", "daemon", "bench")
 RANK = {"policies": 0, "ipc": 0, "engines": 1, "daemon": 2, "bench": 3}
-COMMAND_LINE = 4
+#: The `ascendra` command line: it names the verbs' modules as text, imports none of them.
+CLI = "daemon.cli"
 #: What each bottom package may import of ours besides itself.
 BOTTOM_ALLOWED = {"policies": set(), "ipc": set()}
 #: The controller core: every module in this folder.
@@ -65,9 +70,8 @@ def _ours(names: frozenset[str]) -> set[str]:
 
 
 def _rank(module: str) -> int:
-    """A `*_cmd` module ranks as its package, so daemon/serve_cmd.py may not import bench."""
-    if module == "daemon.cli":
-        return COMMAND_LINE
+    """A module ranks as its top package: a `*_cmd` too (daemon/serve_cmd.py may not import
+    bench), and the command line (daemon/cli.py may not import bench: it names it)."""
     return RANK[module.split(".")[0]]
 
 
@@ -75,9 +79,9 @@ def test_every_import_points_down():
     up = []
     for module, path in MODULES.items():
         for target in _ours(_imports(path)):
-            if _rank(target) > _rank(module) or (target.endswith("_cmd") and module != "daemon.cli"):
+            if _rank(target) > _rank(module) or target.endswith("_cmd"):
                 up.append(f"{module} -> {target}")
-    assert not up, "imports pointing up (or at a command module from below the CLI):\n" + \
+    assert not up, "imports pointing up (or at a command module, which only the CLI names):\n" + \
         "\n".join(sorted(up))
 
 
@@ -191,7 +195,18 @@ def test_a_command_ranks_as_its_own_package():
     """daemon/serve_cmd.py importing bench would point up; bench_cmd importing daemon is fine."""
     assert _rank("bench.loadgen.loadgen") > _rank("daemon.serve_cmd")
     assert _rank("daemon.layout") <= _rank("bench.loadgen.bench_cmd")
-    assert _rank("bench.loadgen.bench_cmd") < _rank("daemon.cli")
+
+
+def test_the_command_line_reaches_bench_by_name_only():
+    """daemon/cli.py imports nothing of bench/ (that would point up); each verb it names is a
+    real `*_cmd` module of ours, given as text."""
+    from daemon.cli import VERBS
+
+    assert _rank("bench.sim.simulate_cmd") > _rank(CLI)
+    assert not {t for t in _ours(_imports(MODULES[CLI])) if t.startswith("bench")}
+    for verb in VERBS:
+        module = verb.arguments.split(":")[0]
+        assert module in MODULES and module.endswith("_cmd"), verb
 
 
 def test_every_module_states_its_idea():
