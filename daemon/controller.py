@@ -47,7 +47,8 @@ READER_SLICE = 0.02
 class Controller:
     def __init__(self, channel: ControllerChannel, configs: list[InstanceConfig], *,
                  tokenizer, model_name: str, slo: SloConfig = SloConfig(),
-                 controller: ControllerConfig = ControllerConfig(), backoff_max: float = 30.0,
+                 controller_config: ControllerConfig = ControllerConfig(),
+                 backoff_max: float = 30.0,
                  request_log: str = "", clock=time.monotonic,
                  dynamic_roles: bool = False, tenants: TenantsConfig = TenantsConfig()) -> None:
         """`dynamic_roles`: an `<n>A` layout (roles change online, docs/design.md §5.10)."""
@@ -57,7 +58,7 @@ class Controller:
         self.model_name = model_name
         self.clock = clock
         roles = {c.instance_id: c.resolved_role for c in configs}
-        self.core = ControllerCore(roles, controller, slo, dynamic_roles=dynamic_roles,
+        self.core = ControllerCore(roles, controller_config, slo, dynamic_roles=dynamic_roles,
                                    tenants=tenants)
         #: What this driver, /health and /metrics read of the core.
         self.view = view = self.core.view
@@ -267,4 +268,4 @@ class Controller:
         self._handle(InstanceDown(self.clock(), slot.instance_id, code))
 
 
-__all__ = ["Controller", "ApiError"]
+__all__ = ["Controller"]

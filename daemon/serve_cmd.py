@@ -77,7 +77,7 @@ def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
     return Controller(
         channel, instance_configs(config, plan, channel.endpoint, model_dir),
         tokenizer=Tokenizer(model_dir), model_name=plan.name, slo=config.slo,
-        controller=config.controller, backoff_max=config.process.restart_backoff_max,
+        controller_config=config.controller, backoff_max=config.process.restart_backoff_max,
         request_log=config.process.request_log, dynamic_roles=dynamic_roles(plan.layout),
         tenants=config.tenants)
 
