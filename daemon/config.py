@@ -421,8 +421,3 @@ def _comma_dict(text: str) -> dict[str, str]:
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
     overrides = {name: getattr(args, name, None) for name in FLAT}
     return load_config(getattr(args, "config", None), overrides)
-
-
-def section_from_args(args: argparse.Namespace, section: str):
-    """One section's struct from the flags `add_config_flags(parser, [section])` added."""
-    return getattr(config_from_args(args), section)

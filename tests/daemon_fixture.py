@@ -21,9 +21,8 @@ from typing import Any
 from bench.launch import daemon_launcher
 from bench.launch.daemon_launcher import PROJECT_ROOT, START_TIMEOUT, DaemonExited, ServeProcess
 
-__all__ = ["PROJECT_ROOT", "START_TIMEOUT", "DaemonExited", "Daemon", "start_daemon",
-           "daemon_env", "request", "get_json", "post_json", "wait_for", "torch_args",
-           "sim_args"]
+__all__ = ["PROJECT_ROOT", "DaemonExited", "Daemon", "start_daemon", "daemon_env", "request",
+           "get_json", "post_json", "wait_for", "torch_args", "sim_args"]
 
 #: Seconds one HTTP call may take.
 HTTP_TIMEOUT = 30.0

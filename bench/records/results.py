@@ -19,12 +19,12 @@ import numpy as np
 from bench.records.schema import (
     OUTCOMES, ClassResult, Percentiles, RequestRecord, RunResult, TenantResult,
 )
-from bench.records.summary_table import print_summary, summary_rows
+from bench.records.summary_table import print_summary
 from policies.tenants import DEFAULT_TENANT
 
-__all__ = ["Percentiles", "RequestRecord", "RunResult", "encode_result", "is_good", "per_class",
-           "per_tenant", "percentiles", "print_summary", "read_result", "summarize",
-           "summary_rows", "token_goodput_pct", "write_result"]
+__all__ = ["RequestRecord", "RunResult", "encode_result", "is_good", "per_class", "per_tenant",
+           "percentiles", "print_summary", "read_result", "summarize", "token_goodput_pct",
+           "write_result"]
 
 
 def percentiles(values) -> Percentiles:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 
 from bench.loadgen.workload import WorkloadRequest, build_workload
 from bench.records.schema import RequestRecord, RunResult
@@ -100,4 +99,4 @@ def role_times(simulation: Simulation, instance_id: int, end: float) -> dict:
             "hp_s": round(seconds["hp"], 1)}
 
 
-__all__ = ["simulate", "per_instance", "SimConfig", "asdict"]
+__all__ = ["simulate", "per_instance"]

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.batch_shape import BatchShape
-from engines.perf.hardware_spec import HARDWARE, HardwareSpec, hardware_for_device
+from engines.perf.hardware_spec import HardwareSpec
 from engines.perf.model_shape import ModelShape
+from policies.batch_shape import BatchShape
 
-__all__ = ["HARDWARE", "HardwareSpec", "ModelShape", "bytes_and_flops", "hardware_for_device",
-           "prefill_bytes_and_flops", "times"]
+__all__ = ["bytes_and_flops", "prefill_bytes_and_flops", "times"]
 
 
 def prefill_attention(c, l, model: ModelShape) -> tuple[np.ndarray, np.ndarray]:

@@ -35,15 +35,13 @@ from dataclasses import asdict
 
 import numpy as np
 
-from policies.batch_shape import BatchShape
-from engines.perf.calibration_shapes import calibration_shapes
+from engines.perf.features import prefill_bytes_and_flops, times
 from engines.perf.hardware_spec import HardwareSpec
 from engines.perf.model_shape import ModelShape
 from engines.perf.nnls import nnls
-from engines.perf.features import prefill_bytes_and_flops, times
+from policies.batch_shape import BatchShape
 
-__all__ = ["COEFFICIENT_NAMES", "DEFAULT_COEFFICIENTS", "PerfModel", "calibration_shapes",
-           "feature_rows"]
+__all__ = ["COEFFICIENT_NAMES", "DEFAULT_COEFFICIENTS", "PerfModel", "feature_rows"]
 
 COEFFICIENT_NAMES = ("C1_sum", "C2_max", "C3_memory", "C4_compute", "C5_constant")
 #: Prefill questions whose feature rows are remembered (forgotten all at once past this).

@@ -8,13 +8,10 @@ budget after weights, activation peak and CUDA graphs: capacity.py, memory_reser
 The operator tables are packaged (tables/, derived from third-party data by derive_tables.py);
 ASCENDRA_PROFILES can point at a folder of the raw files instead.
 """
-from engines.executors.profiles.attention_time import FLASHINFER_A100, AttentionCalibration
 from engines.executors.profiles.batch_latency import profile_latency
 from engines.executors.profiles.data import ENV_VAR, raw_profiles_dir
-from engines.executors.profiles.cpu_overhead import VIDUR_SARATHI_A100, CpuOverhead
-from engines.executors.profiles.profile import GpuProfile, StepTime
+from engines.executors.profiles.profile import GpuProfile
 from engines.executors.profiles.registry import PROFILES, get_profile, profile_names
 
-__all__ = ["ENV_VAR", "FLASHINFER_A100", "PROFILES", "VIDUR_SARATHI_A100",
-           "AttentionCalibration", "CpuOverhead", "GpuProfile", "StepTime", "get_profile",
-           "profile_latency", "profile_names", "raw_profiles_dir"]
+__all__ = ["ENV_VAR", "PROFILES", "GpuProfile", "get_profile", "profile_latency",
+           "profile_names", "raw_profiles_dir"]
