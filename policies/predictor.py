@@ -1,7 +1,7 @@
 """What the policies need from a performance model, and two small implementations.
 
 The policies never import the performance model itself: they depend on this
-protocol, so any model (the fitted one in `perf_model.py`, a profile, a test stub)
+protocol, so any model (the fitted one in engines/perf/model.py, a profile, a stub)
 plugs in. `MemoPredictor` lets a caller that asks the same questions every engine
 step (value ordering, offload planning) pay for each distinct question once.
 

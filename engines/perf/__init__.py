@@ -1,3 +1,5 @@
 """The performance model: how long a batch takes on this hardware and model, fitted from
-measured steps, and the predictor the scheduling policies ask ("how long would this
-batch run?", "when would this request's prefill finish?"). It decides nothing itself."""
+measured steps (model.py). It decides nothing itself, so it lives with the engines that
+measure and use it, not with the policies: they ask it through the `Predictor` protocol
+(policies/predictor.py) and never import it, which keeps policies/ at the bottom layer
+(engines/ import policies/, never the reverse)."""
