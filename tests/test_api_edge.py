@@ -1,7 +1,10 @@
 """The HTTP edge beyond the fields: body size (413), content types (415), routes (404) and
 methods (405), failures inside (a JSON 500 without details), chat templates that refuse,
 and the OpenAPI description -- every answer JSON in OpenAI's error shape. In-process over
-the fake controller (tests/api_fakes.py); the fields of a body are in test_api_input.py."""
+the fake controller (tests/api_fakes.py); the fields of a body are in test_api_input.py.
+
+Covers: daemon/api.py, daemon/http_guard.py, daemon/openapi.py.
+"""
 from __future__ import annotations
 
 import json

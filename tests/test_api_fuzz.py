@@ -6,6 +6,8 @@ a 5xx, and afterwards the daemon is still up, healthy, with nothing left in flig
 
 Bounded: a fixed number of examples per operation, derandomized, no example database,
 so it is deterministic and takes well under 30 s.
+
+Covers: daemon/api.py, daemon/openapi.py, daemon/openai_schema.py.
 """
 from __future__ import annotations
 

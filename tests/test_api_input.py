@@ -2,7 +2,10 @@
 field (message and `param`); oversize bodies get 413, prompts longer than the context a
 400 that states the limit, invalid values 400, non-JSON bodies 415, unknown routes 404
 and wrong methods 405 -- all JSON. The app runs in-process over a fake controller
-(tests/api_fakes.py); the real daemon's answers are fuzzed in test_api_fuzz.py."""
+(tests/api_fakes.py); the real daemon's answers are fuzzed in test_api_fuzz.py.
+
+Covers: daemon/openai_schema.py, daemon/openai_fields.py, daemon/errors.py.
+"""
 from __future__ import annotations
 
 import json

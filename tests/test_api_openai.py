@@ -3,7 +3,10 @@ batched prompts fanned out to one engine request per choice and merged, echo, th
 log-probability shapes, sampling fields reaching SamplingParams, fields accepted because
 they do not change the answer, max_tokens clipped to the context, GET /v1/models/{id}.
 What is refused (400 naming the field) is in test_api_input.py; the real daemon with the
-official client in test_daemon_api.py."""
+official client in test_daemon_api.py.
+
+Covers: daemon/api.py, daemon/response_streamer.py, daemon/logprobs.py.
+"""
 from __future__ import annotations
 
 import json

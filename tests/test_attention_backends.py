@@ -5,6 +5,8 @@ flash-attn needs CUDA, so its backend runs here against a stand-in `flash_attn` 
 plain-torch reference of `flash_attn_varlen_func` written from its documented contract
 (packed varlen q/k/v, cu_seqlens, bottom-right-aligned causal mask, optional paged K/V via
 `block_table`). This checks the metadata our backend builds, not the CUDA kernel.
+
+Covers: engines/models/attention.py, engines/models/sdpa_attention.py.
 """
 from __future__ import annotations
 

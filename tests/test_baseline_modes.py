@@ -3,7 +3,10 @@ directly, so the daemon and the simulator both inherit it.
 
 Sustained overload on one A100-profile instance (ShareGPT lengths, twice what it serves,
 the drop rule on): no mode may preempt a request again and again -- the admit, preempt,
-re-admit loop that made the old `vllm` mode stall decodes for minutes."""
+re-admit loop that made the old `vllm` mode stall decodes for minutes.
+
+Covers: engines/modes.py, engines/scheduler.py.
+"""
 from __future__ import annotations
 
 import random

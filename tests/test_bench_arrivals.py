@@ -1,4 +1,7 @@
-"""bench/loadgen/arrivals.py: rates, burstiness (gamma gaps) and seeding."""
+"""bench/loadgen/arrivals.py: rates, burstiness (gamma gaps) and seeding.
+
+Covers: bench/loadgen/arrivals.py.
+"""
 from __future__ import annotations
 
 import math

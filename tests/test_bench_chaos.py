@@ -1,5 +1,8 @@
 """The pure parts of `ascendra chaos` (bench/chaos/chaos_run.py): how answers are told apart, what
-it sends as garbage, and the printed tally. The full run is in tests/test_daemon_faults.py."""
+it sends as garbage, and the printed tally. The full run is in tests/test_daemon_faults.py.
+
+Covers: bench/chaos/chaos_run.py.
+"""
 from __future__ import annotations
 
 from bench.chaos.chaos_run import Tally, format_tally

@@ -1,4 +1,7 @@
-"""bench/records/results.py: goodput, percentiles and rates from hand-made records."""
+"""bench/records/results.py: goodput, percentiles and rates from hand-made records.
+
+Covers: bench/records/results.py.
+"""
 from __future__ import annotations
 
 import io

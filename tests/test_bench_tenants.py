@@ -1,6 +1,9 @@
 """Tenants on the bench side (issue #29): `--tenant-mix` (parsing, a seeded draw that leaves
 arrivals and lengths alone), the simulator and the load generator passing each request's
-tenant and priority on, per-tenant results and reports, and the tenants study."""
+tenant and priority on, per-tenant results and reports, and the tenants study.
+
+Covers: bench/loadgen/tenant_mix.py, bench/studies/tenants.py.
+"""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,7 @@
-"""bench/loadgen/workload.py: traces from files, sampling, replayed arrivals, clamping, prompts."""
+"""bench/loadgen/workload.py: traces from files, sampling, replayed arrivals, clamping, prompts.
+
+Covers: bench/loadgen/workload.py.
+"""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,8 @@
 """Calibrating the performance model on the real torch executor (tiny Llama, CPU), and the
-engine-side helpers around it. CPU timings are noisy, so bounds here are loose."""
+engine-side helpers around it. CPU timings are noisy, so bounds here are loose.
+
+Covers: engines/calibration.py, engines/perf/calibration_shapes.py.
+"""
 from __future__ import annotations
 
 import math

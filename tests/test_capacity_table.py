@@ -1,6 +1,9 @@
 """The capacity table's protocol (bench/ruler/capacity_table.py) on a short ruler: every baseline
 setting swept on seed 0, the best of each measured on every seed with and without a drop
-rule, the best baseline chosen among the tuned rows, ratios against it."""
+rule, the best baseline chosen among the tuned rows, ratios against it.
+
+Covers: bench/ruler/capacity_table.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,7 @@
-"""The hardware ceiling (bench/ruler/ceiling.py): the fluid bound every capacity is read against."""
+"""The hardware ceiling (bench/ruler/ceiling.py): the fluid bound every capacity is read against.
+
+Covers: bench/ruler/ceiling.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,8 @@
 """Fairness-aware shedding (policies/class_floor.py, policies/global_queue.py): a class
-under its floor is not the one set aside or dropped while another could be."""
+under its floor is not the one set aside or dropped while another could be.
+
+Covers: policies/class_floor.py, policies/global_queue.py.
+"""
 from __future__ import annotations
 
 import dataclasses

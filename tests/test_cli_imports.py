@@ -3,6 +3,8 @@ text (`VERBS`) and imports it when that verb is chosen, so `ascendra serve` load
 daemon and nothing of bench/ -- no simulator, load generator, study or figures.
 
 The module sets are taken in a fresh interpreter: this one has imported everything.
+
+Covers: daemon/cli.py.
 """
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""docs/configuration.md is generated from the config structs' descriptions and kept current."""
+"""docs/configuration.md is generated from the config structs' descriptions and kept current.
+
+Covers: daemon/config_docs.py, docs/configuration.md.
+"""
 from pathlib import Path
 
 from daemon.config import field_docs

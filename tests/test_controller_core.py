@@ -1,4 +1,7 @@
-"""The controller core on its own: events in, actions out -- no socket, clock or loop."""
+"""The controller core on its own: events in, actions out -- no socket, clock or loop.
+
+Covers: daemon/core/controller_core.py.
+"""
 from __future__ import annotations
 
 import msgspec

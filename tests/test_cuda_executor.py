@@ -1,7 +1,10 @@
 """The torch executor on CUDA (bf16): skipped where there is no GPU.
 
 Decode steps replayed from CUDA graphs must give what the same steps give eagerly, and
-the bf16 GPU model what the fp32 CPU model gives, within bf16's rounding."""
+the bf16 GPU model what the fp32 CPU model gives, within bf16's rounding.
+
+Covers: engines/executors/torch_executor.py, engines/executors/decode_graphs.py.
+"""
 from __future__ import annotations
 
 import random

@@ -1,5 +1,8 @@
 """End to end: the real daemon (torch executor, tiny model, CPU) through the official
-`openai` client and raw HTTP. One daemon serves the whole module."""
+`openai` client and raw HTTP. One daemon serves the whole module.
+
+Covers: daemon/api.py, daemon/controller.py, engines/instance.py.
+"""
 from __future__ import annotations
 
 import json

@@ -2,6 +2,8 @@
 
 Offloads and tickets happen under load and every request still gets its answer;
 with drop_expired, a request whose TTFT SLO is lost gets a 503 naming the reason.
+
+Covers: daemon/controller.py, daemon/core/.
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ stays up.
 * SIGTERM under load: 503 for new requests, in-flight streams finish or end with an
   error event, exit 0;
 * the daemon killed with -9: its instance processes exit too.
+
+Covers: daemon/controller.py, daemon/supervisor.py, daemon/core/recovery.py.
 """
 from __future__ import annotations
 

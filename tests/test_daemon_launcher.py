@@ -1,6 +1,9 @@
 """bench/launch/daemon_launcher.py, the one way benches and tests start `ascendra serve`: the port
 comes from the daemon's --port-file, a daemon that cannot start says why (its log's end),
-and stopping it ends its instance processes too."""
+and stopping it ends its instance processes too.
+
+Covers: bench/launch/daemon_launcher.py.
+"""
 from __future__ import annotations
 
 import signal

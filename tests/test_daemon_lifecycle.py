@@ -2,6 +2,8 @@
 
 Every test starts its own daemon on the sim executor (no model runs; a constant step
 latency makes requests last as long as a test needs) and ends it when done.
+
+Covers: daemon/serve_cmd.py, daemon/supervisor.py.
 """
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """End to end through the official `openai` client on the real daemon (torch executor,
 tiny model, CPU): log-probabilities checked against transformers, n > 1 with seeds,
 batches of prompts, echo, GET /v1/models/{id}, `--max-model-len` and the context limit;
-and the sim executor's log-probabilities and context length."""
+and the sim executor's log-probabilities and context length.
+
+Covers: daemon/api.py, daemon/logprobs.py.
+"""
 from __future__ import annotations
 
 import json

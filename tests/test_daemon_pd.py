@@ -1,6 +1,9 @@
 """A P/D layout (DistServe, `1P1D`) end to end: the real daemon, torch executor. Each
 request's prompt runs on the prefill instance, its KV crosses to the decode instance as
-raw ZeroMQ frames, and greedy output equals a single instance's token for token."""
+raw ZeroMQ frames, and greedy output equals a single instance's token for token.
+
+Covers: engines/handoff.py, engines/models/kv_transfer.py, daemon/core/handoffs.py.
+"""
 from __future__ import annotations
 
 import json

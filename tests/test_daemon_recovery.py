@@ -1,6 +1,9 @@
 """The pure parts of fault handling: recovery plans (daemon/core/recovery_plan.py), the
 admission bounds (daemon/core/admission_bounds.py), and what a resumed request means to an
-instance."""
+instance.
+
+Covers: daemon/core/recovery_plan.py, daemon/core/admission_bounds.py.
+"""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,9 @@
 """Tenants end to end: a flooding tenant cannot starve another on a live daemon (sim
 executor), and /metrics counts each tenant's requests (daemon/tenant_headers.py,
-policies/tenants.py)."""
+policies/tenants.py).
+
+Covers: daemon/tenant_headers.py, policies/tenants.py.
+"""
 from __future__ import annotations
 
 import itertools

@@ -7,6 +7,8 @@ InferencePool and HTTPRoute by JSON Schemas derived from the upstream CRDs
 source registers. Then: the daemon's command lines parse (`serve --print-config`), the
 probes and the pool point at routes and ports the daemon has, and the picker reads the
 metric names /metrics exposes.
+
+Covers: Dockerfile, deploy/.
 """
 from __future__ import annotations
 

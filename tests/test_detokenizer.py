@@ -1,4 +1,7 @@
-"""Streaming text: multi-byte characters are never split, stop strings never leak."""
+"""Streaming text: multi-byte characters are never split, stop strings never leak.
+
+Covers: daemon/detokenizer.py.
+"""
 from daemon.detokenizer import IncrementalDetokenizer
 
 

@@ -3,6 +3,8 @@ torch ops the model runs on CPU.
 
 On a CUDA machine natively in bf16 and fp16; here through Triton's interpreter (float32
 and fp16: the interpreter has no bfloat16), the same kernel code.
+
+Covers: engines/models/triton_elementwise.py.
 """
 from __future__ import annotations
 

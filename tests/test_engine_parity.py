@@ -1,7 +1,10 @@
 """End to end on the tiny model: our instance core's greedy output is token-identical to
 Hugging Face transformers' greedy `generate`, whatever the scheduling does to it --
 several prompts of different lengths at once, prompts chunked across steps, and
-KV blocks so few that requests are preempted and recomputed."""
+KV blocks so few that requests are preempted and recomputed.
+
+Covers: engines/engine.py, engines/executors/torch_executor.py, engines/models/llama.py.
+"""
 from __future__ import annotations
 
 import pytest

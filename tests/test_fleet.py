@@ -1,6 +1,9 @@
 """A fleet of boxes behind a model of the Inference Extension's endpoint picker: the
 picker's choices (bench/sim/endpoint_picker.py), the gateway's stale view, every request
-ending once, one box being exactly the single-box simulator, and `simulate --boxes`."""
+ending once, one box being exactly the single-box simulator, and `simulate --boxes`.
+
+Covers: bench/sim/fleet.py, bench/sim/endpoint_picker.py.
+"""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,8 @@
 """Ascendra as a model server behind an inference gateway (docs/gateway_protocol.md): the
-protocol's gauges against the box's real state, the SLO headers, back-pressure and probes."""
+protocol's gauges against the box's real state, the SLO headers, back-pressure and probes.
+
+Covers: daemon/gateway_view.py, daemon/gateway_metrics.py, daemon/health.py.
+"""
 from __future__ import annotations
 
 import json

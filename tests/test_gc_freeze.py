@@ -1,5 +1,8 @@
 """A serving process freezes its start-up heap: garbage is collected first (never frozen),
-what is alive leaves the collector's generations (no collection visits it again)."""
+what is alive leaves the collector's generations (no collection visits it again).
+
+Covers: engines/gc_freeze.py.
+"""
 from __future__ import annotations
 
 import gc

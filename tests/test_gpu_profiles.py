@@ -1,6 +1,9 @@
 """GPU latency profiles: interpolation, monotonicity, the published reference values,
 the `profile:<name>` latency spec on real scheduler batches, KV capacity after vLLM's reserve,
-the per-step CPU overhead."""
+the per-step CPU overhead.
+
+Covers: engines/executors/profiles/.
+"""
 from __future__ import annotations
 
 import dataclasses

@@ -1,6 +1,9 @@
 """The HTTP edge (daemon/http_guard.py) in-process: a slow-loris client trickling headers and
 one trickling a body are cut off at their deadline, the connection cap answers 503, and
-ordinary keep-alive and long streams are left alone."""
+ordinary keep-alive and long streams are left alone.
+
+Covers: daemon/http_guard.py.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,7 @@
-"""A real instance process (sim executor) over real ipc:// sockets, driven like the controller."""
+"""A real instance process (sim executor) over real ipc:// sockets, driven like the controller.
+
+Covers: engines/instance.py, engines/instance_main.py, engines/instance_launch.py.
+"""
 from __future__ import annotations
 
 import asyncio

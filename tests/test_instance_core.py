@@ -1,4 +1,7 @@
-"""The instance core on its own: commands in, messages out, the step in two halves."""
+"""The instance core on its own: commands in, messages out, the step in two halves.
+
+Covers: engines/instance_core.py.
+"""
 from __future__ import annotations
 
 from engines.instance_core import InstanceCore

@@ -1,4 +1,7 @@
-"""The wire: message round trips, strict decoding that drops bad frames, sockets, runtime dir."""
+"""The wire: message round trips, strict decoding that drops bad frames, sockets, runtime dir.
+
+Covers: ipc/messages.py, ipc/codec.py, ipc/channel.py.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -7,6 +7,8 @@ frame is logged and dropped, and the process stays up and keeps serving.
   well-formed messages about instances and requests that do not exist.
 * controller -> instance: every malformed command of test_ipc, and multi-part
   messages, sent to a real instance process (test_instance's harness).
+
+Covers: ipc/codec.py, ipc/channel.py.
 """
 from __future__ import annotations
 

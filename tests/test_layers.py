@@ -12,6 +12,8 @@ nothing of ours that does: the controller core is its folder, daemon/core/ (whic
 nothing else of daemon/), the instance core the modules of engines.instance_core's import
 closure. A file holds one idea, which its module docstring states (there is no line cap: a
 file's length follows its idea, STYLE.md).
+
+Covers: daemon/, engines/, ipc/, policies/, bench/.
 """
 from __future__ import annotations
 

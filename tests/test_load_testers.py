@@ -1,6 +1,9 @@
 """Third-party load testers against the real daemon on the sim executor: guidellm (from the
 `test` extra) measures non-zero TTFT and ITL with no errors, given the model folder the
-daemon logs as its tokenizer; the official `openai` client gets one text chunk per token."""
+daemon logs as its tokenizer; the official `openai` client gets one text chunk per token.
+
+Covers: daemon/api.py, daemon/openapi.py.
+"""
 from __future__ import annotations
 
 import json

@@ -4,6 +4,8 @@ the real daemon (sim executor).
 The fake picks what to do by `max_tokens` (see BEHAVIOUR), so a workload can ask for
 every outcome: completed, dropped (HTTP 503 or SSE error, code ttft_slo_missed),
 errored (SSE error, HTTP 500, a stream without a finish reason) and lost (a hang).
+
+Covers: bench/loadgen/loadgen.py.
 """
 from __future__ import annotations
 

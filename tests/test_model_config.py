@@ -1,4 +1,7 @@
-"""config.json parsing and RoPE frequencies (checked against transformers)."""
+"""config.json parsing and RoPE frequencies (checked against transformers).
+
+Covers: engines/models/model_config.py, engines/models/rotary.py.
+"""
 from __future__ import annotations
 
 import pytest

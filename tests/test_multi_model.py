@@ -2,7 +2,10 @@
 TOML list, each model under its own name with its own layout and instances; a request's
 `model` picks that model's instances, an unknown one is a 404 in OpenAI's shape; /v1/models,
 /health and /metrics show every model. Config and API in-process; the daemon end to end
-(torch executor, two tiny models of different seeds) is marked slow."""
+(torch executor, two tiny models of different seeds) is marked slow.
+
+Covers: daemon/model_plan.py, daemon/served_models.py.
+"""
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,8 @@
 """The overload study's curve (bench/studies/overload.py): every setting at every multiple
-of a capacity, each rate against its own best baseline, nothing lost."""
+of a capacity, each rate against its own best baseline, nothing lost.
+
+Covers: bench/studies/overload.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,9 @@
 """The packaged data tables (GPU operator tables, request-length traces, published reference
 numbers): they load without ../shared, give the raw files' numbers where the raw files are
-beside the checkout, and a copy of the repository with no ../shared passes its tests."""
+beside the checkout, and a copy of the repository with no ../shared passes its tests.
+
+Covers: bench/data/, engines/executors/profiles/data.py, bench/loadgen/traces.py.
+"""
 from __future__ import annotations
 
 import gzip

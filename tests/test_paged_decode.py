@@ -4,6 +4,8 @@ On a CUDA machine they run natively (bf16 and fp16); here, without a GPU, throug
 interpreter (numpy, float32 and fp16 only: the interpreter has no bfloat16), which runs
 the same kernel code, so the indexing into scattered blocks, the split-KV merge and the
 padding rows are checked on every CI run.
+
+Covers: engines/models/paged_decode.py, engines/models/triton_attention.py.
 """
 from __future__ import annotations
 

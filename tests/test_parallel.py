@@ -1,4 +1,7 @@
-"""bench/parallel.py: the one runner of the bench commands' jobs."""
+"""bench/parallel.py: the one runner of the bench commands' jobs.
+
+Covers: bench/parallel.py.
+"""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,8 @@
 """P/D disaggregation (DistServe layouts, `<n>P<m>D`) in the two cores, the policy that
-picks a decode instance, and the KV copy between two torch executors' paged caches."""
+picks a decode instance, and the KV copy between two torch executors' paged caches.
+
+Covers: engines/handoff.py, daemon/core/handoffs.py, policies/decode_choice.py.
+"""
 from __future__ import annotations
 
 import msgspec

@@ -1,5 +1,8 @@
 """The performance model: batch shapes, roofline features, the NNLS fit and its bookkeeping.
-Pure arithmetic on synthetic data: no executor, no clock."""
+Pure arithmetic on synthetic data: no executor, no clock.
+
+Covers: engines/perf/, policies/batch_shape.py.
+"""
 from __future__ import annotations
 
 import json

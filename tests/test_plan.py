@@ -1,4 +1,7 @@
-"""`ascendra plan`: every split of the GPUs is simulated, the best is recommended."""
+"""`ascendra plan`: every split of the GPUs is simulated, the best is recommended.
+
+Covers: bench/ruler/plan.py, bench/ruler/plan_cmd.py.
+"""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,7 @@
-"""Tickets, the HP elastic batch and drops (paper §6.1–6.3)."""
+"""Tickets, the HP elastic batch and drops (paper §6.1–6.3).
+
+Covers: policies/admission.py.
+"""
 from __future__ import annotations
 
 import random

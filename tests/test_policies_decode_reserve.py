@@ -5,6 +5,8 @@ scheduler runs; `expected_remaining` and `decode_reserve` are the plain referenc
 Hypothesis draws histories with repeated lengths (ties at the bisection), windows that
 forget, and running decodes on the edges (generated equal to an observed length, at
 max_tokens, blocks held past what is needed).
+
+Covers: policies/admission.py, policies/output_reserve.py.
 """
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The controller's waiting queue (policies/global_queue.py): late binding, Moore-Hodgson's
-feasible set, HP rescue, shedding."""
+feasible set, HP rescue, shedding.
+
+Covers: policies/global_queue.py.
+"""
 from __future__ import annotations
 
 import itertools

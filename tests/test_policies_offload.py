@@ -1,4 +1,7 @@
-"""Offload (paper §5.3): move a waiting LP request to HP exactly when its slack runs short."""
+"""Offload (paper §5.3): move a waiting LP request to HP exactly when its slack runs short.
+
+Covers: policies/offload.py.
+"""
 from __future__ import annotations
 
 import pytest

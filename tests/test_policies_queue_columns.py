@@ -5,6 +5,8 @@ engine runs every step; `order_by_value`, `plan_offloads` and `ttft_unreachable`
 reference. Hypothesis draws queues whose numbers tie and sit on the decision edges
 (round token counts, deadlines on a grid, the same arrival times), under a linear
 predictor (round numbers) and under the fitted performance model (not round at all).
+
+Covers: policies/queue_columns.py.
 """
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Routing (paper §4, §6.1): tickets first, then the pool by one rule; offloads to the idlest HP."""
+"""Routing (paper §4, §6.1): tickets first, then the pool by one rule; offloads to the idlest HP.
+
+Covers: policies/routing.py, policies/router.py.
+"""
 from __future__ import annotations
 
 from policies.router import Router

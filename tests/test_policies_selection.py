@@ -1,4 +1,7 @@
-"""Out-of-order selection (Algorithm 1): take the ordered prefix that fits every budget."""
+"""Out-of-order selection (Algorithm 1): take the ordered prefix that fits every budget.
+
+Covers: policies/selection.py.
+"""
 from __future__ import annotations
 
 import math

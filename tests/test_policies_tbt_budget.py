@@ -1,5 +1,8 @@
 """The compute budget: a step may spend the TBT slack running requests have banked; an
-HP may overspend it once for a prompt that meets its TTFT only when prefilled whole."""
+HP may overspend it once for a prompt that meets its TTFT only when prefilled whole.
+
+Covers: policies/tbt_budget.py.
+"""
 import math
 from dataclasses import dataclass
 

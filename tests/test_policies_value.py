@@ -1,4 +1,7 @@
-"""Value functions and value ordering (paper §5.2)."""
+"""Value functions and value ordering (paper §5.2).
+
+Covers: policies/value.py, policies/predictor.py.
+"""
 from __future__ import annotations
 
 

@@ -1,7 +1,10 @@
 """Automatic prefix caching in the paged KV cache (engines/kv_cache.py): what a request
 finds is exactly what an earlier one computed, blocks are shared by reference, cached
 free blocks are reused least recently used first and only when memory is needed, and no
-block ever leaks."""
+block ever leaks.
+
+Covers: engines/kv_cache.py.
+"""
 from __future__ import annotations
 
 import pytest

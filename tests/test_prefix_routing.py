@@ -1,7 +1,10 @@
 """Prefix-aware decisions (issue #17): the routing rule and the global queue's binding and
 rescue weigh what each instance holds against its load; the controller's index of what
 each instance holds; what a request found cached reaches its Settle, the metrics and the
-API's usage."""
+API's usage.
+
+Covers: daemon/core/prefix_index.py, daemon/core/prefixes.py, policies/routing.py.
+"""
 from __future__ import annotations
 
 from collections import OrderedDict

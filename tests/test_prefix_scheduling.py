@@ -1,7 +1,10 @@
 """The scheduler with prefix caching, on the model-free executor (tests/fakes.py checks that
 every chunk's cached context, read back through its block table, is its own tokens):
 prefills skip the cached prefix, preemption recomputes from what is still cached, and
-the tokens are those of a run without caching."""
+the tokens are those of a run without caching.
+
+Covers: engines/scheduler.py, engines/kv_cache.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,7 +1,10 @@
 """Prefix caching on the real executor (the tiny model on CPU): greedy generation with
 caching is token for token generation without it -- prompts sharing prefixes, a KV pool
 small enough that cached blocks are evicted and running requests preempted -- and every
-block is free again at the end."""
+block is free again at the end.
+
+Covers: engines/kv_cache.py, engines/executors/torch_executor.py.
+"""
 from __future__ import annotations
 
 import pytest

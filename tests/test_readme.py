@@ -1,4 +1,7 @@
-"""The README's set-up promise: CI runs exactly the test command the README gives."""
+"""The README's set-up promise: CI runs exactly the test command the README gives.
+
+Covers: README.md, .ci/run.
+"""
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

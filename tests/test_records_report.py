@@ -1,6 +1,9 @@
 """`ascendra records FILE` on a small hand-made records file: goodput by class, prompt
 length, instance and offload, and each miss under its cause; and the records files that
-`simulate --records` and `bench --records` write, read back by it."""
+`simulate --records` and `bench --records` write, read back by it.
+
+Covers: bench/records/records_report.py, bench/records/records_cmd.py.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -1,5 +1,8 @@
-"""Who pays (bench/records/request_classes.py): request classes, the fair floor on the steady-state
-rule, token-weighted goodput, and the fair hardware ceiling."""
+"""Who pays (bench/records/request_classes.py): request classes, the fair floor on the
+steady-state rule, token-weighted goodput, and the fair hardware ceiling.
+
+Covers: bench/records/request_classes.py.
+"""
 from __future__ import annotations
 
 import msgspec

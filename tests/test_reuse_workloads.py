@@ -1,6 +1,9 @@
 """Workloads with reuse (bench/loadgen/reuse_workloads.py) and what the simulator makes of them:
 the prompts share exactly the prefixes they say, the reuse ratios are the known ones,
-and caching shows in the simulated run (step times count only uncached prefill)."""
+and caching shows in the simulated run (step times count only uncached prefill).
+
+Covers: bench/loadgen/reuse_workloads.py.
+"""
 from __future__ import annotations
 
 import numpy as np

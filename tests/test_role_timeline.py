@@ -1,5 +1,8 @@
 """The role-timeline study (bench/studies/role_timeline.py): the HP count per window follows
-the role changes, and a run gives every layout the same requests."""
+the role changes, and a run gives every layout the same requests.
+
+Covers: bench/studies/role_timeline.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,9 @@
 """The controller core's role switching for `<n>A` layouts (daemon/core/role_switch.py): a
 change is sent, nothing is bound to the instance meanwhile, its answer moves the books and
-the requests it gave back wait again -- none lost."""
+the requests it gave back wait again -- none lost.
+
+Covers: daemon/core/role_switch.py.
+"""
 from __future__ import annotations
 
 import msgspec

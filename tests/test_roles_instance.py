@@ -1,5 +1,8 @@
 """An instance changing role (`SetRole`, `<n>A` layouts): the instance core swaps its
-scheduler's mode at the step boundary and gives back its waiting requests."""
+scheduler's mode at the step boundary and gives back its waiting requests.
+
+Covers: engines/instance_core.py.
+"""
 from __future__ import annotations
 
 from bench.sim.sim_instances import SimConfig, SimInstance, build_instance

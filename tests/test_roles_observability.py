@@ -1,5 +1,8 @@
 """What an operator sees of `<n>A` role changes: /health's role and last change, the
-metrics' change counter and seconds per role, and the records' serving role."""
+metrics' change counter and seconds per role, and the records' serving role.
+
+Covers: daemon/health.py, daemon/metrics.py.
+"""
 from __future__ import annotations
 
 from types import SimpleNamespace

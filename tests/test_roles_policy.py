@@ -1,4 +1,7 @@
-"""The role policy of `<n>A` layouts (policies/roles.py): pure decisions from a window."""
+"""The role policy of `<n>A` layouts (policies/roles.py): pure decisions from a window.
+
+Covers: policies/roles.py.
+"""
 from __future__ import annotations
 
 import numpy as np

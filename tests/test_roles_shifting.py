@@ -1,5 +1,8 @@
 """The `shifting` workload (bench/loadgen/shifting.py): phases of uniform-SLO Poisson,
-mixed SLO classes and bursty arrivals, and goodput by phase."""
+mixed SLO classes and bursty arrivals, and goodput by phase.
+
+Covers: bench/loadgen/shifting.py.
+"""
 from __future__ import annotations
 
 import msgspec

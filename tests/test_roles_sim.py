@@ -1,5 +1,8 @@
 """`<n>A` layouts in the simulator: roles change on mixed SLO classes, none on one class;
-no request is lost across a change, dwell times hold and an LP always remains."""
+no request is lost across a change, dwell times hold and an LP always remains.
+
+Covers: daemon/core/role_switch.py, policies/roles.py, bench/sim/simulator.py.
+"""
 from __future__ import annotations
 
 import pytest

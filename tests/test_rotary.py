@@ -1,6 +1,9 @@
 """Our RoPE (pair-interleaved dims, one complex multiplication in float32, the real form of
 the same product otherwise) equals Hugging Face's `x * cos + rotate_half(x) * sin` on the
-half-split layout, once both are put in the same dim order."""
+half-split layout, once both are put in the same dim order.
+
+Covers: engines/models/rotary.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,8 @@
 """The capacity ruler's construction: every layout of a comparison gets the same routing,
-SLOs, workload and warm-up rule; a capacity is found per seed from its own runs."""
+SLOs, workload and warm-up rule; a capacity is found per seed from its own runs.
+
+Covers: bench/ruler/ruler.py, bench/ruler/capacity.py.
+"""
 from __future__ import annotations
 
 import msgspec

@@ -1,5 +1,8 @@
 """The sampler on hand-made logits: greedy, the sampled distribution, top-k / top-p cuts, seeds,
-penalties, logit bias and log-probabilities."""
+penalties, logit bias and log-probabilities.
+
+Covers: engines/executors/sampler.py, engines/executors/logit_adjust.py.
+"""
 from __future__ import annotations
 
 import pytest

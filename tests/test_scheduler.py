@@ -1,4 +1,7 @@
-"""Scheduler behaviour with a model-free executor: batching rules, preemption, KV hygiene."""
+"""Scheduler behaviour with a model-free executor: batching rules, preemption, KV hygiene.
+
+Covers: engines/scheduler.py, engines/kv_cache.py.
+"""
 from __future__ import annotations
 
 import dataclasses

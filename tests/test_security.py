@@ -6,6 +6,8 @@ size, max_tokens and prompt length; a tightened systemd unit.
 The HTTP checks run the real app in-process (tests/api_fakes.py); the runtime directory of
 a running daemon and the environment key end to end are in test_ipc_garbage.py and
 test_api_fuzz.py; the limits themselves in test_api_input.py.
+
+Covers: daemon/http_guard.py, daemon/api.py, ipc/channel.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """`ascendra` on the command line: --version, `serve --help` documenting every config field
 with its default, boolean switches, --print-config (= systemd/ascendra.toml), a taken port
-(one line, exit code 1), and the real daemon cutting off slow and surplus clients."""
+(one line, exit code 1), and the real daemon cutting off slow and surplus clients.
+
+Covers: daemon/cli.py, daemon/serve_cmd.py, daemon/config.py.
+"""
 from __future__ import annotations
 
 import re

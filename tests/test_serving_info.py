@@ -5,6 +5,8 @@ simulated run's records (bench/sim/record_keeper.py) observe the same core, so a
 client reading `serving_info` records what a simulated run does (and a refusal reads
 alike in both). Then the HTTP API writes it when asked, in every shape of answer: a
 body, a stream's last chunk, an error.
+
+Covers: ipc/serving_info.py, bench/sim/record_keeper.py.
 """
 from __future__ import annotations
 

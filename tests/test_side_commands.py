@@ -1,4 +1,7 @@
-"""The side commands as a user meets them: a missing extra, a wrong flag, short runs."""
+"""The side commands as a user meets them: a missing extra, a wrong flag, short runs.
+
+Covers: daemon/cli.py, daemon/generate_cmd.py, daemon/tiny_model_cmd.py.
+"""
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,7 @@
-"""The sim executor: latency functions by name, virtual sleep, requests end at max_tokens."""
+"""The sim executor: latency functions by name, virtual sleep, requests end at max_tokens.
+
+Covers: engines/executors/sim_executor.py, engines/executors/build.py.
+"""
 from __future__ import annotations
 
 import subprocess

@@ -1,5 +1,8 @@
 """bench/micro/sim_floor.py: a run's profile grouped by the work a rewrite would replace,
-and the floor printed beside the target."""
+and the floor printed beside the target.
+
+Covers: bench/micro/sim_floor.py.
+"""
 import pytest
 
 from bench.micro import sim_floor

@@ -1,5 +1,8 @@
 """The sim executor's text: tokens from the model's vocabulary that decode to visible text,
-the same for a request's seed (or id) every run, never EOS, a special or a stop token."""
+the same for a request's seed (or id) every run, never EOS, a special or a stop token.
+
+Covers: engines/executors/sim_executor.py, engines/executors/sim_vocabulary.py.
+"""
 from __future__ import annotations
 
 import pytest

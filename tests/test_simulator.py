@@ -8,6 +8,8 @@
 * The real daemon (1L1H, sim executor with a constant step latency) and the simulator
   fed the same arrivals (a trace file with arrival times) at the same latency route,
   offload and serve the same requests.
+
+Covers: bench/sim/simulator.py, bench/sim/box_run.py.
 """
 from __future__ import annotations
 

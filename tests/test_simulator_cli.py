@@ -1,6 +1,9 @@
 """`ascendra simulate` and `ascendra capacity` as a user runs them: the result schema
 (the one `ascendra bench` writes too), trace files with lengths and arrival times and
-clear errors for bad ones, the capacity search, and goodput accounting (mean TBT)."""
+clear errors for bad ones, the capacity search, and goodput accounting (mean TBT).
+
+Covers: bench/sim/simulate_cmd.py, bench/records/results.py.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -2,7 +2,10 @@
 many tokens are queued when the handler wakes, exactly one `data:` event per token, in
 order, then the usage chunk and [DONE]; a token is written as soon as it is queued (none
 waits for more); an error after queued tokens follows their events. In-process over a
-fake controller whose handles are filled before the handler reads them."""
+fake controller whose handles are filled before the handler reads them.
+
+Covers: daemon/response_streamer.py, daemon/stream_events.py.
+"""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,7 @@
-"""The steady-state rule (bench/ruler/steady_state.py): what is measured, and when a point holds."""
+"""The steady-state rule (bench/ruler/steady_state.py): what is measured, and when a point holds.
+
+Covers: bench/ruler/steady_state.py.
+"""
 from __future__ import annotations
 
 import msgspec

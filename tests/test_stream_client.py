@@ -1,5 +1,8 @@
 """The stream bench's client (bench/micro/stream_client.py): it counts SSE events however the
-bytes are split, and opens every connection before its clock starts."""
+bytes are split, and opens every connection before its clock starts.
+
+Covers: bench/micro/stream_client.py.
+"""
 from __future__ import annotations
 
 import asyncio

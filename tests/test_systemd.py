@@ -1,5 +1,8 @@
 """systemd integration: sd_notify messages of the real daemon, the Notifier, the unit file
-(`systemd-analyze verify`) and the example config."""
+(`systemd-analyze verify`) and the example config.
+
+Covers: daemon/systemd.py, systemd/.
+"""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,8 @@
 """Who is asking and in which band: the tenant and priority a request reaches the
-controller with, from its body and headers (daemon/tenant_headers.py)."""
+controller with, from its body and headers (daemon/tenant_headers.py).
+
+Covers: daemon/tenant_headers.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,7 @@
-"""Per-tenant series in /metrics keep a bounded label set (daemon/tenant_metrics.py)."""
+"""Per-tenant series in /metrics keep a bounded label set (daemon/tenant_metrics.py).
+
+Covers: daemon/tenant_metrics.py.
+"""
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families

@@ -1,6 +1,9 @@
 """Fair shares, priority bands and sheddable traffic in the waiting room's plan
 (policies/tenants.py, policies/global_queue.py): who is set aside when the box is
-saturated, and that nothing changes when it is not."""
+saturated, and that nothing changes when it is not.
+
+Covers: policies/tenants.py, policies/global_queue.py.
+"""
 from __future__ import annotations
 
 from policies.global_queue import Lane, Shed, Waiting, plan

@@ -1,5 +1,8 @@
 """The timing-sensitivity study: the same requests at several message delays, its default
-delay's run being exactly what `ascendra simulate` reports for the same flags."""
+delay's run being exactly what `ascendra simulate` reports for the same flags.
+
+Covers: bench/studies/timing_sensitivity.py.
+"""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,7 @@
-"""The tiny checkpoint: reproducible files that Hugging Face and our own loaders both read."""
+"""The tiny checkpoint: reproducible files that Hugging Face and our own loaders both read.
+
+Covers: engines/models/tiny.py, engines/models/loader.py, daemon/tiny_model_cmd.py.
+"""
 from __future__ import annotations
 
 import shutil

@@ -4,6 +4,8 @@ The batches are built by hand (no scheduler): requests join one per step, prompt
 in chunks of 7 tokens, so prefill chunks that continue cached context run in the same
 forward pass as other requests' decodes. Block ids are handed out shuffled, so a request's
 cache is really scattered over the pool.
+
+Covers: engines/executors/torch_executor.py.
 """
 from __future__ import annotations
 

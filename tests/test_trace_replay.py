@@ -1,6 +1,9 @@
 """Replaying a real trace's arrival times: the columns public traces use (BurstGPT,
 Azure, Mooncake) or a named one, a rate scale or a target rate, and a clear error for
-what cannot be honoured -- never arrivals made up in its place."""
+what cannot be honoured -- never arrivals made up in its place.
+
+Covers: bench/loadgen/trace_file.py, bench/loadgen/workloads.py.
+"""
 from __future__ import annotations
 
 import json

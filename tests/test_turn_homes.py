@@ -1,5 +1,8 @@
 """The turn-homes study (bench/studies/turn_homes.py): each measured turn is placed
-relative to its conversation's previous turn, and a run's cells add up to its classes."""
+relative to its conversation's previous turn, and a run's cells add up to its classes.
+
+Covers: bench/studies/turn_homes.py.
+"""
 from __future__ import annotations
 
 import pytest

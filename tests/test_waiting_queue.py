@@ -4,6 +4,8 @@
 for preempted requests) while its columns stay row for row with its requests and its
 predictions follow the predictor's refits. `Triage.run` must drop, order and offload
 exactly as the per-request policies composed the obvious way.
+
+Covers: engines/waiting_queue.py, engines/triage.py.
 """
 from __future__ import annotations
 

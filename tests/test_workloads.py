@@ -3,6 +3,8 @@
 Statistics at n = 20,000: gamma gaps have the CV the name says, the on/off process keeps
 its long-run mean rate, SLO classes come in the shares asked for; every workload gives
 the same requests for the same seed and others for another.
+
+Covers: bench/loadgen/workloads.py.
 """
 from __future__ import annotations
 
