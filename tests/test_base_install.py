@@ -11,6 +11,8 @@ derived, not listed by hand: the distributions the extras of setup.cfg pull in, 
 that `install_requires` pulls in (tokenizers brings tqdm and pyyaml, so those stay), mapped
 to their top-level modules by importlib.metadata. The daemon's instance processes inherit
 the environment, so they are held to it too.
+
+Covers: daemon/cli.py, bench/records/text_table.py.
 """
 from __future__ import annotations
 

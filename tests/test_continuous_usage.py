@@ -1,5 +1,8 @@
 """vLLM's `stream_options.continuous_usage_stats` (guidellm sends it): every chunk of a
-stream carries the usage so far, not only the last one."""
+stream carries the usage so far, not only the last one.
+
+Covers: daemon/stream_events.py, daemon/response_streamer.py.
+"""
 from __future__ import annotations
 
 import pytest

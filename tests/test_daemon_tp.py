@@ -1,7 +1,10 @@
 """`serve --tp 2` end to end on CPU (gloo), the tiny torch model: every instance is two
 processes; greedy answers equal `--tp 1`'s on the parity set; /health and /metrics say each
 instance's degree and rank pids; and kill -9 of a rank 1 under load ends its instance,
-whose requests finish on the others, none lost."""
+whose requests finish on the others, none lost.
+
+Covers: engines/tp_ranks.py, engines/tp_rank_main.py, daemon/serve_cmd.py.
+"""
 from __future__ import annotations
 
 import os

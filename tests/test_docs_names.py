@@ -15,6 +15,8 @@ A code span is checked when it looks like a name in the code:
 Anything else in code font (flags, commands, HTTP paths, numbers, expressions) is prose
 about using the code, not a name in it, and is left alone. `NOT_CODE` is the short list
 of names in code font that are deliberately not the tree's own.
+
+Covers: docs/ARCHITECTURE.md, docs/design.md.
 """
 from __future__ import annotations
 

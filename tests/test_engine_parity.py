@@ -3,7 +3,7 @@ Hugging Face transformers' greedy `generate`, whatever the scheduling does to it
 several prompts of different lengths at once, prompts chunked across steps, and
 KV blocks so few that requests are preempted and recomputed.
 
-Covers: engines/engine.py, engines/executors/torch_executor.py, engines/models/llama.py.
+Covers: engines/offline.py, engines/instance_core.py, engines/executors/torch_executor.py, engines/models/llama.py.
 """
 from __future__ import annotations
 

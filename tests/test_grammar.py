@@ -1,6 +1,9 @@
 """Grammar-constrained decoding in the engine (engines/grammar.py): the masks, the matcher
 following its request's tokens, and constrained requests sharing batches with free ones
-through preemption, on the tiny random-weight model (CPU) and the sim executor."""
+through preemption, on the tiny random-weight model (CPU) and the sim executor.
+
+Covers: engines/grammar.py, engines/executors/logit_adjust.py, engines/executors/sampler.py.
+"""
 from __future__ import annotations
 
 import json

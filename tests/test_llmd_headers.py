@@ -1,6 +1,9 @@
 """llm-d's request headers (pkg/epp/metadata/consts.go): the current `x-llm-d-*` names
 beside their deprecated aliases (the current one wins), the queue TTL, and the
-`x-llm-d-flow-queue-duration-ms` answer header; vLLM's queue-bound flags."""
+`x-llm-d-flow-queue-duration-ms` answer header; vLLM's queue-bound flags.
+
+Covers: daemon/header_aliases.py, daemon/ttl_header.py, daemon/slo_headers.py, daemon/tenant_headers.py, daemon/core/queue_ttl.py.
+"""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,9 @@
 """Measured profiles (`ascendra profile`, engines/executors/profiles/measured.py): the file
 round-trips, a profile of an executor with known step times makes the simulator charge
-exactly those times, and a malformed or mismatched profile is a clear error."""
+exactly those times, and a malformed or mismatched profile is a clear error.
+
+Covers: daemon/profile_cmd.py, engines/executors/profiles/measured.py, engines/executors/profiles/profile_grid.py.
+"""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,10 @@
 """Mooncake / aiperf `mooncake_trace` JSON lines (`timestamp` ms, `input_length`,
 `output_length`, `hash_ids` of 512-token blocks): equal block ids become equal prompt
 tokens, so a replay reproduces the trace's prefix reuse -- in the simulator, and on a
-live daemon's prefix cache; inference-perf's trace-replay CSV reads as a timed trace."""
+live daemon's prefix cache; inference-perf's trace-replay CSV reads as a timed trace.
+
+Covers: bench/loadgen/trace_file.py, bench/loadgen/workloads.py.
+"""
 from __future__ import annotations
 
 import json

@@ -3,7 +3,7 @@ rescue weigh what each instance holds against its load; the controller's index o
 each instance holds; what a request found cached reaches its Settle, the metrics and the
 API's usage.
 
-Covers: daemon/core/prefix_index.py, daemon/core/prefixes.py, policies/routing.py.
+Covers: daemon/core/prefix_index.py, policies/routing.py.
 """
 from __future__ import annotations
 

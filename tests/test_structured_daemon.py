@@ -2,7 +2,10 @@
 against the real daemon (torch executor, the tiny random-weight model, CPU).
 
 The model's weights are random, so only the grammar makes its output JSON: every reply
-that ends on its own (`stop`) must parse and match its schema."""
+that ends on its own (`stop`) must parse and match its schema.
+
+Covers: daemon/structured.py, daemon/tool_calls.py, daemon/api.py.
+"""
 from __future__ import annotations
 
 import json

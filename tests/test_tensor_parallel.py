@@ -2,7 +2,10 @@
 model, on CPU over gloo: each rank holds exactly its slice of the checkpoint, and an
 instance at tp 2 (or 4, its 2 KV heads replicated) computes the same logits as one at tp 1
 within fp32 tolerance, so greedy tokens on the parity set are the same, through chunked
-prefills and preemption; seeded sampling reproduces; a hand-off's KV crosses degrees."""
+prefills and preemption; seeded sampling reproduces; a hand-off's KV crosses degrees.
+
+Covers: engines/models/tensor_parallel.py, engines/models/loader.py, engines/tp_ranks.py, engines/tp_wire.py, engines/tp_group.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,9 @@
 """Tool calling (daemon/tool_calls.py): tools rendered through a real chat template
 (Qwen2.5's, tests/chat_templates/), calls parsed back in each model family's format,
-streamed or not, and the grammar of a forced call."""
+streamed or not, and the grammar of a forced call.
+
+Covers: daemon/tool_calls.py, engines/models/tokenizer.py.
+"""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,8 @@
 """`serve --tp K` settings: each instance takes K GPUs of `gpus` (ranges allowed), one
-degree for every model or one per model, and errors name the setting."""
+degree for every model or one per model, and errors name the setting.
+
+Covers: daemon/config.py, daemon/model_plan.py.
+"""
 from __future__ import annotations
 
 import argparse

@@ -1,6 +1,9 @@
 """GPU profiles over k GPUs (engines/executors/profiles, `<name>@tp<k>`): Vidur's compute rows
 at that degree plus two all-reduces a layer; a 70B model fits no single 80 GB GPU; `plan`
-searches only the degrees that fit."""
+searches only the degrees that fit.
+
+Covers: engines/executors/profiles/all_reduce.py, engines/executors/profiles/profile.py, bench/ruler/plan_tp.py.
+"""
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,9 @@
 """`ascendra bench`'s vLLM-compatible results: `--goodput KEY:MS`, `--percentile-metrics`,
 `--metric-percentiles` and `--save-result`, whose JSON has `vllm bench serve`'s field
-names and meanings (vLLM 0.33.0's vllm/benchmarks/serve.py)."""
+names and meanings (vLLM 0.33.0's vllm/benchmarks/serve.py).
+
+Covers: bench/records/vllm_result.py, bench/records/br_report.py, bench/loadgen/bench_cli.py.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +15,7 @@ import pytest
 from bench.loadgen.bench_cli import build_parser
 from bench.records.schema import RequestRecord
 from bench.records.results import read_result, summarize
-from bench.vllm_result import (
+from bench.records.vllm_result import (
     parse_goodput, parse_metric_percentiles, parse_percentile_metrics, result_path, vllm_result,
 )
 from tests.test_loadgen import FakeServer, _serve
@@ -162,7 +165,7 @@ def _check_statistics(stats: dict) -> None:
 def test_the_br02_report_has_the_shape_its_schema_requires():
     from datetime import UTC, datetime
 
-    from bench.br_report import br02_report
+    from bench.records.br_report import br02_report
     report = br02_report(RECORDS, 2.0, end=datetime(2026, 11, 28, 12, 0, 2, tzinfo=UTC))
     assert report["version"] == "0.2" and isinstance(report["run"]["uid"], str)
     assert report["run"]["time"] == {"start": "2026-11-28T12:00:00+00:00",

@@ -35,10 +35,10 @@ from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import build_requests, num_requests_or
 from bench.records.schema import RequestRecord
 from bench.records.records_file import record_rows, write_records
-from bench.br_report import br02_report
-from bench.br_report import now as report_now
+from bench.records.br_report import br02_report
+from bench.records.br_report import now as report_now
 from bench.records.results import RunResult, arrival_window, print_summary, summarize, write_result
-from bench.vllm_result import (
+from bench.records.vllm_result import (
     DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS, parse_goodput,
     parse_metric_percentiles, parse_percentile_metrics, result_path, vllm_result,
     write_vllm_result,
@@ -119,7 +119,7 @@ def add_bench_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_vllm_result_flags(p: argparse.ArgumentParser) -> None:
-    """`vllm bench serve`'s result flags, with its meanings (bench/vllm_result.py)."""
+    """`vllm bench serve`'s result flags, with its meanings (bench/records/vllm_result.py)."""
     p.add_argument("--goodput", nargs="+", metavar="KEY:MS",
                    help="SLOs for goodput as vllm bench serve takes them: ttft:MS tpot:MS "
                         "e2el:MS (ttft and tpot replace --ttft-slo / --tbt-slo)")

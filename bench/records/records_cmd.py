@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.json_file import write_json
 from bench.records.records_file import read_records
 from bench.records.records_report import GroupRow, RecordsReport, cause_text, report
-from bench.text_table import TextTable, print_blocks
+from bench.records.text_table import TextTable, print_blocks
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +49,7 @@ def _x(multiple: float | None) -> str:
 
 
 def print_report(result: RecordsReport, file=None) -> None:
-    """The report as text lines and tables (bench/text_table.py: rich's when installed)."""
+    """The report as text lines and tables (bench/records/text_table.py: rich's when installed)."""
     left = (f", {result.left_out} outside the steady-state window left out"
             if result.left_out else "")
     blocks: list[str | TextTable] = [

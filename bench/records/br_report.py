@@ -9,7 +9,7 @@ TPOT, ITL, request latency) and `throughput` (token and request rates), each a
 `Statistics` object (`units`, `mean`, `stddev`, `min`, `max`, percentiles `p1`..`p99p9`).
 The schema is not on the package registry, so it is not shipped here and the tests check
 the shape it requires (docs/interop.md says how the file was validated).
-Meanings as in bench/vllm_result.py: TPOT is (latency - TTFT) / (tokens - 1) per
+Meanings as in bench/records/vllm_result.py: TPOT is (latency - TTFT) / (tokens - 1) per
 request, ITL every gap between streamed chunks; failures are dropped or errored
 requests, incomplete ones lost.
 """
