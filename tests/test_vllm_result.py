@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,3 +183,20 @@ def test_the_br02_report_has_the_shape_its_schema_requires():
     for name in ("input_length", "output_length"):
         _check_statistics(aggregate["requests"][name])
     assert set(report) == {"version", "run", "results"}
+
+
+def test_the_br02_report_validates_against_the_schema_file():
+    """The report as written, validated against llm-d-benchmark's own schema file (shipped
+    in tests/schemas/ with its source and licence)."""
+    from datetime import UTC, datetime
+
+    import jsonschema
+
+    from bench.records.br_report import br02_report
+    schema = json.loads((Path(__file__).parent / "schemas" / "br_v0_2_json_schema.json").read_text())
+    report = br02_report(RECORDS, 2.0, end=datetime(2026, 11, 28, 12, 0, 2, tzinfo=UTC))
+    jsonschema.validate(json.loads(json.dumps(report)), schema)
+    broken = json.loads(json.dumps(report))
+    del broken["run"]["uid"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)

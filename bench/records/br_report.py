@@ -7,8 +7,9 @@ run's start, end and ISO-8601 duration), and `results.request_performance.aggreg
 `requests` (total, failures, incomplete, input and output lengths), `latency` (TTFT,
 TPOT, ITL, request latency) and `throughput` (token and request rates), each a
 `Statistics` object (`units`, `mean`, `stddev`, `min`, `max`, percentiles `p1`..`p99p9`).
-The schema is not on the package registry, so it is not shipped here and the tests check
-the shape it requires (docs/interop.md says how the file was validated).
+The schema file is not on the package registry; tests/schemas/ ships a copy (source,
+commit and licence named there) that tests/test_vllm_result.py validates the report
+against with jsonschema.
 Meanings as in bench/records/vllm_result.py: TPOT is (latency - TTFT) / (tokens - 1) per
 request, ITL every gap between streamed chunks; failures are dropped or errored
 requests, incomplete ones lost.
