@@ -141,11 +141,11 @@ def test_derivations_write_what_they_read(tmp_path):
     """Each derivation script, on a raw folder of its own making, reproduces its input."""
     vidur = tmp_path / "profiles" / "vidur"
     vidur.mkdir(parents=True)
-    for name in derive_tables.ops_files():
+    names = derive_tables.ops_files() + derive_tables.network_files()
+    for name in names:
         (vidur / name).write_bytes(_gunzip(TABLES_DIR / f"{name}.gz"))
     written = derive_tables.derive(tmp_path / "profiles", tmp_path)
-    assert [_gunzip(p) for p in written] == [
-        _gunzip(TABLES_DIR / f"{n}.gz") for n in derive_tables.ops_files()]
+    assert [_gunzip(p) for p in written] == [_gunzip(TABLES_DIR / f"{n}.gz") for n in names]
     first = written[0].read_bytes()
     derive_tables.derive(tmp_path / "profiles", tmp_path)
     assert written[0].read_bytes() == first  # byte-reproducible

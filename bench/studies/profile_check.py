@@ -17,6 +17,7 @@ import dataclasses
 
 from bench.data.profile_refs import ProfileRefs, load_refs
 from engines.executors.profiles import PROFILES, GpuProfile
+from engines.executors.profiles.registry import TP_DEGREES
 from engines.executors.profiles.attention_time import decode_seconds, prefill_seconds
 from engines.executors.profiles.cpu_overhead import VIDUR_POINTS, CpuOverhead
 from policies.batch_shape import BatchShape
@@ -128,11 +129,25 @@ def show_profiles() -> None:
     print("Profiles: vLLM's KV budget (0.9 of CUDA's total - weights - activation peak at 8192 "
           "tokens / 256 seqs - CUDA graphs), bf16")
     for name, p in PROFILES.items():
+        p, name = _smallest_fitting_degree(p, name)
         print(f"  {name:<16} total {p.total_memory_bytes / 2**30:5.2f} GiB  weights "
               f"{p.weight_bytes / 2**30:5.2f}  activation {p.activation_bytes() / 2**30:4.2f}  "
               f"graphs {p.cuda_graph_bytes / 2**30:4.2f}  KV {p.kv_bytes_per_token // 1024:3d} "
               f"KiB/token  {p.kv_capacity_tokens:7d} tokens = {p.num_kv_blocks(16):6d} blocks "
               f"of 16  ({p.description})")
+
+
+def _smallest_fitting_degree(profile: GpuProfile, name: str) -> tuple[GpuProfile, str]:
+    """The profile at the smallest tensor-parallel degree its weights fit (a 70B's do not
+    fit one GPU), with its name at that degree."""
+    for k in TP_DEGREES:
+        at_k = profile.at_tp(k) if k > 1 else profile
+        try:
+            at_k.kv_capacity_tokens
+        except ValueError:
+            continue
+        return at_k, name if k == 1 else f"{name}@tp{k}"
+    return profile, name
 
 
 def check_memory() -> None:
