@@ -21,6 +21,7 @@ import functools
 
 import msgspec
 
+from daemon.openai_fields import CHAT_FOREIGN_FIELDS, FOREIGN_FIELDS
 from daemon.openai_schema import (
     MAX_CHOICES, ChatCompletionRequest, CompletionRequest, TokenizeRequest, TokenizeResponse,
 )
@@ -95,6 +96,21 @@ _UNUSED_ONLY = {
     **{field: {"type": "null", "default": None}
        for field in ("audio", "reasoning_effort", "verbosity", "web_search_options")},
 }
+def _neutral_only(values: tuple) -> dict:
+    """Another server's field (daemon/openai_fields.py) served only at a value that leaves
+    the answer as it is: the schema shows those values."""
+    def one(value) -> dict:
+        if value is None:
+            return _NULL
+        if value == []:
+            return {"type": "array", "maxItems": 0}
+        if value == {}:
+            return {"type": "object", "maxProperties": 0}
+        return {"const": value}
+    return {"anyOf": [one(v) for v in values], "default": values[0],
+            "description": "another server's extension, served only at this value"}
+
+
 #: Rules across fields (JSON Schema 2020-12), so generated bodies keep them.
 _CHAT_RULES = {"if": {"required": ["top_logprobs"], "properties": {
     "top_logprobs": {"type": "integer"}}},
@@ -137,6 +153,9 @@ def _server_limits(components: dict, model_names: list[str] | None,
                 "pattern": _integers_up_to(vocab_size - 1)}
         props["n"]["description"] = f"n x prompts at most {MAX_CHOICES}"
         props.update({k: v for k, v in _UNUSED_ONLY.items() if k in props})
+        foreign = {**FOREIGN_FIELDS, **(CHAT_FOREIGN_FIELDS if name == "ChatCompletionRequest"
+                                        else {})}
+        props.update({k: _neutral_only(v) for k, v in foreign.items() if k not in props})
     message = components["ChatMessage"]
     message["properties"]["tool_calls"] = _UNUSED_ONLY["functions"]  # a subset: see _UNUSED_ONLY
     message["required"] = sorted({*message.get("required", []), "content"})  # without calls

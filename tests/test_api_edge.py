@@ -149,12 +149,17 @@ async def test_openapi_description_is_served_and_valid(client):
 def test_openapi_request_schemas_come_from_the_msgspec_structs():
     import msgspec
 
+    from daemon.openai_fields import CHAT_FOREIGN_FIELDS, FOREIGN_FIELDS
     from daemon.openai_schema import ChatCompletionRequest, CompletionRequest
     from daemon.openapi import build_openapi
     spec = build_openapi()
-    for struct in (CompletionRequest, ChatCompletionRequest):
+    for struct, foreign in ((CompletionRequest, FOREIGN_FIELDS),
+                            (ChatCompletionRequest, {**FOREIGN_FIELDS, **CHAT_FOREIGN_FIELDS})):
         props = spec["components"]["schemas"][struct.__name__]["properties"]
-        assert set(props) == set(struct.__struct_fields__)
+        # the struct's fields, and other servers' extensions at the values that are served
+        assert set(props) == set(struct.__struct_fields__) | set(foreign)
+        for name in set(foreign) - set(struct.__struct_fields__):
+            assert "served only at this value" in props[name]["description"]
         assert props["temperature"] == msgspec.json.schema(struct)["$defs"][struct.__name__][
             "properties"]["temperature"]
 
