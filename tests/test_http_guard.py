@@ -53,20 +53,23 @@ async def serve():
         await runner.cleanup()
 
 
-async def _trickle(writer: asyncio.StreamWriter, data: bytes, interval: float) -> None:
-    try:
-        for i in range(len(data)):
+async def _trickle(writer: asyncio.StreamWriter, data: bytes, interval: float) -> int:
+    """Bytes of `data` sent, one every `interval`, until all are or the server closes."""
+    for i in range(len(data)):
+        try:
             writer.write(data[i:i + 1])
             await writer.drain()
-            await asyncio.sleep(interval)
-    except ConnectionError:
-        pass  # the server closed it: what the test waits for
+        except ConnectionError:
+            return i  # the server closed it: what the test waits for
+        await asyncio.sleep(interval)
+    return len(data)
 
 
 async def _closed_after(port: int, opening: bytes, trickled: bytes, interval: float,
-                        limit: float = 5.0) -> tuple[float, bytes]:
+                        limit: float = 5.0) -> tuple[float, bytes, bool]:
     """Seconds until the server closes a connection that sends `opening`, then `trickled`
-    a byte every `interval`; and what it answered. Fails after `limit` seconds."""
+    a byte every `interval`; what it answered; and whether the trickle was still going
+    then (the server cut it, rather than waiting it out). Fails after `limit` seconds."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     start = time.monotonic()
     writer.write(opening)
@@ -81,9 +84,11 @@ async def _closed_after(port: int, opening: bytes, trickled: bytes, interval: fl
     except ConnectionError:
         pass
     finally:
+        # the trickle had more to send: cancelled now, or ended by the server's close
+        trickling = not sender.done() or sender.result() < len(trickled)
         sender.cancel()
         writer.close()
-    return time.monotonic() - start, answer
+    return time.monotonic() - start, answer, trickling
 
 
 async def _get(port: int, reader=None, writer=None, path: str = "/stream"):
@@ -96,18 +101,18 @@ async def _get(port: int, reader=None, writer=None, path: str = "/stream"):
 
 async def test_slow_loris_headers_are_cut_at_the_header_timeout(serve):
     guard, port = await serve(header_timeout=0.5)
-    # the trickle would last 40 s: a cut well before it is the timeout's, however busy the box
-    seconds, answer = await _closed_after(port, b"", HEADERS + b"X-Slow: " + b"a" * 400, 0.1,
-                                          limit=30)
-    assert 0.4 <= seconds < 10 and answer == b"", (seconds, answer)
+    # the trickle would last 40 s: cut while it still goes, and not before the timeout
+    seconds, answer, trickling = await _closed_after(
+        port, b"", HEADERS + b"X-Slow: " + b"a" * 400, 0.1, limit=30)
+    assert seconds >= 0.4 and trickling and answer == b"", (seconds, trickling, answer)
     assert guard.num_timed_out == 1
 
 
 async def test_slow_body_gets_408_at_the_body_timeout(serve):
     guard, port = await serve(body_timeout=0.5)
-    seconds, answer = await _closed_after(port, HEADERS + b"Content-Length: 400\r\n\r\n",
-                                          b"{" + b" " * 399, 0.1, limit=30)
-    assert 0.4 <= seconds < 10, seconds  # the trickle would last 40 s
+    seconds, answer, trickling = await _closed_after(
+        port, HEADERS + b"Content-Length: 400\r\n\r\n", b"{" + b" " * 399, 0.1, limit=30)
+    assert seconds >= 0.4 and trickling, (seconds, trickling)  # the trickle would last 40 s
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408") and b"Connection: close" in head
     assert json.loads(body)["error"]["code"] == "body_timeout"

@@ -181,10 +181,10 @@ MIXED = [3, 4, 1, HTTP_DROP, 5, SSE_ERROR, SSE_DROP, 2, HTTP_500, HANG, 6, CHUNK
 async def test_outcomes_token_times_and_open_loop(fake):
     work = workload(MIXED)
     started = time.monotonic()
-    run = await run_load(fake.url, work, ttft_slo=1.0, tbt_slo=0.1, seed=1, timeout=1.0,
-                         progress=False)
-    elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 30  # the hour-long hang is cut off at the last arrival + timeout
+    async with asyncio.timeout(600):  # only a hang not cut off lasts this long: it is an hour
+        run = await run_load(fake.url, work, ttft_slo=1.0, tbt_slo=0.1, seed=1, timeout=1.0,
+                             progress=False)
+    assert time.monotonic() - started >= 1.0  # it waited out the timeout after the last arrival
     assert run.duration_s == pytest.approx(max(r.end_time or 0 for r in run.records))
     by_length = {r.output_len: r for r in run.records}
     for n, outcome in BEHAVIOUR.items():
