@@ -66,14 +66,22 @@ class Attention(nn.Module):
         self.backend = backend
 
     def forward(self, x, rotation, kv_cache, meta) -> torch.Tensor:
+        q, k, v = self.project(x, rotation)
+        return self.output(self.backend(q, k, v, kv_cache[0], kv_cache[1], meta))
+
+    def project(self, x, rotation):
+        """(q [tokens, heads, dim], k, v [tokens, kv_heads, dim]) of `x`, q and k rotated."""
         tokens, qk_size = x.shape[0], self.q_size + self.kv_size
         qkv = _linear(x, self.qkv_proj)
         # rotate q and k in one go: they are adjacent columns of qkv
         qk = self.ops.rotate_qk(qkv[:, :qk_size].view(tokens, -1, self.head_dim), rotation)
         q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
         v = qkv[:, qk_size:].view(tokens, self.num_kv_heads, self.head_dim)
-        out = self.backend(q, k, v, kv_cache[0], kv_cache[1], meta)
-        return _row_linear(out, self.o_proj, self.shard)
+        return q, k, v
+
+    def output(self, attended: torch.Tensor) -> torch.Tensor:
+        """o_proj of the attention's output [tokens, heads * dim]."""
+        return _row_linear(attended, self.o_proj, self.shard)
 
 
 class MLP(nn.Module):
@@ -160,9 +168,12 @@ class LlamaForCausalLM(nn.Module):
         x, residual = self.model.embed_tokens(input_ids), None
         for layer, kv_cache in zip(self.model.layers, kv_caches):
             x, residual = layer(x, residual, rotation, kv_cache, meta)
+        return self.logits(x.index_select(0, logits_indices),
+                           residual.index_select(0, logits_indices))
+
+    def logits(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """The next-token logits of rows whose last layer gave (x, residual)."""
         norm = self.model.norm
-        x, _ = self.ops.add_rms_norm(x.index_select(0, logits_indices),
-                                     residual.index_select(0, logits_indices), norm.weight,
-                                     norm.eps)
+        x, _ = self.ops.add_rms_norm(x, residual, norm.weight, norm.eps)
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, weight)

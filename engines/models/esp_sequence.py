@@ -1,0 +1,63 @@
+"""One rank's part of one ESP request: the blocks of its paged cache that hold the KV of
+the tokens it computed, and the steps it takes part in (engines/models/sequence_parallel.py
+has the attention): the striped prefill, then each decode step as the master (it runs the
+model for the new token) or as a holder that only lends its KV (`follow`).
+
+The held tokens are numbered in the order the rank computed them (its stripe of the
+prompt, then, on the master, each decoded token), slot j of `block_table` for the j-th:
+the cache needs ceil(held / block_size) blocks on this rank, about 1/k of the prompt's.
+"""
+from __future__ import annotations
+
+import torch
+
+from engines.models.sequence_parallel import (EspDecode, EspGroup, EspPrefill, follow_decode,
+                                              local_slots, stripe_len)
+
+
+class EspSequence:
+    """`group`: this rank's place in the request's ESP group; `block_table`: the blocks of
+    this rank's cache given to the request (enough for what it will hold)."""
+
+    def __init__(self, group: EspGroup, block_table: list[int], block_size: int) -> None:
+        self.group = group
+        self.block_table = list(block_table)
+        self.block_size = block_size
+        self.held = 0         # tokens whose KV this rank holds
+        self.num_tokens = 0   # tokens of the request computed so far (every rank's)
+
+    def _slots(self, begin: int, end: int) -> torch.Tensor:
+        if -(-end // self.block_size) > len(self.block_table):
+            raise ValueError(f"esp: {end} held tokens do not fit {len(self.block_table)} blocks "
+                             f"of {self.block_size}")
+        return local_slots(self.block_table, begin, end, self.block_size)
+
+    @torch.inference_mode()
+    def prefill(self, model, kv_caches, token_ids: list[int]) -> torch.Tensor | None:
+        """This rank's stripe of the whole prompt; the prompt's next-token logits [vocab] on
+        the rank that computed its last token, None on the others."""
+        n, size, rank = len(token_ids), self.group.size, self.group.rank
+        mine = stripe_len(n, size, rank)
+        meta = EspPrefill(self.group, n, self._slots(0, mine))
+        positions = meta.positions()
+        ids = torch.tensor(token_ids, dtype=torch.long)[positions]
+        last = (n - 1) % size == rank
+        rows = torch.tensor([mine - 1] if last else [], dtype=torch.long)
+        logits = model(ids, positions, kv_caches, meta, rows)
+        self.held, self.num_tokens = mine, n
+        return logits[0] if last else None
+
+    @torch.inference_mode()
+    def decode(self, model, kv_caches, token_id: int, master: int) -> torch.Tensor | None:
+        """One decode step of token `token_id` (at the next position) with `master` owning
+        the query: its next-token logits [vocab] on the master, None on the others."""
+        position = self.num_tokens
+        self.num_tokens += 1
+        if self.group.rank != master:
+            follow_decode(model, kv_caches, EspDecode(self.group, master, self._slots(0, self.held)))
+            return None
+        meta = EspDecode(self.group, master, self._slots(0, self.held + 1))
+        self.held += 1
+        logits = model(torch.tensor([token_id]), torch.tensor([position]), kv_caches, meta,
+                       torch.tensor([0]))
+        return logits[0]

@@ -1,0 +1,218 @@
+"""Elastic sequence parallelism (LoongServe, SOSP '24) in the model: one prompt's prefill
+split over the k instances of an ESP group, and its decode continued on one of them while
+the KV stays where it was made.
+
+**Prefill (scale-up).** The prompt's positions are striped over the group: rank r computes
+the query tokens at positions r, r + k, r + 2k, ... (`stripe`), so every rank's causal work
+is the same to within one row. Each rank writes the K/V of its own tokens into its own
+paged cache (its tokens in stripe order, slot j for its j-th token) and keeps only those.
+For attention, each layer's new K/V is exchanged with **one all-gather** (K and V of a
+rank's rows packed into one tensor, padded to the longest stripe); the gathered rows are
+in position order after one transpose, so each rank attends its queries over the whole
+prompt with a causal mask by position. We chose the all-gather over ring attention: it is
+one collective per layer instead of k - 1 exchanges, it needs no online-softmax merge in
+the prefill, and its bytes are the same as a ring's ((k-1)/k of the layer's KV reach each
+rank either way); what it gives up is overlapping the transfer with the attention of the
+shards already received, which on CPU/gloo there is nothing to overlap with anyway. A
+whole prompt is one ESP step (LoongServe's prefill, too, is not chunked).
+
+**Decode (scale-down).** One rank, the master, owns the decode query: it runs the model
+for the new token and appends that token's K/V to its own cache. Per layer it broadcasts
+the query; every holder (the master included) computes its partial attention over the KV
+it holds, as (output, log-sum-exp) (`partial_attention`); the parts are gathered to the
+master and merged exactly (`merge_partials`) -- LoongServe's distributed decoding; no KV
+moves. The other ranks run no model layers for it: `follow_decode` is their side of one
+decode step.
+
+Both steps go through the model's ordinary forward pass: the model is built with
+`EspAttention` around its usual attention backend, and a step's metadata (`EspPrefill`,
+`EspDecode`, or the backend's own) picks what a layer's attention does, so the layers,
+norms, MLP and LM head are the ones every other step runs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from engines.models.paged_kv import gather, write_cache
+
+
+@dataclass(frozen=True)
+class EspGroup:
+    """Rank `rank` of an ESP group of `size` instances; `group`: its torch.distributed
+    process group (None: the default group), whose global ranks are `members` in group
+    order (empty: 0..size-1)."""
+
+    rank: int
+    size: int
+    group: object = None
+    members: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.size:
+            raise ValueError(f"esp: rank {self.rank} is not in 0..{self.size - 1}")
+        if self.members and len(self.members) != self.size:
+            raise ValueError(f"esp: {len(self.members)} members for a group of {self.size}")
+
+    def _global(self, rank: int) -> int:
+        return self.members[rank] if self.members else rank
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """[size, *tensor.shape]: every rank's `tensor`, in rank order."""
+        import torch.distributed as dist
+        out = torch.empty((self.size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+        dist.all_gather(list(out.unbind(0)), tensor.contiguous(), group=self.group)
+        return out
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+        """`tensor` as rank `src` has it, on every rank (in place)."""
+        import torch.distributed as dist
+        dist.broadcast(tensor, self._global(src), group=self.group)
+        return tensor
+
+    def gather(self, tensor: torch.Tensor, dst: int) -> torch.Tensor | None:
+        """[size, *tensor.shape] on rank `dst`, None on the others."""
+        import torch.distributed as dist
+        tensor = tensor.contiguous()
+        if self.rank != dst:
+            dist.gather(tensor, None, dst=self._global(dst), group=self.group)
+            return None
+        out = torch.empty((self.size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+        dist.gather(tensor, list(out.unbind(0)), dst=self._global(dst), group=self.group)
+        return out
+
+
+def stripe(num_tokens: int, size: int, rank: int) -> range:
+    """The positions of a `num_tokens` prompt whose queries rank `rank` of `size` computes."""
+    return range(rank, num_tokens, size)
+
+
+def stripe_len(num_tokens: int, size: int, rank: int) -> int:
+    """len(stripe(...)) without building it: the tokens whose KV rank `rank` keeps."""
+    return len(stripe(num_tokens, size, rank))
+
+
+def local_slots(block_table: list[int], begin: int, end: int, block_size: int) -> torch.Tensor:
+    """The cache slots of a rank's held tokens begin..end-1 (its own numbering: the j-th
+    token it holds sits at slot j of `block_table`)."""
+    j = torch.arange(begin, end)
+    table = torch.tensor(block_table, dtype=torch.long)
+    return table[j // block_size] * block_size + j % block_size
+
+
+# -- prefill ------------------------------------------------------------------------------
+
+@dataclass
+class EspPrefill:
+    """One rank's metadata for an ESP prefill of a whole `num_tokens` prompt; `slots`: where
+    its own tokens' K/V go (`local_slots`)."""
+
+    group: EspGroup
+    num_tokens: int
+    slots: torch.Tensor
+    mask: torch.Tensor = field(init=False)  # [1, 1, rows, num_tokens]: key position <= query's
+    width: int = field(init=False)          # the longest stripe: rows each rank sends
+
+    def __post_init__(self) -> None:
+        size, n = self.group.size, self.num_tokens
+        if n < size:
+            raise ValueError(f"esp: a prompt of {n} tokens cannot be split over {size} instances")
+        queries = torch.tensor(stripe(n, size, self.group.rank))
+        if len(self.slots) != len(queries):
+            raise ValueError(f"esp: {len(self.slots)} slots for {len(queries)} tokens")
+        self.mask = (torch.arange(n)[None, :] <= queries[:, None])[None, None]
+        self.width = -(-n // size)
+
+    def positions(self) -> torch.Tensor:
+        return torch.tensor(stripe(self.num_tokens, self.group.size, self.group.rank))
+
+    def attend(self, q, k, v, k_cache, v_cache) -> torch.Tensor:
+        write_cache(k, v, k_cache, v_cache, self.slots)
+        rows, kv_heads, dim = k.shape
+        own = k.new_zeros((self.width, 2, kv_heads, dim))
+        own[:rows, 0], own[:rows, 1] = k, v
+        every = self.group.all_gather(own)  # [size, width, 2, ...]: rank r's i-th = i*size + r
+        ordered = every.transpose(0, 1).reshape(-1, 2, kv_heads, dim)[:self.num_tokens]
+        keys, values = ordered[:, 0].transpose(0, 1), ordered[:, 1].transpose(0, 1)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[None], values[None],
+                                             attn_mask=self.mask, enable_gqa=True)
+        return out[0].transpose(0, 1).reshape(rows, -1)
+
+
+# -- decode -------------------------------------------------------------------------------
+
+def partial_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """One query's attention over some of its context: q [heads, dim], keys/values
+    [n, kv_heads, dim] (n may be 0) -> [heads, dim + 1], the output over those keys and, in
+    the last column, the log-sum-exp of its scores (-inf over no keys)."""
+    heads, dim = q.shape
+    kv_heads = keys.shape[1]
+    grouped = q.view(kv_heads, heads // kv_heads, dim)
+    scores = torch.einsum("hgd,nhd->hgn", grouped, keys) / math.sqrt(dim)
+    lse = torch.logsumexp(scores, dim=-1) if keys.shape[0] else \
+        scores.new_full(grouped.shape[:2], float("-inf"))
+    weights = torch.exp(scores - lse[..., None]) if keys.shape[0] else scores
+    out = torch.einsum("hgn,nhd->hgd", weights, values)
+    return torch.cat((out.reshape(heads, dim), lse.reshape(heads, 1)), dim=1)
+
+
+def merge_partials(parts: torch.Tensor) -> torch.Tensor:
+    """[ranks, heads, dim + 1] partial attentions over disjoint keys -> [heads, dim], the
+    attention over all of them: each part weighted by exp(its lse - the largest)."""
+    outs, lse = parts[..., :-1], parts[..., -1]
+    weights = torch.exp(lse - lse.max(dim=0).values)  # a part over no keys: weight 0
+    return (weights[..., None] * outs).sum(dim=0) / weights.sum(dim=0)[..., None]
+
+
+@dataclass
+class EspDecode:
+    """One rank's metadata for a decode step of an ESP request: `held`, the cache slots of
+    the tokens this rank holds (on the master: its new token's slot last, where the step
+    writes it); `master`, the rank that owns the query."""
+
+    group: EspGroup
+    master: int
+    held: torch.Tensor
+
+    def attend(self, q, k, v, k_cache, v_cache) -> torch.Tensor:
+        """The master's layer: store the new token's K/V, share the query, merge the parts."""
+        write_cache(k, v, k_cache, v_cache, self.held[-1:])
+        query = self.group.broadcast(q[0].contiguous(), self.master)
+        parts = self.group.gather(self._part(query, k_cache, v_cache), self.master)
+        return merge_partials(parts).reshape(1, -1)
+
+    def follow(self, k_cache, v_cache, heads: int, dim: int) -> None:
+        """Another holder's side of one layer: its part of the master's query."""
+        query = self.group.broadcast(k_cache.new_empty((heads, dim)), self.master)
+        self.group.gather(self._part(query, k_cache, v_cache), self.master)
+
+    def _part(self, query, k_cache, v_cache) -> torch.Tensor:
+        return partial_attention(query, gather(k_cache, self.held), gather(v_cache, self.held))
+
+
+def follow_decode(model, kv_caches, meta: EspDecode) -> None:
+    """A non-master holder's part of one decode step of the master's (every layer)."""
+    attention = model.model.layers[0].self_attn
+    for k_cache, v_cache in kv_caches:
+        meta.follow(k_cache, v_cache, attention.num_heads, attention.head_dim)
+
+
+class EspAttention:
+    """An attention backend that runs ESP steps (`EspPrefill`, `EspDecode` metadata) and
+    hands every other step to `inner`, the instance's usual backend."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.block_size = inner.block_size
+
+    def build(self, seqs):
+        return self.inner.build(seqs)
+
+    def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
+        if isinstance(meta, (EspPrefill, EspDecode)):
+            return meta.attend(q, k, v, k_cache, v_cache)
+        return self.inner(q, k, v, k_cache, v_cache, meta)
