@@ -82,7 +82,7 @@ def _run_group(tmp_path, model_dir, prompt, size, master):
     from safetensors.torch import load_file
     out = tmp_path / "master.safetensors"
     mp.spawn(esp_ranks.run_rank, nprocs=size, join=True,
-             args=(size, f"file://{tmp_path}/rendezvous", str(model_dir), prompt, MAX_TOKENS,
+             args=(size, str(tmp_path / "group-store"), str(model_dir), prompt, MAX_TOKENS,
                    master, str(out)))
     return load_file(str(out))
 

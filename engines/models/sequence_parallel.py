@@ -24,6 +24,12 @@ master and merged exactly (`merge_partials`) -- LoongServe's distributed decodin
 moves. The other ranks run no model layers for it: `follow_decode` is their side of one
 decode step.
 
+**The group** (`EspGroup`) is a process group of its own, formed at a store path the
+members share (`EspGroup.form`), not torch.distributed's default group: ESP groups form
+and dissolve among instance processes that were started independently. It is gloo (CPU
+tensors); on CUDA the same store would make a `ProcessGroupNCCL` -- not built here (no GPU
+on the machine this was written on).
+
 Both steps go through the model's ordinary forward pass: the model is built with
 `EspAttention` around its usual attention backend, and a step's metadata (`EspPrefill`,
 `EspDecode`, or the backend's own) picks what a layer's attention does, so the layers,
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.nn.functional as F
@@ -40,48 +47,58 @@ import torch.nn.functional as F
 from engines.models.paged_kv import gather, write_cache
 
 
+#: How long a collective of an ESP group waits for its other members (a member that died
+#: is noticed sooner, by its supervisor).
+COLLECTIVE_TIMEOUT_S = 600
+
+
 @dataclass(frozen=True)
 class EspGroup:
-    """Rank `rank` of an ESP group of `size` instances; `group`: its torch.distributed
-    process group (None: the default group), whose global ranks are `members` in group
-    order (empty: 0..size-1)."""
+    """Rank `rank` of an ESP group of `size` instances, over `backend`: a gloo process
+    group of the group's own (`form`), not torch.distributed's default group -- the
+    instances of a group are independent processes (each perhaps a tensor-parallel
+    instance with a default group of its own), and groups form and dissolve as requests
+    come and go."""
 
     rank: int
     size: int
-    group: object = None
-    members: tuple[int, ...] = ()
+    backend: object = field(repr=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.size:
             raise ValueError(f"esp: rank {self.rank} is not in 0..{self.size - 1}")
-        if self.members and len(self.members) != self.size:
-            raise ValueError(f"esp: {len(self.members)} members for a group of {self.size}")
 
-    def _global(self, rank: int) -> int:
-        return self.members[rank] if self.members else rank
+    @classmethod
+    def form(cls, store_path: str, rank: int, size: int,
+             timeout_s: float = COLLECTIVE_TIMEOUT_S) -> "EspGroup":
+        """Join the group that meets at `store_path` (a file every member can reach; a new
+        path for each group) as `rank` of `size`; returns once all have joined."""
+        import torch.distributed as dist
+        store = dist.FileStore(store_path, size)
+        return cls(rank, size, dist.ProcessGroupGloo(store, rank, size,
+                                                     timedelta(seconds=timeout_s)))
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """[size, *tensor.shape]: every rank's `tensor`, in rank order."""
-        import torch.distributed as dist
         out = torch.empty((self.size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
-        dist.all_gather(list(out.unbind(0)), tensor.contiguous(), group=self.group)
+        self.backend.allgather([list(out.unbind(0))], [tensor.contiguous()]).wait()
         return out
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
         """`tensor` as rank `src` has it, on every rank (in place)."""
-        import torch.distributed as dist
-        dist.broadcast(tensor, self._global(src), group=self.group)
+        self.backend.broadcast(tensor, src).wait()
         return tensor
 
     def gather(self, tensor: torch.Tensor, dst: int) -> torch.Tensor | None:
         """[size, *tensor.shape] on rank `dst`, None on the others."""
         import torch.distributed as dist
-        tensor = tensor.contiguous()
+        options = dist.GatherOptions()
+        options.rootRank = dst
         if self.rank != dst:
-            dist.gather(tensor, None, dst=self._global(dst), group=self.group)
+            self.backend.gather([], [tensor.contiguous()], options).wait()
             return None
         out = torch.empty((self.size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
-        dist.gather(tensor, list(out.unbind(0)), dst=self._global(dst), group=self.group)
+        self.backend.gather([list(out.unbind(0))], [tensor.contiguous()], options).wait()
         return out
 
 
