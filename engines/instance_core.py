@@ -31,7 +31,10 @@ HP with nothing waiting and room to spare holds one ticket (docs/design.md §5.5
 """
 from __future__ import annotations
 
+import msgspec
+
 from engines.batch import Batch
+from engines.esp_parts import EspParts, EspStep
 from engines.executors.base import Executor
 from engines.handoff import (
     ExportKv, ImportKv, Prefilled, PrefilledQueue, hand_off, prefilled_request,
@@ -41,7 +44,7 @@ from engines.request import Request
 from engines.scheduler import Scheduler
 from engines.scheduler_config import SchedulerConfig
 from ipc.messages import (
-    Abort, CachedPrompt, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
+    Abort, CachedPrompt, EspGo, EspJoin, EspLeave, Finished, FinishReason, Heartbeat, InstanceLoad, Offload, OffloadedRequest, Origin,
     Ping, Ready,
     RequestError, Role, RoleChanged, SetRole, Shutdown, StepOutputs, Submit, SubmitPrefilled, Ticket, ToController,
     ToInstance,
@@ -84,10 +87,12 @@ class InstanceCore:
         self.prefill_rate = 0.0   # prompt tokens/s while saturated (InstanceLoad.prefill_rate)
         #: Decode instances: prefilled requests waiting for a seat and KV blocks.
         self.prefilled = PrefilledQueue()
+        #: Its parts in ESP groups (engines/esp_parts.py).
+        self.esp = EspParts(instance_id, self.kv)
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work or bool(self.prefilled)
+        return self.scheduler.has_work or bool(self.prefilled) or self.esp.has_step
 
     # ---- commands ----------------------------------------------------------------------
     def take(self, commands: list[ToInstance], now: float, num_bad_frames: int = 0,
@@ -115,10 +120,20 @@ class InstanceCore:
                 return [self.heartbeat(now, num_bad_frames, ping_id=ping_id)]
             case SetRole():
                 return [self.set_role(command)]
+            case EspJoin(request_id=request_id, prompt_token_ids=prompt, part=part):
+                return [self.esp.join(request_id, prompt, part, None)]
+            case EspGo(request_id=request_id, alone=alone):
+                return self._esp_go(request_id, alone)
+            case EspLeave(request_id=request_id):
+                return self._esp_leave(request_id)
             case Shutdown():
                 self.stopped = True
-                ids = [*self.scheduler.requests, *self.prefilled.ids()]
-                return [m for rid in ids for m in self._abort(rid)]
+                ids = [*self.scheduler.requests, *self.prefilled.ids(),
+                       *self.esp.pending_masters()]
+                outputs = [m for rid in ids for m in self._abort(rid)]
+                for request_id in list(self.esp.parts):
+                    self.esp.leave(request_id)
+                return outputs
             case _:
                 raise TypeError(f"not an instance command: {command!r}")
 
@@ -147,21 +162,59 @@ class InstanceCore:
         self.num_accepted += 1
         if submit.origin is Origin.NEW:
             self.ticket_open = False  # a new request came: it used our ticket (or beat it)
-        deadline = submit.deadline
-        if deadline is None:
-            deadline = (submit.arrival_time + submit.ttft_slo if submit.ttft_slo is not None
-                        else float("inf"))
+        return self._add(submit)
+
+    def _add(self, submit: Submit, computed: int = 0) -> list[ToController]:
+        """Into the scheduler; with `computed`, an ESP group's master after the group's
+        step: that many prompt tokens have their KV (engines/esp_parts.py); the master of
+        a group still forming: its part, and the answer to the controller."""
         try:
             self._check_token_ids(submit.prompt_token_ids)
-            self.scheduler.add_request(Request(
-                submit.request_id, submit.prompt_token_ids, submit.sampling,
-                arrival_time=submit.arrival_time, deadline=deadline, priority=serving_class(submit),
-                tbt_slo=submit.tbt_slo or float("inf"), pinned=submit.origin.pinned,
-                generated_before=submit.generated_before))
+            if submit.esp is not None and not computed:
+                return [self.esp.join(submit.request_id, submit.prompt_token_ids, submit.esp,
+                                      submit)]
+            request = self._request(submit, pinned=submit.origin.pinned or computed > 0)
+            if computed:
+                self.scheduler.add_prefilled(request, computed)
+            else:
+                self.scheduler.add_request(request)
         except ValueError as exc:
             return [RequestError(instance_id=self.instance_id, request_id=submit.request_id,
                                  message=str(exc))]
         return []
+
+    @staticmethod
+    def _request(submit: Submit, pinned: bool) -> Request:
+        deadline = submit.deadline
+        if deadline is None:
+            deadline = (submit.arrival_time + submit.ttft_slo if submit.ttft_slo is not None
+                        else float("inf"))
+        return Request(submit.request_id, submit.prompt_token_ids, submit.sampling,
+                       arrival_time=submit.arrival_time, deadline=deadline,
+                       priority=serving_class(submit), tbt_slo=submit.tbt_slo or float("inf"),
+                       pinned=pinned, generated_before=submit.generated_before)
+
+    def _esp_leave(self, request_id: str) -> list[ToController]:
+        """The group ended: a holder frees its stripe; a master whose step has not run
+        serves the request alone, one whose step ran recomputes what the others held
+        (preempted by recompute: the tokens it sent stay sent)."""
+        if request_id in self.esp.pending_masters():
+            if self.esp.lose(request_id):
+                return []
+            return self._esp_go(request_id, alone=True)
+        if not self.esp.leave(request_id):
+            self.scheduler.recompute(request_id)
+        return []
+
+    def _esp_go(self, request_id: str, alone: bool) -> list[ToController]:
+        """Run the group's step (or, `alone`, serve the master's request by itself)."""
+        if not alone:
+            self.esp.go(request_id)
+            return []
+        submit = self.esp.alone(request_id)
+        if submit is None:
+            return []
+        return self._add(msgspec.structs.replace(submit, esp=None))
 
     def _accept_prefilled(self, message: SubmitPrefilled) -> list[Output]:
         """A decode instance takes a request prefilled elsewhere (engines/handoff.py)."""
@@ -196,16 +249,22 @@ class InstanceCore:
 
     def _abort(self, request_id: str) -> list[ToController]:
         """Unknown or finished ids get nothing: their terminal answer was already sent."""
-        if self.scheduler.abort(request_id) is None and not self.prefilled.remove(request_id):
+        if request_id in self.esp.pending_masters():
+            self.esp.leave(request_id)
+        elif self.scheduler.abort(request_id) is None and not self.prefilled.remove(request_id):
             return []
         return [Finished(instance_id=self.instance_id, request_id=request_id,
                          reason=FinishReason.ABORT)]
 
     # ---- the step ----------------------------------------------------------------------
-    def begin_step(self, now: float) -> tuple[Batch, list[Output]]:
-        """The turn's second part: the batch to run. An empty one (no work, or the scheduler
-        only took requests out of the queue) ends the turn here, with what `finish_step`
-        would say of it: the driver runs nothing and goes back to draining."""
+    def begin_step(self, now: float) -> tuple[Batch | EspStep, list[Output]]:
+        """The turn's second part: the batch to run, or an ESP group's prefill step that is
+        due (the driver runs it with the group, then calls `finish_esp`). An empty batch
+        (no work, or the scheduler only took requests out of the queue) ends the turn here,
+        with what `finish_step` would say of it: the driver runs nothing and goes back to
+        draining."""
+        if self.esp.has_step:
+            return self.esp.next_step(), []
         batch = self._schedule(now) if self.has_work else Batch()
         if batch:
             return batch, []
@@ -251,6 +310,18 @@ class InstanceCore:
                                      reason=FinishReason.DROP))
         messages += self.ask_for_work()
         return messages
+
+    def finish_esp(self, step: EspStep, now: float) -> list[Output]:
+        """After the group's prefill step: the master takes the request into its
+        scheduler, every prompt token but the last computed (its next step computes that
+        one and samples the first token); a holder keeps its stripe."""
+        submit, computed = self.esp.stepped(step)
+        self.num_steps += 1
+        outputs: list[Output] = []
+        if submit is not None:
+            outputs += self._add(msgspec.structs.replace(submit, esp=None) if not computed
+                                 else submit, computed=computed)
+        return outputs + self.ask_for_work()
 
     def _learn(self, batch: Batch, seconds: float) -> None:
         """Feed the performance model; refit it now and then (and forget stale predictions)."""

@@ -104,6 +104,16 @@ class Scheduler:
         self.running.append(request)
         return True
 
+    def recompute(self, request_id: str) -> bool:
+        """A running request whose KV is partly gone (an ESP group's other instance left,
+        engines/esp_parts.py) recomputes it, preempted as if short of blocks; False when
+        no such request runs here."""
+        request = self.requests.get(request_id)
+        if request is None or request.status is not RequestStatus.RUNNING:
+            return False
+        self._preempt(request, None)
+        return True
+
     def abort(self, request_id: str) -> Request | None:
         """Finish a request early, freeing its blocks; None if it is unknown or already done."""
         request = self.requests.get(request_id)

@@ -5,9 +5,9 @@ field, so one typed decoder per direction (`ipc.codec`) turns a frame into exact
 one of the structs below or rejects it. Unknown fields are refused (strict wire).
 
 Controller -> instance (`ToInstance`): Submit, Abort, Ping, Shutdown, SubmitPrefilled,
-SetRole.
+SetRole, EspJoin, EspGo, EspLeave.
 Instance -> controller (`ToController`): Ready, StepOutputs, Finished, RequestError,
-Heartbeat, Offload, Ticket, InstanceFailed, Handoff, RoleChanged.
+Heartbeat, Offload, Ticket, InstanceFailed, Handoff, RoleChanged, EspJoined.
 
 Every Submit gets exactly one terminal outcome from the instance:
   * a token marked finished ("stop" | "length") in a StepOutputs' `tokens`,
@@ -180,6 +180,15 @@ class _Message(msgspec.Struct, tag_field="type", frozen=True, forbid_unknown_fie
 
 # ---- controller -> instance -------------------------------------------------------------
 
+class EspPart(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
+    """An instance's place in one request's ESP group (elastic sequence parallelism,
+    engines/models/sequence_parallel.py): the group's instances, its master (the decode
+    owner) first, and this instance's rank among them."""
+
+    group: Annotated[list[InstanceId], Meta(min_length=2)]
+    rank: Annotated[int, Meta(ge=0)]
+
+
 class Submit(_Message, tag="submit"):
     """A new request for the instance. `deadline` is an absolute monotonic time (the TTFT
     deadline, arrival + TTFT SLO); None lets the instance derive it from `ttft_slo`."""
@@ -199,6 +208,9 @@ class Submit(_Message, tag="submit"):
     #: RESUME: the last this-many prompt tokens are the output it generated before (what
     #: presence and frequency penalties count).
     generated_before: Count = 0
+    #: Its ESP group, this instance its master (rank 0): it prefills its stripe of the
+    #: prompt with the group (after `EspGo`) and then decodes it here; None: served alone.
+    esp: EspPart | None = None
 
 
 class Abort(_Message, tag="abort"):
@@ -417,6 +429,42 @@ class SubmitPrefilled(_Message, tag="submit_prefilled"):
         return self.submit.request_id
 
 
-ToInstance = Union[Submit, Abort, Ping, Shutdown, SubmitPrefilled, SetRole]
+class EspJoin(_Message, tag="esp_join"):
+    """Controller -> an ESP group's other instance (rank >= 1): hold room for its stripe of
+    the request's prompt and answer `EspJoined`; after `EspGo` compute that stripe with
+    the group and keep its KV until `EspLeave`."""
+
+    request_id: RequestId
+    prompt_token_ids: Annotated[list[TokenId], Meta(min_length=1)]
+    part: EspPart
+
+
+class EspGo(_Message, tag="esp_go"):
+    """Controller -> every instance of an ESP group, once all joined: run the group's
+    prefill step at the next step boundary (`alone`: the master only -- the group did not
+    form, and it serves the request by itself as any other)."""
+
+    request_id: RequestId
+    alone: bool = False
+
+
+class EspLeave(_Message, tag="esp_leave"):
+    """Controller -> an ESP group's other instance: the request ended or the group
+    dissolved; free its stripe (nothing is answered)."""
+
+    request_id: RequestId
+
+
+class EspJoined(_Message, tag="esp_joined"):
+    """Instance -> controller: its answer to an ESP group's `Submit` or `EspJoin`;
+    `refused`: why it cannot hold its stripe (no KV room), "" when it can."""
+
+    instance_id: InstanceId
+    request_id: RequestId
+    refused: str = ""
+
+
+ToInstance = Union[Submit, Abort, Ping, Shutdown, SubmitPrefilled, SetRole, EspJoin, EspGo,
+                   EspLeave]
 ToController = Union[Ready, StepOutputs, Finished, RequestError, Heartbeat, Offload, Ticket,
-                     InstanceFailed, Handoff, RoleChanged]
+                     InstanceFailed, Handoff, RoleChanged, EspJoined]

@@ -3,7 +3,7 @@ engines/models/esp_sequence.py): a long prompt prefilled striped over 2 and 3 ra
 keeping only its own tokens' KV, then decoded on one rank with the other ranks' KV merged
 by log-sum-exp, gives one instance's logits within fp32 tolerance and its greedy tokens.
 
-Covers: engines/models/sequence_parallel.py, engines/models/esp_sequence.py.
+Covers: engines/models/sequence_parallel.py, engines/models/esp_sequence.py, engines/models/stripes.py.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.models.sequence_parallel import merge_partials, partial_attention, stripe
+from engines.models.sequence_parallel import merge_partials, partial_attention
+from engines.models.stripes import stripe
 from tests import esp_ranks
 
 PROMPT_TOKENS = 1600   # near the tiny model's 2,048-token context

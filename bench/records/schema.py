@@ -61,6 +61,8 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     #: invalid_request_error for a 400).
     error_code: str | None = None
     http_status: int | None = None      # a live request answered with an HTTP error
+    #: The instances of its ESP group, the master first (prefilled over them); [] alone.
+    esp_group: list[int] = []
     scheduled: float | None = None      # when an open-loop client meant to send it
     #: Prompt tokens its instance found in its prefix cache (OpenAI's
     #: usage.prompt_tokens_details.cached_tokens).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from bench.records.schema import RequestRecord, failure_outcome
 from bench.records.results import is_good
 from daemon.core.controller_config import SloConfig
-from daemon.core.events import Moved, Refuse, RoleSwitched, Send, Settle, Tokens
+from daemon.core.events import EspChanged, Moved, Refuse, RoleSwitched, Send, Settle, Tokens
 from daemon.core.request_state import Outcome
 from ipc.api_codes import REFUSAL_CODES
 from ipc.messages import Origin, Submit, SubmitPrefilled
@@ -92,3 +92,5 @@ class RecordKeeper:
                     record.offloaded = True
             case RoleSwitched():
                 self.role_switches.append(action)
+            case EspChanged(request_id=request_id, members=members, formed=True):
+                self.records[request_id].esp_group = list(members)

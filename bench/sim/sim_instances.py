@@ -13,6 +13,7 @@ import msgspec
 
 from daemon.config import InstancesConfig
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
+from daemon.core.esp_groups import EspSettings
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
 from engines.executors.sim_executor import SimExecutor
@@ -45,6 +46,9 @@ class SimConfig:
     interconnect: str = ""
     #: An `<n>A` layout: the controller changes instances between LP and HP online.
     dynamic_roles: bool = False
+    #: ESP groups for long prompts (daemon/core/esp_groups.py; max_degree 1: off). A
+    #: group's prefill step costs `esp_time.esp_prefill_time` on the profile.
+    esp: EspSettings = EspSettings()
 
 
 @dataclass

@@ -36,6 +36,9 @@ from bench.sim.sim_instances import SimConfig, SimInstance, build_instance
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import Arrived, FromInstance, Send, StartAccepting, StartTimer, TimerFired
 from engines.batch import Batch
+from engines.esp_parts import EspStep
+from engines.executors.profiles.esp_time import esp_prefill_time
+from engines.executors.profiles.registry import get_profile
 from ipc.params import SamplingParams
 from policies.tenants import DEFAULT_TENANT
 
@@ -59,9 +62,11 @@ class Simulation:
         self.controller = ControllerCore({s.instance_id: s.core.role for s in self.instances},
                                          config.controller, config.slo,
                                          dynamic_roles=config.dynamic_roles,
-                                         tenants=config.tenants)
+                                         tenants=config.tenants, esp=config.esp)
         self.records = {f"r{w.index}": _record(w) for w in workload}
         self.keeper = RecordKeeper(self.records, config.slo, watched)
+        #: ESP groups whose prefill step some members have begun: (instance, its step).
+        self._esp_begun: dict[str, list[tuple[SimInstance, EspStep]]] = {}
         self._start_up()
         for request_id, work in zip(self.records, workload):
             self._at(work.arrival, self._arrive, request_id, work)
@@ -145,6 +150,9 @@ class Simulation:
             inbox, sim.inbox = sim.inbox, []
             self._to_controller(core.take(inbox, self.now))
             batch, outputs = core.begin_step(self.now)
+            if type(batch) is EspStep:
+                self._begin_esp(sim, batch)
+                return
             if batch:
                 self._start_step(sim, batch)
                 return
@@ -162,6 +170,30 @@ class Simulation:
         seconds = sim.executor.latency(batch)
         sim.busy = True
         self._at(self.now + seconds, self._finish_step, sim, batch, seconds)
+
+    def _begin_esp(self, sim: SimInstance, step: EspStep) -> None:
+        """A member reached its ESP group's prefill step: it waits (busy, as in the
+        step's first collective) until every member has; then all run it together, for
+        the step's price on the profile (engines/executors/profiles/esp_time.py)."""
+        sim.busy = True
+        begun = self._esp_begun.setdefault(step.request_id, [])
+        begun.append((sim, step))
+        if len(begun) < step.degree:
+            return
+        del self._esp_begun[step.request_id]
+        record = self.records[step.request_id]
+        if record.sched_delay is None:
+            record.sched_delay = self.now - record.arrival
+        seconds = esp_prefill_time(get_profile(self.config.profile), step.num_tokens,
+                                   step.degree).total
+        for member, own in begun:
+            member.executor.busy_time += seconds
+            self._at(self.now + seconds, self._finish_esp, member, own)
+
+    def _finish_esp(self, sim: SimInstance, step: EspStep) -> None:
+        sim.busy = False
+        self._to_controller(sim.core.finish_esp(step, self.now))
+        self._serve(sim)
 
     def _finish_step(self, sim: SimInstance, batch: Batch, seconds: float) -> None:
         sim.busy = False

@@ -42,6 +42,7 @@ import msgspec
 from daemon.core.admission_bounds import retry_after
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.core.core_view import CoreView
+from daemon.core.esp_groups import EspGroups, EspSettings
 from daemon.core.events import (
     Action,
     Arrived,
@@ -74,6 +75,7 @@ from daemon.core.waiting_room import OVERDUE, Binding, WaitingRoom
 from ipc.api_codes import EndCode, Refusal
 from ipc.messages import (
     Abort,
+    EspJoined,
     Finished,
     FinishReason,
     Handoff,
@@ -114,9 +116,12 @@ class ControllerCore:
 
     def __init__(self, roles: Mapping[int, Role], config: ControllerConfig = ControllerConfig(),
                  slo: SloConfig = SloConfig(), dynamic_roles: bool = False,
-                 tenants: TenantsConfig = TenantsConfig()) -> None:
+                 tenants: TenantsConfig = TenantsConfig(), esp: EspSettings = EspSettings(),
+                 ) -> None:
         """`dynamic_roles`: an `<n>A` layout, whose instances change between LP and HP
-        online (`roles`: the ones they start in); only with late binding."""
+        online (`roles`: the ones they start in); only with late binding. `esp`: ESP
+        groups for long prompts (daemon/core/esp_groups.py; the simulator's, not yet the
+        daemon's)."""
         self.config, self.slo = config, slo
         lp_ids = [i for i, r in roles.items() if r is Role.LP]
         # the pool new requests go to: LPs, else a P/D layout's prefill instances, else peers
@@ -138,6 +143,8 @@ class ControllerCore:
         self.recovery = Recovery(self.ledger, config)
         self.handoffs = Handoffs(self.ledger, self.recovery)
         self.queue_ttl = QueueTtl(self.ledger)
+        #: Long prompts prefilled over several instances (None: ESP off).
+        self.esp = EspGroups(self.ledger, esp) if esp.max_degree > 1 else None
         self.accepting = self.draining = False
         self.drain_timeout = 0.0
         self.view = CoreView(self)
@@ -153,6 +160,8 @@ class ControllerCore:
             case SendFailed():
                 self.recovery.send_failed(event, out)
             case InstanceDown(now=now, instance_id=instance_id, exit_code=code):
+                if self.esp is not None:
+                    self.esp.instance_down(instance_id, out)
                 self.router.forget(instance_id)
                 if self.room is not None:
                     self.room.forget(instance_id)
@@ -169,6 +178,8 @@ class ControllerCore:
             case _:
                 raise TypeError(f"not a controller event: {event!r}")
         self._follow()
+        if self.esp is not None and self.esp.groups:
+            self.esp.settle_ended(out)
         return out
 
     def _follow(self) -> None:
@@ -240,9 +251,18 @@ class ControllerCore:
                         sampling=event.sampling, arrival_time=now, deadline=now + ttft_slo,
                         ttft_slo=ttft_slo, tbt_slo=event.tbt_slo or self.slo.tbt_slo,
                         priority=event.priority)
+        group = (self.esp.plan(now, submit, room.backlog_seconds if room is not None else None)
+                 if self.esp is not None else None)
         state = RequestState.QUEUED if room is None else RequestState.PENDING
         tracked = Tracked(event.request_id, now, submit, submit, state=state,
                           block_names=names, cached_on=cached_on, tenant=event.tenant)
+        if group is not None:   # prefilled over several instances, bound at once
+            if room is not None:
+                room.bound_elsewhere(tracked)
+            ledger.add(tracked)
+            self.queue_ttl.arrived(tracked, event.ttl, out)
+            self.esp.start(tracked, *group, out)
+            return
         if room is None:
             ledger.add(tracked)
             self.queue_ttl.arrived(tracked, event.ttl, out)
@@ -298,6 +318,9 @@ class ControllerCore:
             case RoleChanged():
                 if self.roles is not None:
                     self._role_changed(now, view, message, out)
+            case EspJoined():
+                if self.esp is not None:
+                    self.esp.joined(message, out)
             case Ticket(instance_id=instance_id):
                 if self.router.ticket(instance_id):
                     out.append(TicketOpened(instance_id))

@@ -189,5 +189,16 @@ class RoleSwitched:
     returned: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class EspChanged:
+    """A request's ESP group (daemon/core/esp_groups.py) formed (`formed`: every member
+    joined, the group's prefill goes ahead) or dissolved, for `reason`; `members`: its
+    instances, the master first. For the driver's log, metrics and records."""
+    request_id: str
+    members: tuple[int, ...]
+    formed: bool
+    reason: str
+
+
 Action = (Send | Tokens | Settle | Refuse | Moved | TicketOpened | StartTimer | InstanceReady
-          | RoleSwitched)
+          | RoleSwitched | EspChanged)

@@ -130,6 +130,14 @@ class WaitingRoom:
         self._keys[tracked.request_id] = key
         bisect.insort(self._queue, (key, tracked), key=lambda item: item[0])
 
+    def bound_elsewhere(self, tracked: Tracked) -> None:
+        """A new request another component binds at once (an ESP group,
+        daemon/core/esp_groups.py): counted as an arrival (rates, classes, tenants), but
+        never queued; QUEUED."""
+        self.add(tracked)
+        self._remove(tracked)
+        tracked.advance(Trigger.BOUND)
+
     def requeue(self, tracked: Tracked) -> None:
         """An LP's offload no HP can finish in time waits again, pinned to the LPs."""
         tracked.advance(Trigger.REQUEUED)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from engines.models.sequence_parallel import (EspDecode, EspGroup, EspPrefill, follow_decode,
-                                              local_slots, stripe_len)
+                                              local_slots)
+from engines.models.stripes import stripe_len
 
 
 class EspSequence:

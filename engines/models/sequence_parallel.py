@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from engines.models.paged_kv import gather, write_cache
+from engines.models.stripes import stripe
 
 
 #: How long a collective of an ESP group waits for its other members (a member that died
@@ -100,16 +101,6 @@ class EspGroup:
         out = torch.empty((self.size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
         self.backend.gather([list(out.unbind(0))], [tensor.contiguous()], options).wait()
         return out
-
-
-def stripe(num_tokens: int, size: int, rank: int) -> range:
-    """The positions of a `num_tokens` prompt whose queries rank `rank` of `size` computes."""
-    return range(rank, num_tokens, size)
-
-
-def stripe_len(num_tokens: int, size: int, rank: int) -> int:
-    """len(stripe(...)) without building it: the tokens whose KV rank `rank` keeps."""
-    return len(stripe(num_tokens, size, rank))
 
 
 def local_slots(block_table: list[int], begin: int, end: int, block_size: int) -> torch.Tensor:
