@@ -175,7 +175,10 @@ class InstanceCore:
                                       submit)]
             request = self._request(submit, pinned=submit.origin.pinned or computed > 0)
             if computed:
-                self.scheduler.add_prefilled(request, computed)
+                if self.scheduler.add_prefilled(request, computed):
+                    # the group's tokens' KV is spread over its instances, not in these
+                    # blocks: never named in the prefix cache
+                    request.num_named_blocks = computed // self.kv.block_size
             else:
                 self.scheduler.add_request(request)
         except ValueError as exc:

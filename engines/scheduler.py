@@ -112,6 +112,7 @@ class Scheduler:
         if request is None or request.status is not RequestStatus.RUNNING:
             return False
         self._preempt(request, None)
+        request.prefix_hit, request.num_computed_tokens = [], 0  # its blocks' KV is not all here
         return True
 
     def abort(self, request_id: str) -> Request | None:

@@ -1,0 +1,224 @@
+"""ESP groups on the two cores: the controller forms a group for a long prompt (Submit with
+`esp` to its master, EspJoin to the others, EspGo once all joined), each instance core holds
+its stripe's KV and runs the group's prefill step, the master decodes, and the group
+dissolves when the request ends or a member stops -- the request is never lost.
+
+Covers: daemon/core/esp_groups.py, engines/esp_parts.py.
+"""
+from __future__ import annotations
+
+from daemon.core.controller_config import ControllerConfig, SloConfig
+from daemon.core.controller_core import ControllerCore
+from daemon.core.esp_groups import EspSettings, prefill_seconds
+from daemon.core.events import (Arrived, EspChanged, FromInstance, InstanceDown, Moved, Send,
+                                Settle, StartAccepting)
+from daemon.core.request_state import RequestState
+from engines.esp_parts import EspStep
+from engines.scheduler_config import SchedulerConfig
+from ipc.messages import (Abort, EspGo, EspJoin, EspJoined, EspLeave, EspPart, Finished,
+                          FinishReason, Ready, Role, StepOutputs, StepTokens, Submit, TokenOutput)
+from ipc.params import SamplingParams
+from tests.fakes import FakeExecutor, FakeInstance
+
+PROMPT = list(range(5, 105))    # 100 tokens: stripes of 33 over 3 (the last is the master's)
+
+
+def instance(instance_id: int = 0, num_kv_blocks: int = 64) -> FakeInstance:
+    return FakeInstance(instance_id, Role.PEER, SchedulerConfig(mode="sarathi"),
+                        FakeExecutor(num_kv_blocks=num_kv_blocks))
+
+
+def esp_submit(group=(0, 1, 2), max_tokens: int = 3) -> Submit:
+    return Submit(request_id="long", prompt_token_ids=PROMPT,
+                  sampling=SamplingParams(max_tokens=max_tokens), arrival_time=0.0,
+                  deadline=50.0, esp=EspPart(list(group), 0))
+
+
+# -- the instance core --------------------------------------------------------------------
+
+def test_a_holder_keeps_its_stripes_blocks_from_its_join_until_it_leaves():
+    holder = instance(1).core
+    free = holder.kv.num_free_blocks
+    [answer] = holder.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                                     part=EspPart([0, 1, 2], 1)), now=0.0)
+    assert answer == EspJoined(instance_id=1, request_id="long")
+    stripe_blocks = -(-33 // holder.kv.block_size)        # 33 of the 99 tokens
+    assert free - holder.kv.num_free_blocks == stripe_blocks
+    holder.handle(EspGo(request_id="long"), now=0.1)
+    step, outputs = holder.begin_step(0.2)
+    assert step == EspStep("long", 99, 3, 1) and outputs == []
+    holder.finish_esp(step, now=1.0)
+    assert not holder.has_work and free - holder.kv.num_free_blocks == stripe_blocks
+    assert holder.handle(EspLeave(request_id="long"), now=2.0) == []
+    assert holder.kv.num_free_blocks == free
+
+
+def test_the_master_decodes_after_the_groups_step_from_its_last_prompt_token():
+    driver = instance(0)
+    master = driver.core
+    [answer] = master.handle(esp_submit(), now=0.0)
+    assert answer == EspJoined(instance_id=0, request_id="long")
+    batch, _ = master.begin_step(0.1)
+    assert not batch                       # no Go yet: nothing to run
+    master.handle(EspGo(request_id="long"), now=0.2)
+    step, _ = master.begin_step(0.3)
+    assert step.master and step.num_tokens == len(PROMPT) - 1
+    driver.executor.cache["long"] = PROMPT[:-1]   # what the group's step computed
+    master.finish_esp(step, now=1.0)
+    request = master.scheduler.requests["long"]
+    assert request.num_computed_tokens == len(PROMPT) - 1 and request.pinned
+    first = driver.step(now=1.1)
+    [outputs] = [m for m in first if isinstance(m, StepOutputs)]
+    assert outputs.tokens.request_ids == ["long"]          # its first token
+    while master.has_work:
+        driver.step(now=1.2)
+    assert master.kv.num_free_blocks == master.kv.num_blocks
+
+
+def test_a_holder_without_room_refuses_and_an_alone_master_serves_by_itself():
+    small = instance(2, num_kv_blocks=2).core
+    [answer] = small.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                                    part=EspPart([0, 1, 2], 2)), now=0.0)
+    assert "no KV room" in answer.refused and "long" not in small.esp
+    master = instance(0).core
+    master.handle(esp_submit(), now=0.0)
+    assert master.handle(EspGo(request_id="long", alone=True), now=0.1) == []
+    assert master.scheduler.requests["long"].num_computed_tokens == 0   # an ordinary prefill
+    assert "long" not in master.esp
+
+
+def test_an_abort_after_the_go_answers_at_once_but_the_step_still_runs():
+    master = instance(0).core
+    master.handle(esp_submit(), now=0.0)
+    master.handle(EspGo(request_id="long"), now=0.1)
+    assert master.handle(Abort(request_id="long"), now=0.2) == [
+        Finished(instance_id=0, request_id="long", reason=FinishReason.ABORT)]
+    step, _ = master.begin_step(0.3)       # the others wait for it in the step's collective
+    assert isinstance(step, EspStep)
+    master.finish_esp(step, now=1.0)
+    assert "long" not in master.scheduler.requests
+    assert master.kv.num_free_blocks == master.kv.num_blocks
+
+
+def test_a_master_whose_group_lost_a_member_recomputes_the_request():
+    driver = instance(0)
+    master = driver.core
+    master.handle(esp_submit(max_tokens=8), now=0.0)
+    master.handle(EspGo(request_id="long"), now=0.1)
+    step, _ = master.begin_step(0.2)
+    driver.executor.cache["long"] = PROMPT[:-1]
+    master.finish_esp(step, now=1.0)
+    driver.step(now=1.1)
+    master.handle(EspLeave(request_id="long"), now=1.2)   # a holder stopped: its KV is gone
+    request = master.scheduler.requests["long"]
+    assert request.num_computed_tokens == 0 and request.num_preemptions == 1
+    assert len(request.token_ids) == len(PROMPT) + 1      # the token it sent stays sent
+
+
+# -- the controller core ------------------------------------------------------------------
+
+def ready(instance_id: int) -> Ready:
+    return Ready(instance_id=instance_id, role=Role.PEER, mode="sarathi", executor="sim",
+                 pid=100 + instance_id, num_kv_blocks=100, block_size=16, max_model_len=4096,
+                 prefill_curve=[(16, 0.01), (64, 0.1), (128, 0.4)])
+
+
+def controller(**settings) -> ControllerCore:
+    core = ControllerCore({i: Role.PEER for i in range(3)}, ControllerConfig(),
+                          SloConfig(ttft_slo=1.0, tbt_slo=0.1),
+                          esp=EspSettings(max_degree=3, **settings))
+    for i in range(3):
+        core.handle(FromInstance(0.0, ready(i)))
+    core.handle(StartAccepting(0.0))
+    return core
+
+
+def arrive(core, prompt=PROMPT, ttft_slo: float | None = None):
+    return core.handle(Arrived(1.0, "long", list(prompt), SamplingParams(max_tokens=2),
+                               ttft_slo=ttft_slo))
+
+
+def joined_all(core, members) -> list:
+    actions = []
+    for m in members:
+        actions += core.handle(FromInstance(1.1, EspJoined(instance_id=m, request_id="long")))
+    return actions
+
+
+def sends(actions):
+    return [(a.instance_id, a.message) for a in actions if isinstance(a, Send)]
+
+
+def token(instance_id: int, done: bool = False) -> FromInstance:
+    finished = FinishReason.LENGTH if done else None
+    return FromInstance(2.0, StepOutputs(instance_id=instance_id, step=1, time=2.0,
+                                         step_seconds=0.01, tokens=StepTokens.of(
+                                             [TokenOutput("long", 7, finished)])))
+
+
+def test_a_prompt_that_misses_its_deadline_alone_gets_the_smallest_group_that_meets_it():
+    # the curve says 100 tokens take 0.27 s alone (x1.3 while serving others): within 1 s
+    [(_, submit)] = sends(arrive(controller()))
+    assert submit.esp is None
+    # with 0.3 s left it needs 2 instances (0.27 x 1.2 / 2 = 0.16 s)
+    actions = arrive(controller(), ttft_slo=0.3)
+    [(master, submit), (holder, join)] = sends(actions)
+    assert submit.esp == EspPart([master, holder], 0)
+    assert join == EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                           part=EspPart([master, holder], 1))
+    # the curve past its end grows as its last two points do (x4 for twice the tokens)
+    assert prefill_seconds(ready(0).prefill_curve, 256) == 1.6
+
+
+def test_a_group_forms_when_all_joined_and_dissolves_when_its_request_ends():
+    core = controller(min_tokens=50)
+    [(master, submit), *joins] = sends(arrive(core))
+    members = submit.esp.group
+    assert len(members) == 2 and core.ledger.requests["long"].instance == master
+    actions = joined_all(core, members)
+    [formed] = [a for a in actions if isinstance(a, EspChanged)]
+    assert formed.formed and formed.members == tuple(members) and "min_tokens 50" in formed.reason
+    assert sends(actions) == [(m, EspGo(request_id="long")) for m in members]
+    core.handle(token(master))
+    actions = core.handle(token(master, done=True))
+    assert [type(a) for a in actions if isinstance(a, Settle)] == [Settle]
+    assert sends(actions) == [(members[1], EspLeave(request_id="long"))]
+    [gone] = [a for a in actions if isinstance(a, EspChanged)]
+    assert not gone.formed and gone.reason == "the request ended" and not core.esp.groups
+
+
+def test_a_refusal_sends_the_master_alone_and_the_others_away():
+    core = controller(min_tokens=50)
+    [(master, submit), (holder, _)] = sends(arrive(core))
+    actions = core.handle(FromInstance(1.1, EspJoined(instance_id=holder, request_id="long",
+                                                       refused="no KV room")))
+    assert sends(actions) == [(master, EspGo(request_id="long", alone=True)),
+                              (holder, EspLeave(request_id="long"))]
+    assert not [a for a in actions if isinstance(a, EspChanged)]   # it never formed
+    assert core.ledger.requests["long"].instance == master
+
+
+def test_a_holder_that_stops_ends_the_group_and_the_master_keeps_the_request():
+    core = controller(min_tokens=50)
+    [(master, submit), (holder, _)] = sends(arrive(core))
+    joined_all(core, submit.esp.group)
+    core.handle(token(master))
+    actions = core.handle(InstanceDown(3.0, holder, exit_code=1))
+    assert sends(actions) == [(master, EspLeave(request_id="long"))]   # recompute alone
+    [gone] = [a for a in actions if isinstance(a, EspChanged)]
+    assert gone.reason == f"instance {holder} stopped"
+    tracked = core.ledger.requests["long"]
+    assert tracked.instance == master and tracked.state is RequestState.STREAMING
+
+
+def test_a_master_that_stops_moves_the_request_and_frees_the_holders():
+    core = controller(min_tokens=50)
+    [(master, submit), (holder, _)] = sends(arrive(core))
+    joined_all(core, submit.esp.group)
+    actions = core.handle(InstanceDown(3.0, master, exit_code=1))
+    assert (holder, EspLeave(request_id="long")) in sends(actions)
+    [moved] = [a for a in actions if isinstance(a, Moved)]
+    resubmit = dict(sends(actions))[moved.target]
+    assert moved.target != master and resubmit.esp is None     # served alone, recomputed
+    assert core.ledger.requests["long"].state is RequestState.QUEUED
+    assert not [a for a in actions if isinstance(a, Settle)]   # not ended: it goes on
