@@ -20,7 +20,8 @@ import time
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import (
-    Arrived, ClientLeft, Drain, FromInstance, InstanceDown, InstanceReady, Refuse, RoleSwitched, Send,
+    Arrived, ClientLeft, Drain, EspChanged, FromInstance, InstanceDown, InstanceReady, Refuse,
+    RoleSwitched, Send,
     SendFailed, Settle, StartAccepting, StartTimer, Timer, TimerFired, Tokens,
 )
 from daemon.errors import ApiError, refusal_error, settle_error
@@ -192,6 +193,10 @@ class Controller:
                 case RoleSwitched(instance_id=i, old=old, new=new, reason=reason):
                     log.info("instance %d changed role %s -> %s (%s); %d waiting requests "
                              "bound again", i, old.value, new.value, reason, action.returned)
+                case EspChanged(request_id=request_id, members=members, formed=formed,
+                                reason=reason):
+                    log.info("ESP group of request %s over instances %s %s: %s", request_id,
+                             list(members), "formed" if formed else "dissolved", reason)
         if self.view.draining and not self.view.requests_in_flight:
             self._drained.set()
 

@@ -16,7 +16,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from daemon.batch_histogram import BatchHistogram
-from daemon.core.events import Moved, Refuse, RoleSwitched, Settle, TicketOpened, Tokens
+from daemon.core.events import (EspChanged, Moved, Refuse, RoleSwitched, Settle, TicketOpened,
+                                Tokens)
 from daemon.gateway_metrics import GatewayCollector
 from daemon.gateway_view import GatewayView
 from daemon.prefix_metrics import PrefixCacheMetrics
@@ -76,6 +77,10 @@ class Metrics:
         # `<n>A` layouts: roles change online (docs/design.md §5.10)
         self.role_changes = Counter("ascendra_role_changes", "Instances that changed role, "
                                     "by old and new role", ["from", "to"], registry=r)
+        # ESP groups (daemon/core/esp_groups.py): formed, and dissolved by why
+        self.esp_groups = Counter("ascendra_esp_groups", "ESP groups formed and dissolved "
+                                  "(event), of how many instances (degree)",
+                                  ["event", "degree"], registry=r)
 
     def watch_roles(self, seconds: Callable[[], Mapping[tuple[int, Role], float]]) -> None:
         """`ascendra_instance_role_seconds{instance,role}`, read from `seconds` at every
@@ -115,6 +120,9 @@ class Metrics:
             case RoleSwitched(instance_id=instance, old=old, new=new):
                 self.roles[instance] = new
                 self.role_changes.labels(old.value, new.value).inc()
+            case EspChanged(members=members, formed=formed):
+                self.esp_groups.labels("formed" if formed else "dissolved",
+                                       str(len(members))).inc()
 
     def observe_tokens(self, action: Tokens) -> None:
         """Count a step's tokens: one counter step, one pass over each histogram."""

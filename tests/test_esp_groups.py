@@ -7,6 +7,8 @@ Covers: daemon/core/esp_groups.py, engines/esp_parts.py.
 """
 from __future__ import annotations
 
+import pytest
+
 from daemon.core.controller_config import ControllerConfig, SloConfig
 from daemon.core.controller_core import ControllerCore
 from daemon.core.esp_groups import EspSettings, prefill_seconds
@@ -222,3 +224,47 @@ def test_a_master_that_stops_moves_the_request_and_frees_the_holders():
     assert moved.target != master and resubmit.esp is None     # served alone, recomputed
     assert core.ledger.requests["long"].state is RequestState.QUEUED
     assert not [a for a in actions if isinstance(a, Settle)]   # not ended: it goes on
+
+
+def test_the_metrics_count_groups_formed_and_dissolved_by_degree():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from daemon.metrics import Metrics
+    metrics = Metrics()
+    metrics.observe(EspChanged("a", (0, 1, 2), True, "predicted 20 s alone"))
+    metrics.observe(EspChanged("a", (0, 1, 2), False, "the request ended"))
+    metrics.observe(EspChanged("b", (1, 0), True, "predicted 18 s alone"))
+    [family] = [f for f in text_string_to_metric_families(metrics.render().decode())
+                if f.name == "ascendra_esp_groups"]
+    counts = {(s.labels["event"], s.labels["degree"]): s.value for s in family.samples
+              if s.name == "ascendra_esp_groups_total"}
+    assert counts == {("formed", "3"): 1, ("dissolved", "3"): 1, ("formed", "2"): 1}
+
+
+# -- the simulator: the same cores, the group's step priced on the profile ----------------
+
+@pytest.mark.slow  # a few seconds of simulation
+def test_long_prompts_get_groups_in_the_simulator_and_every_request_is_answered_once():
+    from bench.sim.box_run import simulate
+    from bench.sim.sim_instances import SimConfig
+    from bench.studies.long_context import MAX_MODEL_LEN, PROFILE, mixed_workload
+    from daemon.layout import layout_modes
+
+    requests = mixed_workload(6.0, 0.05, 120.0, 15.0, seed=0)
+
+    def run(degree: int):
+        config = SimConfig(layout_modes=tuple(layout_modes("2L1H")), profile=PROFILE,
+                           max_model_len=MAX_MODEL_LEN, esp=EspSettings(max_degree=degree))
+        return simulate(config, requests, keep_records=True).records
+
+    alone, grouped = run(1), run(3)
+    assert all(r.outcome != "lost" for r in grouped)
+    longs = [r for r in grouped if r.slo_class == "long"]
+    assert not any(r.esp_group for r in alone)
+    served = [r.esp_group[0] == r.instance for r in longs if r.esp_group]
+    assert served and all(served)                        # its master decoded it
+    assert all(r.outcome == "completed" for r in longs)
+    met = sum(r.ttft() <= r.ttft_slo for r in longs)
+    assert met > sum(r.ttft() <= r.ttft_slo for r in alone if r.slo_class == "long")
+    # short prompts are never split
+    assert not any(r.esp_group for r in grouped if r.slo_class == "short")

@@ -1,22 +1,25 @@
 """LoongServe's question on the simulator: long prompts (16k-100k tokens) -- split one
 prefill over k instances (elastic sequence parallelism), or leave it to one?
 
-    python -m bench.studies.long_context --out docs/figures/long_context.json
+    python -m bench.studies.long_context --seeds 0,1,2 --duration 600 \
+        --out docs/figures/long_context.json
 
 Two parts, on the profile (A100, Llama-3-8B shape; its context stretched to 128k as
 Llama-3.1's):
 
 1. **one long prefill** (`prefill_table`): seconds to the first token of an L-token prompt
-   run alone in chunks of `chunk` tokens, on one GPU (Ascendra's HP taking an offload, a
-   P/D prefill instance -- plus its KV crossing NVLink to the decode instance) and
-   split across k GPUs with the KV left where it is produced (LoongServe's ESP: each GPU
-   computes 1/k of the query tokens -- striped, so the causal work is even -- and reads
-   the other shards' KV over NVLink once per layer, overlapped with compute when it fits
-   under it; plus one synchronisation per layer and chunk).
+   run alone on one GPU in chunks of `chunk` tokens (Ascendra's HP taking an offload, a P/D
+   prefill instance -- plus its KV crossing NVLink to the decode instance), and as one ESP
+   step over k GPUs as the ESP group runs it (engines/executors/profiles/esp_time.py: each
+   GPU's stripe of the prompt, plus one all-gather of the layer's KV per layer, priced
+   from the NCCL all-reduce table; not overlapped).
 2. **a mixed workload** (`mixed_workload`): ShareGPT requests at `short_qps` (TTFT 1 s,
    TBT 0.15 s) with long prompts arriving at `long_qps` (TTFT `long_ttft` s), through
-   the real cores on 2L1H (the LP offloads a long prompt to the HP), 2P1D and 3xsarathi;
-   goodput per class.
+   the real cores on 2L1H (the LP offloads a long prompt to the HP), 2P1D, 3xsarathi and
+   those with ESP groups (`+esp<k>`: the controller forms a group of up to k instances for
+   a prompt predicted to miss its TTFT alone, daemon/core/esp_groups.py, and the
+   simulator runs the group's prefill step at esp_time's price); goodput per class, per
+   seed and over the seeds.
 """
 from __future__ import annotations
 
@@ -33,7 +36,9 @@ from bench.records.results import is_good
 from bench.sim.sim_instances import SimConfig
 from bench.sim.box_run import simulate
 from daemon.core.controller_config import SloConfig
+from daemon.core.esp_groups import EspSettings
 from daemon.layout import layout_modes
+from engines.executors.profiles.esp_time import esp_prefill_time
 from engines.executors.profiles.interconnect import get_interconnect
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
@@ -41,9 +46,9 @@ from policies.batch_shape import BatchShape
 
 PROFILE = "a100-llama3-8b"
 LENGTHS = (16_384, 32_768, 65_536, 100_000)
-#: One synchronisation between the k instances of a sequence-parallel step, per layer.
-SYNC_SECONDS = 20e-6
 MAX_MODEL_LEN = 131_072
+#: A layout's suffix that turns ESP groups on, with their largest degree: "2L1H+esp3".
+ESP_SUFFIX = "+esp"
 
 
 def single_gpu_prefill(profile, length: int, chunk: int) -> float:
@@ -52,23 +57,6 @@ def single_gpu_prefill(profile, length: int, chunk: int) -> float:
     while done < length:
         n = min(chunk, length - done)
         seconds += profile.step_time(BatchShape.of(prefills=[(n, done)]), num_sampling=1)
-        done += n
-    return seconds
-
-
-def esp_prefill(profile, length: int, chunk: int, k: int) -> float:
-    """Seconds with the prompt split over k GPUs (LoongServe's elastic sequence
-    parallelism): each step, each GPU computes `chunk` of the step's k x chunk query tokens
-    (striped) against the context so far, reading the other shards' KV of the new tokens
-    over NVLink (overlapped with compute up to its length), plus a sync per layer."""
-    link = get_interconnect("", profile.hardware.name)
-    bytes_per_token = profile.kv_bytes_per_token
-    seconds, done = 0.0, 0
-    while done < length:
-        n = min(k * chunk, length - done)
-        compute = profile.step_time(BatchShape.of(prefills=[(-(-n // k), done)]), num_sampling=1)
-        exchange = link.transfer_seconds((k - 1) * n // k * bytes_per_token)
-        seconds += max(compute, exchange) + profile.model.layers * SYNC_SECONDS
         done += n
     return seconds
 
@@ -83,10 +71,11 @@ def prefill_table(chunk: int = 2048, ks=(2, 3)) -> list[dict]:
                "pd_s": round(one + link.transfer_seconds(length * profile.kv_bytes_per_token), 3),
                "kv_gib": round(length * profile.kv_bytes_per_token / 2**30, 2)}
         for k in ks:
-            esp = esp_prefill(profile, length, chunk, k)
-            row[f"esp{k}_s"] = round(esp, 3)
-            row[f"esp{k}_speedup"] = round(one / esp, 2)
-            row[f"esp{k}_gpu_s"] = round(k * esp, 3)  # GPU-seconds the k GPUs are held
+            esp = esp_prefill_time(profile, length, k)
+            row[f"esp{k}_s"] = round(esp.total, 3)
+            row[f"esp{k}_exchange_s"] = round(esp.exchange, 3)
+            row[f"esp{k}_speedup"] = round(one / esp.total, 2)
+            row[f"esp{k}_gpu_s"] = round(k * esp.total, 3)  # GPU-seconds the k GPUs are held
         rows.append(row)
     return rows
 
@@ -123,10 +112,14 @@ def run_mixed(layouts, short_qps: float, long_qps: float, duration: float, long_
     slo = SloConfig()
     rows = []
     for layout in layouts:
-        sim = SimConfig(layout_modes=tuple(layout_modes(layout)), profile=PROFILE,
-                        scheduler=SchedulerConfig(), slo=slo, max_model_len=MAX_MODEL_LEN)
+        base, _, degree = layout.partition(ESP_SUFFIX)
+        sim = SimConfig(layout_modes=tuple(layout_modes(base)), profile=PROFILE,
+                        scheduler=SchedulerConfig(), slo=slo, max_model_len=MAX_MODEL_LEN,
+                        esp=EspSettings(max_degree=int(degree or 1)))
         records = simulate(sim, requests, keep_records=True).records
-        row = {"layout": layout}
+        row = {"layout": layout, "seed": seed,
+               "esp_groups": sum(1 for r in records if r.esp_group),
+               "lost": sum(1 for r in records if r.outcome == "lost")}
         for cls in ("short", "long"):
             mine = [r for r in records if r.slo_class == cls]
             good = sum(is_good(r, r.ttft_slo or slo.ttft_slo, r.tbt_slo or slo.tbt_slo)
@@ -137,31 +130,53 @@ def run_mixed(layouts, short_qps: float, long_qps: float, duration: float, long_
                         "max_ttft_s": round(ttfts[-1], 3) if ttfts else None}
         rows.append(row)
         if progress:
-            progress(f"{layout:>9}: short {row['short']['goodput_pct']} %, long "
-                     f"{row['long']['goodput_pct']} % (p50 TTFT {row['long']['p50_ttft_s']} s)")
+            progress(f"seed {seed} {layout:>13}: short {row['short']['goodput_pct']} %, long "
+                     f"{row['long']['goodput_pct']} % (p50 TTFT {row['long']['p50_ttft_s']} s), "
+                     f"{row['esp_groups']} ESP groups, {row['lost']} lost")
     return rows
+
+
+def over_seeds(rows: list[dict]) -> list[dict]:
+    """Per layout: each class's goodput over every seed's requests together."""
+    out = []
+    for layout in dict.fromkeys(r["layout"] for r in rows):
+        mine = [r for r in rows if r["layout"] == layout]
+        row = {"layout": layout, "seeds": [r["seed"] for r in mine],
+               "esp_groups": sum(r["esp_groups"] for r in mine),
+               "lost": sum(r["lost"] for r in mine)}
+        for cls in ("short", "long"):
+            n = sum(r[cls]["requests"] for r in mine)
+            good = sum(r[cls]["requests"] * r[cls]["goodput_pct"] / 100 for r in mine)
+            row[cls] = {"requests": n, "goodput_pct": round(100 * good / n, 1) if n else None}
+        out.append(row)
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layouts", default="2L1H,2P1D,3xsarathi")
+    p.add_argument("--layouts", default="2L1H,2L1H+esp3,2P1D,3xsarathi,3xsarathi+esp3")
     p.add_argument("--short-qps", type=float, default=6.0)
     p.add_argument("--long-qps", type=float, default=0.05)
-    p.add_argument("--duration", type=float, default=300.0)
+    p.add_argument("--duration", type=float, default=600.0)
     p.add_argument("--long-ttft", type=float, default=15.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     started = time.perf_counter()
     table = prefill_table()
     for row in table:
         print(row)
-    mixed = run_mixed(args.layouts.split(","), args.short_qps, args.long_qps, args.duration,
-                      args.long_ttft, args.seed)
+    seeds = [int(x) for x in args.seeds.split(",")]
+    mixed = [row for seed in seeds
+             for row in run_mixed(args.layouts.split(","), args.short_qps, args.long_qps,
+                                  args.duration, args.long_ttft, seed)]
+    overall = over_seeds(mixed)
+    for row in overall:
+        print(row)
     doc = {"figure": "long_context", "profile": PROFILE, "prefill": table,
            "mixed": {"short_qps": args.short_qps, "long_qps": args.long_qps,
                      "duration_s": args.duration, "long_ttft_slo_s": args.long_ttft,
-                     "seed": args.seed, "rows": mixed},
+                     "seeds": seeds, "rows": mixed, "over_seeds": overall},
            "wall_s": round(time.perf_counter() - started, 1)}
     if args.out:
         write_json(args.out, doc)
