@@ -61,6 +61,14 @@ class RoleChangeHealth(msgspec.Struct, kw_only=True):
     seconds_ago: float
 
 
+class EspGroupHealth(msgspec.Struct, kw_only=True):
+    """A request's ESP group (daemon/core/esp_groups.py) now."""
+    request_id: str
+    instances: list[int]      # the master (it decodes the request) first
+    formed: bool              # every member joined (false: still joining)
+    reason: str               # why it was formed
+
+
 class ModelHealth(msgspec.Struct, kw_only=True):
     """One served model's part of the daemon (its controller and instance group)."""
     name: str
@@ -79,6 +87,7 @@ class Health(msgspec.Struct, kw_only=True):
     queued_tokens: int        # their prompt tokens (bounded: max_queued_tokens)
     instances: list[InstanceHealth] = []
     models: list[ModelHealth] = []  # each served model, in the order of [model] model
+    esp_groups: list[EspGroupHealth] = []  # long prompts prefilled over several instances
 
     @property
     def perf_model_mape(self) -> float | None:
@@ -149,7 +158,10 @@ def build_health(core: CoreView, supervisor: Supervisor, model_name: str,
                       else "degraded" if core.accepting else "draining")
     health = Health(status=status, model=model_name, requests_in_flight=core.requests_in_flight,
                     queued_requests=core.queued_requests, queued_tokens=core.queued_tokens,
-                    instances=instances)
+                    instances=instances,
+                    esp_groups=[EspGroupHealth(request_id=g.request_id,
+                                               instances=list(g.members), formed=g.going,
+                                               reason=g.reason) for g in core.esp_groups()])
     health.models = [_as_model(health)]
     return health
 
@@ -166,7 +178,8 @@ def combine_health(parts: list[Health]) -> Health:
                   queued_requests=sum(p.queued_requests for p in parts),
                   queued_tokens=sum(p.queued_tokens for p in parts),
                   instances=[i for p in parts for i in p.instances],
-                  models=[m for p in parts for m in p.models or [_as_model(p)]])
+                  models=[m for p in parts for m in p.models or [_as_model(p)]],
+                  esp_groups=[g for p in parts for g in p.esp_groups])
 
 
 def _as_model(health: Health) -> ModelHealth:

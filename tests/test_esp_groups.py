@@ -7,6 +7,7 @@ Covers: daemon/core/esp_groups.py, engines/esp_parts.py.
 """
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from daemon.core.controller_config import ControllerConfig, SloConfig
@@ -268,3 +269,20 @@ def test_long_prompts_get_groups_in_the_simulator_and_every_request_is_answered_
     assert met > sum(r.ttft() <= r.ttft_slo for r in alone if r.slo_class == "long")
     # short prompts are never split
     assert not any(r.esp_group for r in grouped if r.slo_class == "short")
+
+
+def test_health_lists_the_groups_joining_and_formed():
+    from daemon.health import Health, build_health
+    from tests.test_roles_observability import supervisor
+    core = controller(min_tokens=50)
+    [(_, submit), _] = sends(arrive(core))
+    members = submit.esp.group
+    [joining] = build_health(core.view, supervisor(3), "m", now=1.0).esp_groups
+    assert (joining.request_id, joining.instances, joining.formed) == ("long", members, False)
+    joined_all(core, members)
+    health = build_health(core.view, supervisor(3), "m", now=1.2)
+    decoded = msgspec.json.decode(msgspec.json.encode(health), type=Health)   # as served
+    [formed] = decoded.esp_groups
+    assert formed.formed and formed.instances == members and "min_tokens 50" in formed.reason
+    core.handle(token(members[0], done=True))
+    assert build_health(core.view, supervisor(3), "m", now=2.0).esp_groups == []

@@ -80,3 +80,8 @@ class CoreView:
         """Seconds each instance has served in each role up to `now` ({}: fixed roles)."""
         roles = self._core.roles
         return roles.role_seconds(now) if roles is not None else {}
+
+    def esp_groups(self) -> list:
+        """The ESP groups now (`daemon.core.esp_groups.Group`; [] with ESP off)."""
+        esp = self._core.esp
+        return list(esp.groups.values()) if esp is not None else []
