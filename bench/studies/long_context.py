@@ -1,7 +1,7 @@
 """LoongServe's question on the simulator: long prompts (16k-100k tokens) -- split one
 prefill over k instances (elastic sequence parallelism), or leave it to one?
 
-    python -m bench.studies.long_context --seeds 0,1,2 --duration 600 \
+    python -m bench.studies.long_context --seeds 0,1,2 --duration 600 --workers 2 \
         --out docs/figures/long_context.json
 
 Two parts, on the profile (A100, Llama-3-8B shape; its context stretched to 128k as
@@ -18,7 +18,8 @@ Llama-3.1's):
    the real cores on 2L1H (the LP offloads a long prompt to the HP), 2P1D, 3xsarathi and
    those with ESP groups (`+esp<k>`: the controller forms a group of up to k instances for
    a prompt predicted to miss its TTFT alone, daemon/core/esp_groups.py, and the
-   simulator runs the group's prefill step at esp_time's price); goodput per class, per
+   simulator runs the group's prefill step at esp_time's price; `+esp<k>:<n>`: and for
+   every prompt of at least n tokens, an operator's setting); goodput per class, per
    seed and over the seeds.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 import msgspec
 
 from bench.json_file import write_json
+from bench.parallel import add_workers_flag, imap
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
 from bench.records.results import is_good
@@ -106,33 +108,51 @@ def mixed_workload(short_qps: float, long_qps: float, duration: float, long_ttft
     return [msgspec.structs.replace(r, index=i) for i, r in enumerate(merged)]
 
 
-def run_mixed(layouts, short_qps: float, long_qps: float, duration: float, long_ttft: float,
-              seed: int, progress=print) -> list[dict]:
+def esp_settings(layout: str) -> tuple[str, EspSettings]:
+    """A study layout's base layout and ESP settings: "2L1H" (off), "2L1H+esp3" (groups
+    of up to 3 for prompts predicted to miss alone), "2L1H+esp3:40000" (and every prompt
+    of at least 40,000 tokens, an operator's length)."""
+    base, _, esp = layout.partition(ESP_SUFFIX)
+    degree, _, min_tokens = esp.partition(":")
+    return base, EspSettings(max_degree=int(degree or 1), min_tokens=int(min_tokens or 0))
+
+
+def mixed_row(job: tuple) -> dict:
+    """One layout on one seed's mixed workload: each class's goodput and TTFTs."""
+    layout, short_qps, long_qps, duration, long_ttft, seed = job
     requests = mixed_workload(short_qps, long_qps, duration, long_ttft, seed)
     slo = SloConfig()
+    base, esp = esp_settings(layout)
+    sim = SimConfig(layout_modes=tuple(layout_modes(base)), profile=PROFILE,
+                    scheduler=SchedulerConfig(), slo=slo, max_model_len=MAX_MODEL_LEN, esp=esp)
+    records = simulate(sim, requests, keep_records=True).records
+    row = {"layout": layout, "seed": seed,
+           "esp_groups": sum(1 for r in records if r.esp_group),
+           "lost": sum(1 for r in records if r.outcome == "lost")}
+    for cls in ("short", "long"):
+        mine = [r for r in records if r.slo_class == cls]
+        good = sum(is_good(r, r.ttft_slo or slo.ttft_slo, r.tbt_slo or slo.tbt_slo)
+                   for r in mine)
+        ttfts = sorted(r.ttft() for r in mine if r.ttft() is not None)
+        row[cls] = {"requests": len(mine), "goodput_pct": round(100 * good / len(mine), 1),
+                    "p50_ttft_s": round(ttfts[len(ttfts) // 2], 3) if ttfts else None,
+                    "max_ttft_s": round(ttfts[-1], 3) if ttfts else None}
+    return row
+
+
+def run_mixed(layouts, short_qps: float, long_qps: float, duration: float, long_ttft: float,
+              seeds, workers: int | None = None, progress=print) -> list[dict]:
+    """Every layout on every seed, over `workers` processes (bench/parallel.py)."""
+    jobs = [(layout, short_qps, long_qps, duration, long_ttft, seed)
+            for seed in seeds for layout in layouts]
     rows = []
-    for layout in layouts:
-        base, _, degree = layout.partition(ESP_SUFFIX)
-        sim = SimConfig(layout_modes=tuple(layout_modes(base)), profile=PROFILE,
-                        scheduler=SchedulerConfig(), slo=slo, max_model_len=MAX_MODEL_LEN,
-                        esp=EspSettings(max_degree=int(degree or 1)))
-        records = simulate(sim, requests, keep_records=True).records
-        row = {"layout": layout, "seed": seed,
-               "esp_groups": sum(1 for r in records if r.esp_group),
-               "lost": sum(1 for r in records if r.outcome == "lost")}
-        for cls in ("short", "long"):
-            mine = [r for r in records if r.slo_class == cls]
-            good = sum(is_good(r, r.ttft_slo or slo.ttft_slo, r.tbt_slo or slo.tbt_slo)
-                       for r in mine)
-            ttfts = sorted(r.ttft() for r in mine if r.ttft() is not None)
-            row[cls] = {"requests": len(mine), "goodput_pct": round(100 * good / len(mine), 1),
-                        "p50_ttft_s": round(ttfts[len(ttfts) // 2], 3) if ttfts else None,
-                        "max_ttft_s": round(ttfts[-1], 3) if ttfts else None}
+    for row in imap(mixed_row, jobs, workers):
         rows.append(row)
         if progress:
-            progress(f"seed {seed} {layout:>13}: short {row['short']['goodput_pct']} %, long "
-                     f"{row['long']['goodput_pct']} % (p50 TTFT {row['long']['p50_ttft_s']} s), "
-                     f"{row['esp_groups']} ESP groups, {row['lost']} lost")
+            progress(f"seed {row['seed']} {row['layout']:>16}: short "
+                     f"{row['short']['goodput_pct']} %, long {row['long']['goodput_pct']} % "
+                     f"(p50 TTFT {row['long']['p50_ttft_s']} s), {row['esp_groups']} ESP "
+                     f"groups, {row['lost']} lost")
     return rows
 
 
@@ -154,22 +174,23 @@ def over_seeds(rows: list[dict]) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layouts", default="2L1H,2L1H+esp3,2P1D,3xsarathi,3xsarathi+esp3")
+    p.add_argument("--layouts",
+                   default="2L1H,2L1H+esp3,2L1H+esp3:40000,2P1D,3xsarathi,3xsarathi+esp3:40000")
     p.add_argument("--short-qps", type=float, default=6.0)
     p.add_argument("--long-qps", type=float, default=0.05)
     p.add_argument("--duration", type=float, default=600.0)
     p.add_argument("--long-ttft", type=float, default=15.0)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--out", default="")
+    add_workers_flag(p)
     args = p.parse_args(argv)
     started = time.perf_counter()
     table = prefill_table()
     for row in table:
         print(row)
     seeds = [int(x) for x in args.seeds.split(",")]
-    mixed = [row for seed in seeds
-             for row in run_mixed(args.layouts.split(","), args.short_qps, args.long_qps,
-                                  args.duration, args.long_ttft, seed)]
+    mixed = run_mixed(args.layouts.split(","), args.short_qps, args.long_qps, args.duration,
+                      args.long_ttft, seeds, args.workers)
     overall = over_seeds(mixed)
     for row in overall:
         print(row)

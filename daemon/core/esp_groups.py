@@ -34,7 +34,7 @@ from daemon.core.events import Action, EspChanged, Send
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Tracked
 from engines.perf.prefill_curve import curve_seconds
-from ipc.messages import EspGo, EspJoin, EspJoined, EspLeave, EspPart, Submit
+from ipc.messages import EspGo, EspJoin, EspJoined, EspLeave, EspPart, Role, Submit
 from policies.esp_degree import esp_degree
 
 #: How much slower than 1/k of one instance's prefill an ESP prefill over k is predicted
@@ -47,6 +47,10 @@ ESP_SLOWDOWN = 1.2
 #: idle instance. Chosen from the long-context study's seed-0 run (a 77k prompt took 20 s
 #: on a 2L1H LP where its curve says 14.8 s); a plain estimate, not a measured model.
 SHARED_SLOWDOWN = 1.3
+
+
+#: Roles whose instances never join a group.
+SPLIT_ROLES = (Role.PREFILL, Role.DECODE)
 
 
 class EspSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,8 +89,10 @@ class EspGroups:
         free = []
         for i, view in ledger.instances.items():
             ready = view.ready
-            stripe_blocks = -(-num_tokens // 2 // (ready.block_size if ready else 1))
-            if ready is not None and ready.num_kv_blocks - view.num_kv_blocks_used > stripe_blocks:
+            if ready is None or view.role in SPLIT_ROLES:
+                continue   # P/D: a prompt's instances are chosen by its phase, not here
+            stripe_blocks = -(-num_tokens // 2 // ready.block_size)
+            if ready.num_kv_blocks - view.num_kv_blocks_used > stripe_blocks:
                 free.append(i)
         return sorted(free, key=lambda i: (self._ahead(i), len(ledger.instances[i].held), i))
 
