@@ -78,11 +78,11 @@ def one_instance(tiny_models, prompt):
     return tokens, logits
 
 
-def _run_group(tmp_path, model_dir, prompt, size, master):
+def _run_group(tmp_path, model_dir, prompt, size, master, rank_main=esp_ranks.run_rank):
     import torch.multiprocessing as mp
     from safetensors.torch import load_file
     out = tmp_path / "master.safetensors"
-    mp.spawn(esp_ranks.run_rank, nprocs=size, join=True,
+    mp.spawn(rank_main, nprocs=size, join=True,
              args=(size, str(tmp_path / "group-store"), str(model_dir), prompt, MAX_TOKENS,
                    master, str(out)))
     return load_file(str(out))
@@ -101,3 +101,15 @@ def test_esp_prefill_and_scaled_down_decode_equal_one_instance(tmp_path, tiny_mo
     assert result["tokens"].tolist() == tokens
     # the master holds its stripe of the prompt and the decoded tokens, nothing more
     assert int(result["held"]) == len(stripe(len(prompt), size, master)) + MAX_TOKENS - 1
+
+
+@pytest.mark.slow  # three rank processes
+def test_scaling_down_by_moving_the_kv_to_the_master_decodes_as_one_instance(
+        tmp_path, tiny_models, prompt, one_instance):
+    """The other scale-down: each stripe gathered to the master once, which then decodes
+    with its ordinary paged attention."""
+    tokens, logits = one_instance
+    result = _run_group(tmp_path, tiny_models["llama"], prompt, 3, 1,
+                        rank_main=esp_ranks.run_rank_gathered)
+    torch.testing.assert_close(result["logits"], logits, rtol=1e-4, atol=1e-4)
+    assert result["tokens"].tolist() == tokens

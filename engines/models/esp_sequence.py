@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from engines.models.paged_kv import gather, write_cache
 from engines.models.sequence_parallel import (EspDecode, EspGroup, EspPrefill, follow_decode,
                                               local_slots)
 from engines.models.stripes import stripe_len
@@ -62,3 +63,32 @@ class EspSequence:
         logits = model(torch.tensor([token_id]), torch.tensor([position]), kv_caches, meta,
                        torch.tensor([0]))
         return logits[0]
+
+    @torch.inference_mode()
+    def gather_to(self, kv_caches, master: int, block_table: list[int] | None) -> None:
+        """Scale down by moving the KV instead (the live path's choice,
+        docs/elastic_sequence_parallelism.md): right after the prefill, every rank's stripe
+        goes to `master` (one gather per layer), which writes the prompt's KV into
+        `block_table` (its blocks for the whole prompt, position p at slot p) -- from then
+        on it decodes the request as any other, and the others may free their stripes.
+        `block_table`: the master's; None on the others."""
+        n, size, rank = self.num_tokens, self.group.size, self.group.rank
+        if self.held != stripe_len(n, size, rank):
+            raise ValueError("esp: the KV moves to the master right after the prefill only")
+        width = -(-n // size)
+        own = self._slots(0, self.held)
+        positions = torch.arange(n)
+        if rank == master:
+            if -(-n // self.block_size) > len(block_table):
+                raise ValueError(f"esp: {n} tokens do not fit {len(block_table)} blocks")
+            table = torch.tensor(block_table, dtype=torch.long)
+            slots = table[positions // self.block_size] * self.block_size + \
+                positions % self.block_size
+        for k_cache, v_cache in kv_caches:
+            packed = k_cache.new_zeros((width, 2, *k_cache.shape[2:]))
+            packed[:self.held, 0] = gather(k_cache, own)
+            packed[:self.held, 1] = gather(v_cache, own)
+            parts = self.group.gather(packed, master)
+            if parts is not None:   # rank r's i-th row is position i * size + r
+                ordered = parts.transpose(0, 1).reshape(-1, *packed.shape[1:])[:n]
+                write_cache(ordered[:, 0], ordered[:, 1], k_cache, v_cache, slots)
