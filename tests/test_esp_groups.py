@@ -286,3 +286,13 @@ def test_health_lists_the_groups_joining_and_formed():
     assert formed.formed and formed.instances == members and "min_tokens 50" in formed.reason
     core.handle(token(members[0], done=True))
     assert build_health(core.view, supervisor(3), "m", now=2.0).esp_groups == []
+
+
+def test_without_a_performance_models_curve_only_an_operators_length_makes_a_group():
+    core = ControllerCore({i: Role.PEER for i in range(3)}, ControllerConfig(),
+                          SloConfig(ttft_slo=1.0, tbt_slo=0.1), esp=EspSettings(max_degree=3))
+    for i in range(3):
+        core.handle(FromInstance(0.0, msgspec.structs.replace(ready(i), prefill_curve=[])))
+    core.handle(StartAccepting(0.0))
+    [(_, submit)] = sends(arrive(core, ttft_slo=0.001))   # hopeless alone, but unpredicted
+    assert submit.esp is None

@@ -2,7 +2,9 @@
 which requests are prefilled over several instances, over which, and each group's life.
 
 On arrival (`plan`) a request gets a group when one instance is predicted not to give it
-its first token in time, or its prompt is at least the operator's `min_tokens`; its degree
+its first token in time (by the prefill curve its performance model reports; an instance
+without one, a baseline's, is never predicted), or its prompt is at least the operator's
+`min_tokens`; its degree
 is `policies.esp_degree`'s (the smallest that meets the deadline among the free
 instances). Free: ready, no group's prefill pending on it, and KV room reported for its
 stripe. The least loaded free instance is the master (it decodes the request after the
@@ -118,7 +120,11 @@ class EspGroups:
         free = self._free(n)
         if len(free) < 2:
             return None
-        alone = prefill_seconds(self.ledger.instances[free[0]].ready.prefill_curve, n)
+        curve = self.ledger.instances[free[0]].ready.prefill_curve
+        forced = 0 < settings.min_tokens <= n
+        if not curve and not forced:
+            return None   # no performance model (sarathi, vllm): only an operator's length
+        alone = prefill_seconds(curve, n)
         waits = [(backlog(i) if backlog is not None else 0.0) + self._ahead(i) for i in free]
 
         def predict(k: int) -> float:
@@ -126,7 +132,7 @@ class EspGroups:
                                      else ESP_SLOWDOWN * alone / k)
 
         left = submit.deadline - now
-        if not 0 < settings.min_tokens <= n and SHARED_SLOWDOWN * alone <= left:
+        if not forced and SHARED_SLOWDOWN * alone <= left:
             return None   # its prefill fits alone: a queue is no reason to split it
         degree = esp_degree(n, left, predict, len(free), settings.max_degree,
                             settings.min_tokens)
