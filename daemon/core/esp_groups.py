@@ -4,11 +4,11 @@ which requests are prefilled over several instances, over which, and each group'
 On arrival (`plan`) a request gets a group when one instance is predicted not to give it
 its first token in time (by the prefill curve its performance model reports; an instance
 without one, a baseline's, is never predicted), or its prompt is at least the operator's
-`min_tokens`; its degree
-is `policies.esp_degree`'s (the smallest that meets the deadline among the free
-instances). Free: ready, no group's prefill pending on it, and KV room reported for its
-stripe. The least loaded free instance is the master (it decodes the request after the
-prefill), the next ones hold the other stripes. The protocol (ipc/messages.py):
+`min_tokens`; its degree is `policies.esp_degree`'s (the smallest that meets the deadline
+among the free instances). Free: ready, not a P/D instance, and KV room reported for a
+stripe; those with the least group prefill ahead of them come first, then the least
+loaded. The first is the master (it decodes the request after the prefill), the next ones
+hold the other stripes. The protocol (ipc/messages.py):
 
     Submit(esp) to the master, EspJoin to the others  ->  each answers EspJoined
     all joined            ->  EspGo to every member: they run the group's prefill step
@@ -78,8 +78,6 @@ class EspGroups:
         self.ledger = ledger
         self.settings = settings
         self.groups: dict[str, Group] = {}
-        self.num_formed = 0
-        self.num_dissolved = 0
 
     # ---- planning ----------------------------------------------------------------------
     def _free(self, num_tokens: int) -> list[int]:
@@ -170,7 +168,6 @@ class EspGroups:
         group.joined.add(message.instance_id)
         if len(group.joined) == len(group.members):
             group.going = True
-            self.num_formed += 1
             out.append(EspChanged(group.request_id, tuple(group.members), True, group.reason))
             for member in group.members:
                 out.append(Send(member, EspGo(request_id=group.request_id)))
@@ -194,7 +191,6 @@ class EspGroups:
         for member in tell:
             out.append(Send(member, EspLeave(request_id=group.request_id)))
         if group.going:
-            self.num_dissolved += 1
             out.append(EspChanged(group.request_id, tuple(group.members), False, reason))
 
 
