@@ -171,8 +171,13 @@ class InstanceCore:
         try:
             self._check_token_ids(submit.prompt_token_ids)
             if submit.esp is not None and not computed:
-                return [self.esp.join(submit.request_id, submit.prompt_token_ids, submit.esp,
-                                      submit)]
+                answer = self.esp.join(submit.request_id, submit.prompt_token_ids, submit.esp,
+                                       submit)
+                if not answer.refused:
+                    return [answer]
+                # no room for its stripe: the master serves the request alone (the
+                # controller's EspGo(alone) then finds nothing left to do)
+                return [answer, *self._add(msgspec.structs.replace(submit, esp=None))]
             request = self._request(submit, pinned=submit.origin.pinned or computed > 0)
             if computed:
                 if self.scheduler.add_prefilled(request, computed):

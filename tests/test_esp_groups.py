@@ -296,3 +296,14 @@ def test_without_a_performance_models_curve_only_an_operators_length_makes_a_gro
     core.handle(StartAccepting(0.0))
     [(_, submit)] = sends(arrive(core, ttft_slo=0.001))   # hopeless alone, but unpredicted
     assert submit.esp is None
+
+
+def test_a_master_without_room_for_its_stripe_refuses_and_serves_the_request_alone():
+    from engines.request import Request
+    master = instance(0).core
+    busy = Request("busy", [1] * 228, SamplingParams(max_tokens=1))
+    assert master.kv.allocate(busy, 228)                  # 7 blocks of 4 left: 33 do not fit
+    [answer] = master.handle(esp_submit(), now=0.0)
+    assert "no KV room" in answer.refused
+    assert "long" in master.scheduler.requests and "long" not in master.esp
+    assert master.handle(EspGo(request_id="long", alone=True), now=0.1) == []
