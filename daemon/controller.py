@@ -21,9 +21,9 @@ from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsCo
 from daemon.core.controller_core import ControllerCore
 from daemon.core.events import (
     Arrived, ClientLeft, Drain, EspChanged, FromInstance, InstanceDown, InstanceReady, Refuse,
-    RoleSwitched, Send,
-    SendFailed, Settle, StartAccepting, StartTimer, Timer, TimerFired, Tokens,
+    RoleSwitched, Send, SendFailed, Settle, StartAccepting, StartTimer, Tokens,
 )
+from daemon.core_timers import CoreTimers
 from daemon.errors import ApiError, refusal_error, settle_error
 from daemon.gateway_view import gateway_view
 from daemon.health import Health, Probe, build_health, liveness, readiness
@@ -76,7 +76,7 @@ class Controller:
         self._drained = asyncio.Event()
         self._reader: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()  # sends
-        self._timers: dict[Timer, asyncio.TimerHandle] = {}
+        self.timers = CoreTimers(clock, self._handle)
         #: P/D: a Handoff's KV frames, by request id, while the core handles it (its
         #: SubmitPrefilled takes them on; never into the core).
         self._kv_frames: dict[str, list] = {}
@@ -105,8 +105,7 @@ class Controller:
             self._reader.cancel()
         for task in list(self._tasks):
             task.cancel()
-        for handle in self._timers.values():
-            handle.cancel()
+        self.timers.cancel_all()
         self.channel.close()
         if self.request_log:
             self.request_log.close()
@@ -184,9 +183,7 @@ class Controller:
                     if stream is not None and error is not None:
                         stream.fail(error)
                 case StartTimer(timer=timer, at=at):
-                    delay = max(0.0, at - self.clock())
-                    self._timers[timer] = asyncio.get_running_loop().call_later(
-                        delay, self._fire, timer)
+                    self.timers.start(timer, at, asyncio.get_running_loop())
                 case InstanceReady(ready=ready):
                     self.supervisor.mark_ready(ready)
                     self.metrics.ready(ready)
@@ -218,10 +215,6 @@ class Controller:
             delay = self.view.queue_delay(ids[position])
             if stream is not None and delay is not None:
                 stream.queue_delay = delay
-
-    def _fire(self, timer: Timer) -> None:
-        self._timers.pop(timer, None)
-        self._handle(TimerFired(self.clock(), timer))
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)

@@ -199,24 +199,27 @@ def _dropped(daemon) -> dict[str, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="flaky, about 1 run in 3 on a 2-core box: the request with a 200 ms "
-                  "TTL is sometimes answered 200 instead of 503 ttl_expired; the TTL's rules "
-                  "are tested on the core above; cause under investigation (2026-11-28)")
 def test_a_live_daemon_answers_the_queue_time_and_ends_a_request_past_its_ttl(daemon_factory):
-    """One sequence at a time with 0.3 s steps: a request behind a long one waits; with a
-    200 ms TTL it ends with 503 ttl_expired (counted); without one it waits and its answer
-    says how long, in ms."""
+    """One sequence at a time with 0.3 s steps: a request queued behind a long one and a
+    second waiter; with a 200 ms TTL it ends with 503 ttl_expired (counted) while they run;
+    without one it waits and its answer says how long, in ms. Each request is sent once the
+    one before it is in flight, so the queue's order is the test's, however slow the box."""
     from concurrent.futures import ThreadPoolExecutor
     daemon = daemon_factory(*sim_args("constant:0.3"), "--max-num-seqs", "1",
                             "--max-num-queued-reqs", "8")
-    long = {"prompt": "Hello", "max_tokens": 6, "ignore_eos": True}
+    long = {"prompt": "Hello", "max_tokens": 12, "ignore_eos": True}
+    short = {"prompt": "Hi", "max_tokens": 2}
     patient = {NEW_TTFT: "600000", NEW_TPOT: "600000"}
+
+    def in_flight(n: int) -> None:
+        wait_for(lambda: daemon.health()["requests_in_flight"] == n, 30, what=f"{n} in flight")
+
     with ThreadPoolExecutor(3) as pool:
         first = pool.submit(_post, daemon, long, patient)
-        wait_for(lambda: daemon.health()["requests_in_flight"] == 1, 30, what="the first")
-        waiter = pool.submit(_post, daemon, {"prompt": "Hi", "max_tokens": 2}, patient)
-        expiring = pool.submit(_post, daemon, {"prompt": "Hi", "max_tokens": 2},
-                               {**patient, TTL_HEADER: "200ms"})
+        in_flight(1)
+        waiter = pool.submit(_post, daemon, short, patient)
+        in_flight(2)
+        expiring = pool.submit(_post, daemon, short, {**patient, TTL_HEADER: "200ms"})
         status, headers, raw = expiring.result(60)
         assert status == 503, raw
         assert json.loads(raw)["error"]["code"] == "ttl_expired"
@@ -228,5 +231,5 @@ def test_a_live_daemon_answers_the_queue_time_and_ends_a_request_past_its_ttl(da
         assert status == 200 and re.fullmatch(r"\d+", headers[QUEUE_DURATION_HEADER])
     assert _dropped(daemon).get("ttl_expired") == 1.0
     # streamed: the header comes with the first bytes
-    status, headers, raw = _post(daemon, {**long, "stream": True}, patient)
+    status, headers, raw = _post(daemon, {**short, "stream": True}, patient)
     assert status == 200 and QUEUE_DURATION_HEADER in headers

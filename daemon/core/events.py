@@ -167,6 +167,8 @@ class TicketOpened:
 
 @dataclass(frozen=True, slots=True)
 class StartTimer:
+    """Send `TimerFired(now, timer)` at `at` or later, never before: the core ends only
+    what is due at that `now` and does not arm the timer again."""
     timer: Timer
     at: float
 
