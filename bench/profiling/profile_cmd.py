@@ -3,12 +3,16 @@ profile file that `simulate`, `capacity` and `plan` take as `--profile FILE`; or
 (`--compare FILE [OTHER]`) set a file's measured steps beside its fit and beside a
 built-in profile or another file.
 
-    ascendra profile --model DIR --device cpu --out tiny-cpu.json [--quick]
+    ascendra profile --model DIR --device cpu --out tiny-cpu.json [--quick] [--no-host]
     ascendra profile --compare tiny-cpu.json [a100-llama3-8b | other.json]
 
 The grid is engines/executors/profiles/profile_grid.py's; each step runs `--repeats`
 times after one untimed warm-up (engines/calibration.py `measure`, the batches a
 daemon's instance times at start); the file format is engines/executors/profiles/measured.py's.
+Then (unless `--no-host`) the daemon's own path is timed live on the same executor
+(bench/profiling/host_timing.py): what the simulator must add per request and per step.
+It lives in bench/ (not beside `serve` in daemon/) because that phase starts a daemon
+and drives it with `ascendra bench`'s client.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import sys
 from engines.executors.profiles.measured import (
     PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, write_profile,
 )
+from bench.profiling import host_timing
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
@@ -43,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV cache size in blocks (default: what the device's memory holds)")
     p.add_argument("--block-size", type=int, default=16, help="KV block size (default 16)")
+    p.add_argument("--no-host", action="store_true",
+                   help="skip the live phase (a daemon on this executor, timed through its "
+                        "HTTP path): the file then holds no host costs")
     p.add_argument("--compare", nargs="+", metavar="FILE",
                    help="FILE [OTHER]: FILE's measured steps beside its fit, and beside OTHER "
                         "(a built-in profile name or another file) if given")
@@ -86,6 +94,7 @@ def measure_profile(args: argparse.Namespace) -> int:
     with tqdm(total=len(grid), desc="profiling", unit="step", file=sys.stderr) as bar:
         steps, skipped = timed_steps(executor, grid, repeats, progress=bar.update)
     cuda = executor.device.type == "cuda"
+    host = None if args.no_host else _time_host(args, executor, str(model_dir))
     profile = ProfileFile(
         format=PROFILE_FORMAT,
         device=(torch.cuda.get_device_name(executor.device) if cuda else
@@ -98,12 +107,30 @@ def measure_profile(args: argparse.Namespace) -> int:
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         block_size=executor.block_size, num_kv_blocks=executor.num_kv_blocks,
         max_model_len=max_context, hardware=hardware_for(executor.device, executor.dtype),
-        repeats=repeats, steps=steps)
+        repeats=repeats, steps=steps, host=host)
     write_profile(args.out, profile)
     fitted = load_measured(args.out)
     print(f"wrote {args.out}: {len(steps)} steps x {repeats} ({skipped} did not fit), "
           f"{profile.device}; the step-time fit is off by {fitted.fit_mape:.1%} on average")
+    if fitted.host is not None:
+        cost = fitted.host
+        print(f"host costs (the daemon's path beyond the fitted steps): "
+              f"{cost.request_s * 1e3:.2f} ms a request, {cost.step_s * 1e3:.3f} ms a step "
+              f"+ {cost.step_per_seq_s * 1e6:.1f} us a sequence")
     return 0
+
+
+def _time_host(args, executor, model_dir: str):
+    """The live phase: a daemon on the profiled executor's settings, timed; its samples."""
+    from tqdm import tqdm
+    batches = host_timing.host_batches(args.max_num_seqs, args.chunk_size)
+    repeats = args.repeats or (2 if args.quick else 3)
+    serve = host_timing.serve_args(model_dir, executor.device.type, executor.block_size,
+                                   executor.num_kv_blocks, executor.max_model_len,
+                                   args.chunk_size, args.max_num_seqs)
+    with tqdm(total=1 + len(batches) * repeats, desc="timing the daemon's path",
+              unit="group", file=sys.stderr) as bar:
+        return host_timing.time_host(serve, batches, repeats, progress=bar.update)
 
 
 def timed_steps(executor, grid, repeats: int, timer=None, progress=None,

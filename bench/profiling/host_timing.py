@@ -1,0 +1,86 @@
+"""The live phase of `ascendra profile`: the daemon's own path timed on the profiled
+executor, so that the simulator can add what that path costs beyond the executor's steps.
+
+A real daemon (`ascendra serve`, one instance of the profiled executor, mode sarathi, the
+profile's KV cache, chunk and sequence limits) is started, and the load generator of
+`ascendra bench` (the same client) sends it groups of `batch` requests at once -- a
+prompt of `prompt_len` tokens of its own each (no prefix is shared: nothing is cached),
+`output_len` tokens asked -- one group at a time, `repeats` groups of each batch size,
+after one untimed group. Each group's time to first token and mean time between tokens
+per request is a `HostSample` (engines/executors/profiles/measured.py), which reads the
+per-request and per-step costs off them against the step-time fit.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from bench.launch.daemon_launcher import ServeProcess
+from bench.loadgen.loadgen import run_load
+from bench.loadgen.workload import WorkloadRequest
+from engines.executors.profiles.measured import HostSample
+
+#: A request's prompt and output (tokens): short, so that steps are the host's smallest.
+PROMPT_LEN = 16
+OUTPUT_LEN = 32
+#: Seconds between groups: each has ended long before the next (checked: a group still
+#: running when the next is due is an error, its times would not be its batch's).
+GROUP_GAP_S = 1.0
+
+
+def host_batches(max_num_seqs: int, chunk_size: int, prompt_len: int = PROMPT_LEN) -> list[int]:
+    """1, 2, 4, ... up to the sequence limit and to what one chunk prefills at once."""
+    top = min(max_num_seqs, max(1, chunk_size // prompt_len))
+    batches, b = [], 1
+    while b <= top:
+        batches.append(b)
+        b *= 2
+    return batches
+
+
+def serve_args(model_dir: str, device: str, block_size: int, num_kv_blocks: int,
+               max_model_len: int, chunk_size: int, max_num_seqs: int) -> list[str]:
+    """The daemon that runs the profiled executor as one instance."""
+    return ["--executor", "torch", "--device", device, "--model", model_dir,
+            "--layout", "1xsarathi", "--block-size", str(block_size),
+            "--num-kv-blocks", str(num_kv_blocks), "--max-model-len", str(max_model_len),
+            "--chunk-size", str(chunk_size), "--max-num-seqs", str(max_num_seqs)]
+
+
+def time_host(args: list[str], batches: list[int], repeats: int,
+              prompt_len: int = PROMPT_LEN, output_len: int = OUTPUT_LEN,
+              progress=None) -> list[HostSample]:
+    """Start a daemon with `args` (serve_args), time `repeats` groups of each batch size
+    through it, end it; one sample per group. `progress()` after each group."""
+    plan = [1] + [b for b in batches for _ in range(repeats)]  # the first group: warm-up
+    workload, start = [], 0.0
+    for group, batch in enumerate(plan):
+        workload += [WorkloadRequest(index=len(workload) + i, arrival=start,
+                                     prompt_len=prompt_len, output_len=output_len)
+                     for i in range(batch)]
+        start += GROUP_GAP_S
+    with ServeProcess(args, start_timeout=300) as daemon:
+        run = asyncio.run(run_load(daemon.url, workload, progress=False, timeout=60))
+    records = sorted(run.records, key=lambda r: r.index)
+    samples, first = [], 0
+    for group, batch in enumerate(plan):
+        chunk = records[first:first + batch]
+        first += batch
+        if progress is not None:
+            progress()
+        if group == 0:
+            continue
+        _check(chunk, group, output_len)
+        samples.append(HostSample(batch, prompt_len, output_len,
+                                  [r.ttft() for r in chunk], [r.mean_tbt() for r in chunk]))
+    return samples
+
+
+def _check(chunk, group: int, output_len: int) -> None:
+    """Every request of the group answered in full before the next group was sent."""
+    for record in chunk:
+        if record.outcome != "completed" or record.num_output_tokens not in (None, output_len):
+            raise RuntimeError(f"host timing: request {record.index} of group {group} was "
+                               f"not answered in full ({record.outcome}: {record.error})")
+        if record.end_time - record.arrival >= GROUP_GAP_S:
+            raise RuntimeError(f"host timing: group {group} outlasted the {GROUP_GAP_S} s "
+                               f"between groups (its times would mix with the next's)")
