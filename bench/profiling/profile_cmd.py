@@ -24,6 +24,7 @@ import sys
 from engines.executors.profiles.measured import (
     PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, write_profile,
 )
+from bench.launch.daemon_launcher import DaemonStartError
 from bench.profiling import host_timing
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
@@ -63,29 +64,40 @@ def run(args: argparse.Namespace) -> int:
             return compare(args.compare, args.model)
         if not args.out:
             raise ValueError("--out FILE is needed (or --compare FILE)")
-        if args.tp != 1:
-            raise ValueError(f"--tp {args.tp}: this build runs one device per instance "
-                             f"(tensor parallelism is issue #55)")
+        if args.tp < 1:
+            raise ValueError(f"--tp must be >= 1, got {args.tp}")
         return measure_profile(args)
-    except ValueError as exc:
+    except (ValueError, DaemonStartError) as exc:
         print(f"ascendra profile: error: {exc}", file=sys.stderr)
         return 2
 
 
 def measure_profile(args: argparse.Namespace) -> int:
+    from engines.executors.build import build_executor
+    from engines.executors.executor_config import ExecutorConfig
+    from engines.models.builtin import builtin_tiny_model_dir
+
+    model_dir = args.model or builtin_tiny_model_dir()
+    # the instance's own executor: at --tp K, rank 0 driving K-1 rank processes
+    executor = build_executor(ExecutorConfig(
+        kind="torch", model_dir=str(model_dir), block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks, device=args.device or "",
+        max_model_len=args.max_model_len, tp=args.tp))
+    try:
+        return _measure(args, executor, model_dir)
+    finally:
+        if executor.ranks is not None:
+            executor.ranks.stop()
+
+
+def _measure(args: argparse.Namespace, executor, model_dir) -> int:
     import torch
     from tqdm import tqdm
 
     from engines.executors.profiles.profile_grid import profile_grid
-    from engines.executors.torch_executor import TorchExecutor
     from engines.hardware import hardware_for
-    from engines.models.builtin import builtin_tiny_model_dir
     from engines.perf.model_shape import ModelShape
 
-    model_dir = args.model or builtin_tiny_model_dir()
-    executor = TorchExecutor(model_dir, block_size=args.block_size,
-                             num_kv_blocks=args.num_kv_blocks, device=args.device,
-                             max_model_len=args.max_model_len)
     repeats = args.repeats or (2 if args.quick else 3)
     max_context = executor.max_model_len
     grid = profile_grid(args.chunk_size, max_context, args.max_num_seqs,
@@ -127,7 +139,7 @@ def _time_host(args, executor, model_dir: str):
     repeats = args.repeats or (2 if args.quick else 3)
     serve = host_timing.serve_args(model_dir, executor.device.type, executor.block_size,
                                    executor.num_kv_blocks, executor.max_model_len,
-                                   args.chunk_size, args.max_num_seqs)
+                                   args.chunk_size, args.max_num_seqs, args.tp)
     with tqdm(total=1 + len(batches) * repeats, desc="timing the daemon's path",
               unit="group", file=sys.stderr) as bar:
         return host_timing.time_host(serve, batches, repeats, progress=bar.update)
