@@ -5,12 +5,12 @@ A real daemon (`ascendra serve`, one instance of the profiled executor, mode sar
 profile's KV cache, chunk and sequence limits) is started, and the load generator of
 `ascendra bench` (the same client) sends it groups of `batch` requests at once -- a
 prompt of `prompt_len` tokens of its own each (no prefix is shared: nothing is cached),
-`output_len` tokens asked -- one group at a time, `repeats` groups of each batch size,
-after one untimed group. Each group's time to first token and mean time between tokens
-per request is a `HostSample` (engines/executors/profiles/measured.py), which reads the
-per-request and per-step costs off them against the step-time fit. A group still running
-when the next was sent (a busy machine) is left out, and so is that next one: their
-times mix two batches.
+`output_len` tokens asked -- `repeats` groups of each batch size, after one untimed
+group, each group once the one before has ended (one client session
+a group: its connections are new, as a load generator's first ones are). Each group's
+time to first token and mean time between tokens per request is a `HostSample`
+(engines/executors/profiles/measured.py), which reads the per-request and per-step costs
+off them against the step-time fit.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from engines.executors.profiles.measured import HostSample
 #: A request's prompt and output (tokens): short, so that steps are the host's smallest.
 PROMPT_LEN = 16
 OUTPUT_LEN = 32
-#: Seconds between groups: each has ended long before the next (checked).
-GROUP_GAP_S = 1.5
+#: Seconds a group may take to be answered (a tiny model's group takes well under one).
+GROUP_TIMEOUT_S = 120.0
 
 
 def host_batches(max_num_seqs: int, chunk_size: int, prompt_len: int = PROMPT_LEN) -> list[int]:
@@ -54,37 +54,31 @@ def time_host(args: list[str], batches: list[int], repeats: int,
     """Start a daemon with `args` (serve_args), time `repeats` groups of each batch size
     through it, end it; one sample per group. `progress()` after each group."""
     plan = [1] + [b for b in batches for _ in range(repeats)]  # the first group: warm-up
-    workload, start = [], 0.0
-    for group, batch in enumerate(plan):
-        workload += [WorkloadRequest(index=len(workload) + i, arrival=start,
-                                     prompt_len=prompt_len, output_len=output_len)
-                     for i in range(batch)]
-        start += GROUP_GAP_S
     with ServeProcess(args, start_timeout=300) as daemon:
-        run = asyncio.run(run_load(daemon.url, workload, progress=False, timeout=60))
-    records = sorted(run.records, key=lambda r: r.index)
-    samples, first, overlapped = [], 0, False
-    for group, batch in enumerate(plan):
-        chunk = records[first:first + batch]
-        first += batch
+        groups = asyncio.run(_send_groups(daemon.url, plan, prompt_len, output_len, progress))
+    return [HostSample(len(group), prompt_len, output_len, [r.ttft() for r in group],
+                       [r.mean_tbt() for r in group]) for group in groups[1:]]
+
+
+async def _send_groups(url: str, plan: list[int], prompt_len: int, output_len: int,
+                       progress) -> list[list]:
+    """Each group's requests sent at once, the next group once this one has ended."""
+    groups, index = [], 0
+    for number, batch in enumerate(plan):
+        workload = [WorkloadRequest(index=index + i, arrival=0.0, prompt_len=prompt_len,
+                                    output_len=output_len) for i in range(batch)]
+        index += batch
+        run = await run_load(url, workload, progress=False, timeout=GROUP_TIMEOUT_S)
+        _check(run.records, number, output_len)
+        groups.append(sorted(run.records, key=lambda r: r.index))
         if progress is not None:
             progress()
-        _check(chunk, group, output_len)
-        late = any(r.end_time - r.arrival >= GROUP_GAP_S for r in chunk)
-        if group and not late and not overlapped:
-            samples.append(HostSample(batch, prompt_len, output_len,
-                                      [r.ttft() for r in chunk], [r.mean_tbt() for r in chunk]))
-        overlapped = late
-    if not any(s.batch == 1 for s in samples):
-        raise ValueError("host timing: no lone request ran apart from the others (each "
-                         f"group outlasted the {GROUP_GAP_S} s between groups: a machine "
-                         "this busy cannot be profiled; --no-host skips this phase)")
-    return samples
+    return groups
 
 
-def _check(chunk, group: int, output_len: int) -> None:
+def _check(records, group: int, output_len: int) -> None:
     """Every request of the group answered in full."""
-    for record in chunk:
+    for record in records:
         if record.outcome != "completed" or record.num_output_tokens not in (None, output_len):
             raise ValueError(f"host timing: request {record.index} of group {group} was "
                              f"not answered in full ({record.outcome}: {record.error})")
