@@ -214,3 +214,39 @@ def test_profile_times_the_tiny_model_and_its_daemon(tmp_path, capsys):
     assert all(s.output_len == 32 and len(s.tbt_s) == s.batch for s in profile.data.host)
     assert profile.host is not None and profile.host.request_s >= 0
     assert "host costs" in capsys.readouterr().out
+
+
+def test_a_torch_instance_s_performance_model_starts_from_a_profile_without_timing(tmp_path):
+    """`perf_profile`: the model is the profile's (as a simulated instance's is) and the
+    executor runs no batch for it; a profile of another shape is refused."""
+    from engines.executors.executor_config import ExecutorConfig
+    from engines.executors.torch_executor import TorchExecutor
+    from engines.models.builtin import builtin_tiny_model_dir
+    from engines.perf.model_shape import ModelShape
+    from engines.perf_setup import build_perf_model, profile_perf_model
+    from engines.scheduler_config import SchedulerConfig
+    executor = TorchExecutor(builtin_tiny_model_dir(), device="cpu", num_kv_blocks=256,
+                             max_model_len=512)
+    tiny = ModelShape.from_config(executor.config, bytes_per_element=executor.dtype.itemsize)
+    path = tmp_path / "tiny.json"
+    fake_profile(path, model=tiny)
+    ran = []
+    executor.execute = lambda batch: ran.append(batch)
+    scheduler = SchedulerConfig(mode="lp", chunk_size=256, max_num_seqs=16)
+    perf = build_perf_model(executor, ExecutorConfig(kind="torch", perf_profile=str(path)),
+                            scheduler)
+    assert ran == []
+    expected = profile_perf_model(load_measured(path), scheduler, 512, 256 * 16)
+    for shape in (BatchShape.prefill_only(200, 100), BatchShape.of(decodes=[300] * 8)):
+        assert perf.predict(shape) == pytest.approx(expected.predict(shape), rel=1e-12)
+    other = tmp_path / "other.json"
+    fake_profile(other)  # Llama-3-8B's shape
+    with pytest.raises(ValueError, match="measured on a model of shape"):
+        build_perf_model(executor, ExecutorConfig(kind="torch", perf_profile=str(other)),
+                         scheduler)
+
+
+def test_perf_profile_is_refused_on_the_sim_executor():
+    from daemon.config import InstancesConfig
+    with pytest.raises(ValueError, match="perf_profile: only the torch executor"):
+        InstancesConfig(executor="sim", perf_profile="tiny.json")
