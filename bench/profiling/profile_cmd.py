@@ -21,6 +21,8 @@ import datetime
 import platform
 import sys
 
+import msgspec
+
 from engines.executors.profiles.measured import (
     PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, write_profile,
 )
@@ -84,13 +86,29 @@ def measure_profile(args: argparse.Namespace) -> int:
         num_kv_blocks=args.num_kv_blocks, device=args.device or "",
         max_model_len=args.max_model_len, tp=args.tp))
     try:
-        return _measure(args, executor, model_dir)
+        profile = _measure(args, executor, model_dir)
+        device = executor.device.type
     finally:
         if executor.ranks is not None:
             executor.ranks.stop()
+    del executor  # its weights and KV cache: the live phase's daemon needs the device
+    _release_device()
+    if not args.no_host:
+        profile = msgspec.structs.replace(profile, host=_time_host(args, profile, device))
+    write_profile(args.out, profile)
+    fitted = load_measured(args.out)
+    print(f"wrote {args.out}: {len(profile.steps)} steps x {profile.repeats}, "
+          f"{profile.device}; the step-time fit is off by {fitted.fit_mape:.1%} on average")
+    if fitted.host is not None:
+        cost = fitted.host
+        print(f"host costs (the daemon's path beyond the fitted steps): "
+              f"{cost.request_s * 1e3:.2f} ms a request, {cost.step_s * 1e3:.3f} ms a step "
+              f"+ {cost.step_per_seq_s * 1e6:.1f} us a sequence")
+    return 0
 
 
-def _measure(args: argparse.Namespace, executor, model_dir) -> int:
+def _measure(args: argparse.Namespace, executor, model_dir) -> ProfileFile:
+    """The grid timed on `executor`: the file without its live phase."""
     import torch
     from tqdm import tqdm
 
@@ -105,9 +123,10 @@ def _measure(args: argparse.Namespace, executor, model_dir) -> int:
                         quick=args.quick)
     with tqdm(total=len(grid), desc="profiling", unit="step", file=sys.stderr) as bar:
         steps, skipped = timed_steps(executor, grid, repeats, progress=bar.update)
+    if skipped:
+        print(f"{skipped} grid steps did not fit the KV cache or the context", file=sys.stderr)
     cuda = executor.device.type == "cuda"
-    host = None if args.no_host else _time_host(args, executor, str(model_dir))
-    profile = ProfileFile(
+    return ProfileFile(
         format=PROFILE_FORMAT,
         device=(torch.cuda.get_device_name(executor.device) if cuda else
                 f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"),
@@ -119,30 +138,30 @@ def _measure(args: argparse.Namespace, executor, model_dir) -> int:
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         block_size=executor.block_size, num_kv_blocks=executor.num_kv_blocks,
         max_model_len=max_context, hardware=hardware_for(executor.device, executor.dtype),
-        repeats=repeats, steps=steps, host=host)
-    write_profile(args.out, profile)
-    fitted = load_measured(args.out)
-    print(f"wrote {args.out}: {len(steps)} steps x {repeats} ({skipped} did not fit), "
-          f"{profile.device}; the step-time fit is off by {fitted.fit_mape:.1%} on average")
-    if fitted.host is not None:
-        cost = fitted.host
-        print(f"host costs (the daemon's path beyond the fitted steps): "
-              f"{cost.request_s * 1e3:.2f} ms a request, {cost.step_s * 1e3:.3f} ms a step "
-              f"+ {cost.step_per_seq_s * 1e6:.1f} us a sequence")
-    return 0
+        repeats=repeats, steps=steps)
 
 
-def _time_host(args, executor, model_dir: str):
+def _release_device() -> None:
+    """Hand the profiled executor's memory back (a GPU's cache allocator keeps it)."""
+    import gc
+
+    import torch
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _time_host(args, profile: ProfileFile, device: str):
     """The live phase: a daemon on the profiled executor's settings, timed; its samples."""
     from tqdm import tqdm
     batches = host_timing.host_batches(args.max_num_seqs, args.chunk_size)
-    repeats = args.repeats or (2 if args.quick else 3)
-    serve = host_timing.serve_args(model_dir, executor.device.type, executor.block_size,
-                                   executor.num_kv_blocks, executor.max_model_len,
-                                   args.chunk_size, args.max_num_seqs, args.tp)
-    with tqdm(total=1 + len(batches) * repeats, desc="timing the daemon's path",
+    serve = host_timing.serve_args(profile.model_dir, args.device or device,
+                                   profile.block_size, profile.num_kv_blocks,
+                                   profile.max_model_len, args.chunk_size, args.max_num_seqs,
+                                   args.tp)
+    with tqdm(total=1 + len(batches) * profile.repeats, desc="timing the daemon's path",
               unit="group", file=sys.stderr) as bar:
-        return host_timing.time_host(serve, batches, repeats, progress=bar.update)
+        return host_timing.time_host(serve, batches, profile.repeats, progress=bar.update)
 
 
 def timed_steps(executor, grid, repeats: int, timer=None, progress=None,
