@@ -1,8 +1,9 @@
 """`ascendra` command line: one subcommand per job -- the top of the import graph.
 
 The product's entry point (setup.cfg: `ascendra = daemon.cli:main`). The daemon's own verbs
-(serve, generate, profile, make-tiny-model) live in `daemon/*_cmd.py`; the evidence verbs each in
-bench/ beside what they run (bench/loadgen/bench_cmd.py, bench/sim/simulate_cmd.py for
+(serve, generate, make-tiny-model) live in `daemon/*_cmd.py`; the evidence verbs each in
+bench/ beside what they run (bench/loadgen/bench_cmd.py, bench/profiling/profile_cmd.py (it
+starts a daemon and loads it), bench/sim/simulate_cmd.py for
 simulate and capacity, bench/ruler/plan_cmd.py, bench/records/records_cmd.py,
 bench/studies/reproduce_cmd.py, bench/chaos/chaos_cmd.py). Only this file names them, as
 text (`VERBS`), and it imports a verb's module only when that verb runs or its `--help` is
@@ -35,7 +36,7 @@ VERBS: tuple[Verb, ...] = (
          "daemon.generate_cmd:add_arguments"),
     Verb("profile", "time this machine's executor over a grid of steps: a profile file for "
                     "simulate/capacity/plan --profile FILE; --compare two profiles",
-         "daemon.profile_cmd:add_arguments"),
+         "bench.profiling.profile_cmd:add_arguments"),
     Verb("bench", "load-test a server: open-loop arrivals from a trace, TTFT/TBT "
                   "percentiles, goodput", "bench.loadgen.bench_cmd:add_arguments"),
     Verb("simulate", "simulate a layout on a GPU profile (virtual clock)",

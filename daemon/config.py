@@ -108,6 +108,10 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         "torch on CUDA: decode steps of up to this many sequences (and at most the mode's "
         "max_num_seqs) replay CUDA graphs captured at start; 0 = always eager (vLLM's "
         "--enforce-eager).")] = DEFAULT_CUDA_GRAPH_MAX_BATCH
+    perf_profile: Annotated[str, doc(
+        "torch: a profile file `ascendra profile` wrote of this executor and model; the "
+        "performance model (LP/HP modes) starts from its step times instead of timing "
+        'batches at start (which takes up to 5 s an instance); "" = calibrate at start.')] = ""
 
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.
@@ -133,6 +137,9 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
             raise ValueError(f"{field}: only the sim executor waits out a step latency; with "
                              f"executor {self.executor!r} the model runs at this machine's "
                              "speed (add --executor sim, or drop the setting)")
+        if self.perf_profile and self.executor != "torch":
+            raise ValueError("perf_profile: only the torch executor calibrates its performance "
+                             "model at start (a sim executor's model is its profile's)")
 
     @property
     def resolved_sim_latency(self) -> str:

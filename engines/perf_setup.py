@@ -24,6 +24,8 @@ def build_perf_model(executor, executor_config: ExecutorConfig,
     """None for modes that make no time-based decisions (sarathi, vllm)."""
     if not get_mode(scheduler_config.mode).uses_perf_model:
         return None
+    if executor_config.kind == "torch" and executor_config.perf_profile:
+        return _profiled_torch_model(executor, executor_config, scheduler_config)
     if executor_config.kind == "torch":
         return _calibrated_torch_model(executor, scheduler_config)
     if executor_config.latency.startswith("profile:"):
@@ -61,6 +63,27 @@ def _model_shape(model_dir: str) -> ModelShape:
     from engines.models.builtin import builtin_tiny_model_dir
     from engines.models.model_config import ModelConfig
     return ModelShape.from_config(ModelConfig.from_pretrained(Path(model_dir or builtin_tiny_model_dir())))
+
+
+def _profiled_torch_model(executor, executor_config: ExecutorConfig,
+                          scheduler_config: SchedulerConfig) -> PerfModel:
+    """From a measured profile of this executor (`perf_profile`), timing nothing; a
+    profile of another model shape or TP degree is refused (ValueError)."""
+    import time
+    from engines.executors.profiles.measured import check_model, load_measured
+    started = time.perf_counter()
+    profile = load_measured(executor_config.perf_profile)
+    shape = ModelShape.from_config(executor.config, bytes_per_element=executor.dtype.itemsize)
+    check_model(profile, shape, executor_config.model_dir or "the built-in tiny model")
+    if profile.data.tp != executor_config.tp:
+        raise ValueError(f"perf_profile {profile.name!r} was measured at tp {profile.data.tp}; "
+                         f"this instance runs tp {executor_config.tp}")
+    perf = profile_perf_model(profile, scheduler_config, executor.max_model_len,
+                              executor.num_kv_blocks * executor.block_size)
+    log.info("performance model from %s in %.3f s (no calibration): held-out MAPE %s",
+             profile.name, time.perf_counter() - started,
+             f"{perf.mape:.1%}" if perf.mape is not None else "n/a")
+    return perf
 
 
 def _calibrated_torch_model(executor, scheduler_config: SchedulerConfig) -> PerfModel:

@@ -1,8 +1,10 @@
 """Measured profiles (`ascendra profile`, engines/executors/profiles/measured.py): the file
 round-trips, a profile of an executor with known step times makes the simulator charge
-exactly those times, and a malformed or mismatched profile is a clear error.
+exactly those times, known host costs (the daemon's path timed live) come back from their
+samples and the simulator charges them, and a malformed or mismatched profile is a clear
+error.
 
-Covers: daemon/profile_cmd.py, engines/executors/profiles/measured.py, engines/executors/profiles/profile_grid.py.
+Covers: bench/profiling/profile_cmd.py, bench/profiling/host_timing.py, bench/sim/host_charges.py, engines/executors/profiles/measured.py, engines/executors/profiles/profile_grid.py.
 """
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ import pytest
 from bench.sim.simulator import Simulation
 from bench.sim.sim_instances import SimConfig
 from bench.loadgen.workload import WorkloadRequest
-from daemon.profile_cmd import timed_steps
+from bench.profiling.profile_cmd import timed_steps
 from engines.calibration import stated_latency
 from engines.executors.profiles.measured import (
-    PROFILE_FORMAT, ProfileFile, check_model, features, load_measured, read_profile,
-    write_profile,
+    PROFILE_FORMAT, HostCosts, HostSample, ProfileFile, check_model, features, load_measured,
+    read_profile, write_profile,
 )
+from policies.batch_shape import BatchShape
 from engines.executors.profiles.profile_grid import profile_grid
 from engines.executors.profiles.registry import LLAMA3_8B, get_profile
 from engines.executors.sim_executor import SimExecutor
@@ -84,7 +87,7 @@ def test_a_malformed_profile_is_a_clear_error(tmp_path):
         get_profile(str(bad))
     old = tmp_path / "old.json"
     old.write_text('{"format": 99}')
-    with pytest.raises(ValueError, match="format 99.*reads format 1"):
+    with pytest.raises(ValueError, match=r"format 99.*reads formats \(1, 2\)"):
         get_profile(str(old))
     partial = tmp_path / "partial.json"
     partial.write_text(f'{{"format": {PROFILE_FORMAT}, "device": "cpu"}}')
@@ -125,3 +128,125 @@ def test_a_sim_instance_refuses_a_profile_of_another_model(tmp_path, tiny_models
     with pytest.raises(ValueError, match="measured on a model of shape"):
         build_executor(ExecutorConfig(kind="sim", latency=f"profile:{path}",
                                       model_dir=str(tiny_models["llama"])))
+
+
+#: The host costs the fake daemon's path adds: per request, per step, per sequence.
+HOST = HostCosts(request_s=4e-3, step_s=1e-3, step_per_seq_s=5e-5)
+
+
+def known_host_samples(prompt_len=16, output_len=32) -> list[HostSample]:
+    """What a client of a daemon with `HOST` costs on the `KNOWN` executor would see."""
+    def seconds(shape):
+        return float(features(shape) @ KNOWN)
+    samples = []
+    for batch in (1, 2, 4, 8):
+        decodes = [seconds(BatchShape.of(decodes=[c] * batch))
+                   for c in range(prompt_len + 1, prompt_len + output_len)]
+        tbt = sum(decodes) / len(decodes) + HOST.step(batch)
+        ttft = seconds(BatchShape.prefill_only(prompt_len)) + HOST.step(1) + HOST.request_s
+        samples.append(HostSample(batch, prompt_len, output_len, [ttft] * batch, [tbt] * batch))
+    return samples
+
+
+def test_host_costs_come_back_from_their_samples_and_round_trip(tmp_path):
+    path = tmp_path / "host.json"
+    written = fake_profile(path, host=known_host_samples())
+    assert read_profile(path) == written
+    host = load_measured(path).host
+    assert (host.request_s, host.step_s, host.step_per_seq_s) == pytest.approx(
+        (HOST.request_s, HOST.step_s, HOST.step_per_seq_s), rel=1e-6)
+
+
+def test_a_format_1_file_reads_as_one_without_host_costs(tmp_path):
+    path = tmp_path / "old.json"
+    fake_profile(path, format=1)
+    assert load_measured(path).host is None
+
+
+def test_the_simulator_charges_the_host_costs_of_a_lone_request(tmp_path):
+    """A request alone: its TTFT is its prefill step, that step's host cost and the
+    request's; each further token a decode step and its host cost -- the live sample."""
+    with_host, without = tmp_path / "host.json", tmp_path / "bare.json"
+    fake_profile(with_host, host=known_host_samples())
+    fake_profile(without)
+    work = [WorkloadRequest(index=0, arrival=0.0, prompt_len=16, output_len=32)]
+    runs = {}
+    for path in (with_host, without):
+        config = SimConfig(layout_modes=("sarathi",), profile=str(path), max_model_len=4096)
+        runs[path] = Simulation(config, work).run()[0]
+    ttft, tbt = known_host_samples()[0].ttft_s[0], known_host_samples()[0].tbt_s[0]
+    assert runs[with_host].ttft() == pytest.approx(ttft, rel=1e-6)
+    assert runs[with_host].mean_tbt() == pytest.approx(tbt, rel=1e-6)
+    bare = runs[without]  # no host costs: only the simulator's two ipc hops beside the steps
+    assert bare.ttft() == pytest.approx(ttft - HOST.request_s - HOST.step(1) + 2 * 0.0005)
+    assert bare.mean_tbt() == pytest.approx(tbt - HOST.step(1), rel=1e-6)
+
+
+def test_a_built_in_profile_has_no_host_costs():
+    from bench.sim.host_charges import arrival_delay, host_costs
+    assert host_costs(get_profile("a100-llama3-8b")) is None
+    assert arrival_delay(None, 0.0005) == 0.0
+
+
+def test_malformed_host_samples_are_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    fake_profile(bad, host=[HostSample(2, 16, 32, [0.01], [0.002, 0.002])])
+    with pytest.raises(ValueError, match=r"bad.json.*host\[0\]"):
+        get_profile(str(bad))
+    alone = tmp_path / "alone.json"
+    fake_profile(alone, host=known_host_samples()[1:])
+    with pytest.raises(ValueError, match="no sample of batch 1"):
+        get_profile(str(alone))
+
+
+@pytest.mark.slow
+def test_profile_times_the_tiny_model_and_its_daemon(tmp_path, capsys):
+    """The real thing, small: the tiny model's executor on CPU over a quick grid, then a
+    daemon on it timed through HTTP; the file holds both and reads back with host costs."""
+    from daemon.cli import main
+    out = tmp_path / "tiny.json"
+    code = main(["profile", "--device", "cpu", "--quick", "--repeats", "1",
+                 "--chunk-size", "128", "--max-num-seqs", "4", "--max-model-len", "256",
+                 "--num-kv-blocks", "256", "--out", str(out)])
+    assert code == 0
+    profile = load_measured(out)
+    assert [s.batch for s in profile.data.host] == [1, 2, 4]
+    assert all(s.output_len == 32 and len(s.tbt_s) == s.batch for s in profile.data.host)
+    assert profile.host is not None and profile.host.request_s >= 0
+    assert "host costs" in capsys.readouterr().out
+
+
+def test_a_torch_instance_s_performance_model_starts_from_a_profile_without_timing(tmp_path):
+    """`perf_profile`: the model is the profile's (as a simulated instance's is) and the
+    executor runs no batch for it; a profile of another shape is refused."""
+    from engines.executors.executor_config import ExecutorConfig
+    from engines.executors.torch_executor import TorchExecutor
+    from engines.models.builtin import builtin_tiny_model_dir
+    from engines.perf.model_shape import ModelShape
+    from engines.perf_setup import build_perf_model, profile_perf_model
+    from engines.scheduler_config import SchedulerConfig
+    executor = TorchExecutor(builtin_tiny_model_dir(), device="cpu", num_kv_blocks=256,
+                             max_model_len=512)
+    tiny = ModelShape.from_config(executor.config, bytes_per_element=executor.dtype.itemsize)
+    path = tmp_path / "tiny.json"
+    fake_profile(path, model=tiny)
+    ran = []
+    executor.execute = lambda batch: ran.append(batch)
+    scheduler = SchedulerConfig(mode="lp", chunk_size=256, max_num_seqs=16)
+    perf = build_perf_model(executor, ExecutorConfig(kind="torch", perf_profile=str(path)),
+                            scheduler)
+    assert ran == []
+    expected = profile_perf_model(load_measured(path), scheduler, 512, 256 * 16)
+    for shape in (BatchShape.prefill_only(200, 100), BatchShape.of(decodes=[300] * 8)):
+        assert perf.predict(shape) == pytest.approx(expected.predict(shape), rel=1e-12)
+    other = tmp_path / "other.json"
+    fake_profile(other)  # Llama-3-8B's shape
+    with pytest.raises(ValueError, match="measured on a model of shape"):
+        build_perf_model(executor, ExecutorConfig(kind="torch", perf_profile=str(other)),
+                         scheduler)
+
+
+def test_perf_profile_is_refused_on_the_sim_executor():
+    from daemon.config import InstancesConfig
+    with pytest.raises(ValueError, match="perf_profile: only the torch executor"):
+        InstancesConfig(executor="sim", perf_profile="tiny.json")

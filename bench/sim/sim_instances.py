@@ -13,6 +13,7 @@ import msgspec
 
 from daemon.config import InstancesConfig
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
+from bench.sim.host_charges import host_costs, with_host_steps
 from daemon.core.esp_groups import EspSettings
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
@@ -69,8 +70,11 @@ class SimInstance:
 def build_instance(config: SimConfig, instance_id: int, mode: str) -> SimInstance:
     profile = get_profile(config.profile)
     num_kv_blocks = config.num_kv_blocks or profile.num_kv_blocks(config.block_size)
-    executor = SimExecutor(make_latency(config.latency or f"profile:{config.profile}"),
-                           num_kv_blocks=num_kv_blocks, block_size=config.block_size,
+    latency = make_latency(config.latency or f"profile:{config.profile}")
+    host = host_costs(profile, config.latency)
+    if host is not None:  # a measured profile's host costs: each step pays them too
+        latency = with_host_steps(latency, host)
+    executor = SimExecutor(latency, num_kv_blocks=num_kv_blocks, block_size=config.block_size,
                            max_model_len=config.max_model_len)
     scheduler = msgspec.structs.replace(config.scheduler, mode=mode)
     perf = None

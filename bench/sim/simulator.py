@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from bench.loadgen.workload import WorkloadRequest, request_prompt
 from bench.records.schema import RequestRecord
+from bench.sim.host_charges import arrival_delay, host_costs
 from bench.sim.event_heap import EventHeap
 from bench.sim.kv_transfer_time import kv_transfer_seconds
 from bench.sim.record_keeper import RecordKeeper
@@ -63,6 +64,9 @@ class Simulation:
                                          config.controller, config.slo,
                                          dynamic_roles=config.dynamic_roles,
                                          tenants=config.tenants, esp=config.esp)
+        #: a measured profile's host cost of a request (bench/sim/host_charges.py), else 0
+        self.arrival_delay = arrival_delay(host_costs(get_profile(config.profile),
+                                                      config.latency), config.ipc_delay)
         self.records = {f"r{w.index}": _record(w) for w in workload}
         self.keeper = RecordKeeper(self.records, config.slo, watched)
         #: ESP groups whose prefill step some members have begun: (instance, its step).
@@ -108,6 +112,12 @@ class Simulation:
         self._arrive(request_id, work)
 
     def _arrive(self, request_id: str, work: WorkloadRequest) -> None:
+        if self.arrival_delay:  # the host's path to the controller, measured
+            self._at(self.now + self.arrival_delay, self._reach_controller, request_id, work)
+        else:
+            self._reach_controller(request_id, work)
+
+    def _reach_controller(self, request_id: str, work: WorkloadRequest) -> None:
         sampling = SamplingParams(max_tokens=work.output_len, ignore_eos=True)
         self._controller(Arrived(self.now, request_id, request_prompt(work, PROMPT_SEED),
                                  sampling, work.ttft_slo, work.tbt_slo, priority=work.priority,

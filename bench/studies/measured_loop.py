@@ -4,17 +4,23 @@ profiled by `ascendra profile`) on the same requests, at a few rates.
 
     python -m bench.studies.measured_loop --profile tiny-cpu.json [--rates 0.5,1.5]
         [--num-requests 60] [--max-prompt-len 128] [--model DIR] [--out DIR]
+        [--instances 2]
 
-Both sides get the same layout (1xsarathi), model length, chunk size, sequence limit, KV
-cache size and SLOs. What differs is time: the daemon's steps are the executor's real
-ones (and the machine's other load), plus the scheduler's own CPU time, the event loop
-and the client; the simulator's are the profile's fit. It prints goodput, p50/p90 TTFT
-and mean TBT side by side and writes both result JSONs and `summary.json`.
+Both sides get the same layout (`--instances` x sarathi), model length, chunk size,
+sequence limit, KV cache size and SLOs. What differs is time: the daemon's steps are the
+executor's real ones (and the machine's other load), plus the scheduler's own CPU time,
+the event loops and the client; the simulator's are the profile's fit plus the host
+costs the profile measured on the daemon's path (when it did). It prints goodput,
+p50/p90 TTFT and mean TBT side by side, each instance's p50 TTFT and mean TBT (several
+instances: how far they drift apart), and the load average before and after each side
+(this machine is shared), and writes both result JSONs and `summary.json`.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +33,7 @@ from engines.executors.profiles.measured import load_measured
 def _shared(profile_path: str, args) -> list[str]:
     """Flags both the daemon and the simulator take, from the profile's executor."""
     data = load_measured(profile_path).data
-    return ["--layout", "1xsarathi", "--max-model-len", str(args.max_model_len),
+    return ["--layout", f"{args.instances}xsarathi", "--max-model-len", str(args.max_model_len),
             "--chunk-size", str(args.chunk_size), "--max-num-seqs", str(args.max_num_seqs),
             "--num-kv-blocks", str(data.num_kv_blocks), "--ttft-slo", str(args.ttft_slo),
             "--tbt-slo", str(args.tbt_slo)]
@@ -42,19 +48,40 @@ def check(args, rate: float, out: Path) -> dict:
              *(["--model", args.model] if args.model else []),
              "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
     with ServeProcess(serve, start_timeout=300, log_path=out / f"daemon_{rate}.log") as daemon:
+        load_live = os.getloadavg()[0]
         subprocess.run([sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.url, *load,
                         "--max-model-len", str(args.max_model_len), "--json", str(live_json),
+                        "--records", str(out / f"live_{rate}.records.jsonl"),
                         "--disable-tqdm", "--max-error-rate", "1"],
                        check=True, stdout=subprocess.DEVNULL)
+        load_live = (load_live, os.getloadavg()[0])
     subprocess.run([sys.executable, "-m", "daemon.cli", "simulate", *shared, *load,
-                    "--profile", args.profile, "--json", str(sim_json)],
+                    "--profile", args.profile, "--json", str(sim_json),
+                    "--records", str(out / f"sim_{rate}.records.jsonl")],
                    check=True, stdout=subprocess.DEVNULL)
     live, sim = read_result(live_json), read_result(sim_json)
-    return {"rate": rate, **{f"{k}_{side}": v for side, r in (("live", live), ("sim", sim))
-                            for k, v in (("goodput_pct", round(r.goodput_pct, 1)),
-                                         ("p50_ttft_s", r.ttft_s.p50), ("p90_ttft_s", r.ttft_s.p90),
-                                         ("mean_tbt_s", r.mean_tbt_s.mean),
-                                         ("completed", r.completed))}}
+    row = {"rate": rate, "load_live": [round(x, 2) for x in load_live],
+           **{f"{k}_{side}": v for side, r in (("live", live), ("sim", sim))
+              for k, v in (("goodput_pct", round(r.goodput_pct, 1)),
+                           ("p50_ttft_s", r.ttft_s.p50), ("p90_ttft_s", r.ttft_s.p90),
+                           ("mean_tbt_s", r.mean_tbt_s.mean), ("completed", r.completed))}}
+    if args.instances > 1:
+        for side in ("live", "sim"):
+            row[f"by_instance_{side}"] = by_instance(out / f"{side}_{rate}.records.jsonl")
+    return row
+
+
+def by_instance(records_path: Path) -> dict:
+    """Each instance's requests: how many, p50 TTFT and mean of mean TBTs (seconds)."""
+    from bench.records.records_file import read_records
+    groups: dict = {}
+    for row in read_records(records_path):
+        if row.outcome == "completed" and row.instances:
+            groups.setdefault(row.instances[-1], []).append(row)
+    return {str(i): {"n": len(rows), "p50_ttft_s": statistics.median(r.ttft for r in rows),
+                     "mean_tbt_s": statistics.fmean(r.mean_tbt for r in rows
+                                                    if r.mean_tbt is not None)}
+            for i, rows in sorted(groups.items())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-prompt-len", type=int, default=128,
                         help="trim ShareGPT's prompts to this (default %(default)s: a CPU)")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="instances of the daemon and the simulation (default 1)")
     parser.add_argument("--out", default="measured_loop")
     args = parser.parse_args(argv)
     out = Path(args.out)

@@ -41,3 +41,6 @@ class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: process and (on CUDA) one GPU each (engines/tp_ranks.py). sim: the profile's
     #: step times at this degree.
     tp: PositiveInt = 1
+    #: torch: a measured profile (`ascendra profile`'s file) of this executor that the
+    #: performance model starts from instead of timing batches at start; "" = calibrate.
+    perf_profile: str = ""

@@ -17,6 +17,17 @@ fit, on relative error, of the median times over five costs a step pays --
 -- the per-step constant, the GEMMs' token count, the per-sequence work (sampling, the
 LM head), and the two attentions. It is fitted once when the file is read; `fit_mape`
 says how well it fits the grid. KV capacity is the profiled executor's.
+
+Format 2 adds `host`: the daemon's own path timed live (`ascendra profile` without
+`--no-host`): groups of requests sent together through a real daemon on this executor
+by the load generator, what its client saw (`HostSample`). What the daemon adds to the
+executor's steps -- HTTP, the event loops, two ZeroMQ hops, scheduling, detokenization,
+the client -- is read off them against the step-time fit (`HostCosts`, `host_costs`):
+a cost per step and per sequence of a step (mean time between tokens beyond the fitted
+decode step), and a cost per request (time to first token beyond its first step). The
+simulator charges them (bench/sim: an arrival reaches the controller that much later,
+each step lasts that much longer); a sim daemon does not (it pays its own). A format 1
+file reads as one without them.
 """
 from __future__ import annotations
 
@@ -34,8 +45,9 @@ from engines.perf.hardware_spec import HardwareSpec
 from engines.perf.model_shape import ModelShape
 from engines.perf.nnls import nnls
 
-#: The file format this code reads and writes; a file of another version is refused.
-PROFILE_FORMAT = 1
+#: The file format this code writes; it reads these, and refuses any other.
+PROFILE_FORMAT = 2
+READ_FORMATS = (1, 2)
 STEP_KINDS = ("prefill", "decode", "mixed")
 FEATURE_NAMES = ("constant", "tokens", "sequences", "prefill_attention", "decode_attention")
 
@@ -61,6 +73,28 @@ class TimedStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return (max(self.seconds) - min(self.seconds)) / self.median
 
 
+class HostSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One live timing of the daemon's path: `batch` requests sent together, each a prompt
+    of `prompt_len` tokens asking `output_len`; what the client saw of each."""
+
+    batch: int
+    prompt_len: int
+    output_len: int
+    ttft_s: list[float]       # each request's time to first token
+    tbt_s: list[float]        # each request's mean time between tokens
+
+
+class HostCosts(msgspec.Struct, frozen=True):
+    """What the daemon's path adds to the executor's fitted steps (seconds)."""
+
+    request_s: float          # a request's time to first token beyond its first step
+    step_s: float             # a step's, beyond the executor's
+    step_per_seq_s: float     # and for each sequence it runs
+
+    def step(self, num_seqs: int) -> float:
+        return self.step_s + self.step_per_seq_s * num_seqs
+
+
 class ProfileFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     format: int
     device: str                 # "cpu (N threads)" or the GPU's name
@@ -77,6 +111,8 @@ class ProfileFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     hardware: HardwareSpec      # the roofline numbers the performance model starts from
     repeats: int
     steps: list[TimedStep]
+    #: format 2: the daemon's path timed live; None = not timed (format 1, `--no-host`)
+    host: list[HostSample] | None = None
 
 
 def write_profile(path: str | Path, profile: ProfileFile) -> None:
@@ -93,9 +129,9 @@ def read_profile(path: str | Path) -> ProfileFile:
         version = msgspec.json.decode(raw, type=_Version).format
     except msgspec.DecodeError as exc:
         raise ValueError(f"profile file {str(path)!r} is not a profile: {exc}") from None
-    if version != PROFILE_FORMAT:
+    if version not in READ_FORMATS:
         raise ValueError(f"profile file {str(path)!r} has format {version}; this version of "
-                         f"Ascendra reads format {PROFILE_FORMAT} (run `ascendra profile` again)")
+                         f"Ascendra reads formats {READ_FORMATS} (run `ascendra profile` again)")
     try:
         profile = msgspec.json.decode(raw, type=ProfileFile)
     except msgspec.DecodeError as exc:
@@ -125,6 +161,14 @@ def _check(profile: ProfileFile, path) -> None:
             raise ValueError(f"{where}: steps[{i}]: {exc}") from None
     if min(profile.block_size, profile.num_kv_blocks, profile.max_model_len, profile.tp) < 1:
         raise ValueError(f"{where}: block_size, num_kv_blocks, max_model_len and tp must be >= 1")
+    for i, sample in enumerate(profile.host or ()):
+        if (min(sample.batch, sample.prompt_len) < 1 or sample.output_len < 2
+                or len(sample.ttft_s) != sample.batch or len(sample.tbt_s) != sample.batch
+                or min(sample.ttft_s + sample.tbt_s) <= 0):
+            raise ValueError(f"{where}: host[{i}] must have batch, prompt_len >= 1, "
+                             f"output_len >= 2 and batch times > 0 of each kind")
+    if profile.host is not None and not any(s.batch == 1 for s in profile.host):
+        raise ValueError(f"{where}: host has no sample of batch 1 (a request alone)")
 
 
 def features(shape: BatchShape) -> np.ndarray:
@@ -148,6 +192,8 @@ class MeasuredProfile:
         scale = 1.0 / medians  # relative error: a 5 ms decode matters as a 500 ms prefill
         self.coefficients = nnls(rows * scale[:, None], np.ones_like(medians))
         self.fit_mape = float(np.mean(np.abs(rows @ self.coefficients - medians) / medians))
+        #: What the daemon's path adds to these steps; None = not measured.
+        self.host: HostCosts | None = host_costs(data.host, self) if data.host else None
 
     @property
     def ops(self) -> None:
@@ -183,6 +229,37 @@ class MeasuredProfile:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         return self.kv_capacity_tokens // block_size
+
+
+def host_costs(samples: list[HostSample], profile: MeasuredProfile) -> HostCosts:
+    """The daemon's costs beyond `profile`'s fitted steps, from live `samples`.
+
+    Per step: each batch's median mean-TBT less the fitted decode step of that batch over
+    the contexts its tokens saw (prompt + 1 .. prompt + output - 1), fitted non-negative
+    as `step_s + step_per_seq_s x batch`. Per request: a lone request's median TTFT less
+    its fitted prefill step and that step's host cost. What the fit gets wrong at these
+    shapes lands in them too: they are what the simulator needs added to match the
+    daemon, measured, not a breakdown of where the time goes."""
+    by_batch: dict[int, list[float]] = {}
+    for sample in samples:
+        by_batch.setdefault(sample.batch, []).extend(
+            tbt - _decode_seconds(profile, sample) for tbt in sample.tbt_s)
+    batches = sorted(by_batch)
+    extra = np.array([max(0.0, statistics.median(by_batch[b])) for b in batches])
+    rows = np.array([[1.0, float(b)] for b in batches])
+    step_s, per_seq = nnls(rows, extra) if len(batches) > 1 else (extra[0], 0.0)
+    alone = [s for s in samples if s.batch == 1]
+    first = profile.step_time(BatchShape.prefill_only(alone[0].prompt_len))
+    ttft = statistics.median(t for s in alone for t in s.ttft_s)
+    request_s = max(0.0, ttft - first - (step_s + per_seq))
+    return HostCosts(float(request_s), float(step_s), float(per_seq))
+
+
+def _decode_seconds(profile: MeasuredProfile, sample: HostSample) -> float:
+    """The fitted decode step of `sample`'s batch, averaged over its tokens' contexts."""
+    contexts = range(sample.prompt_len + 1, sample.prompt_len + sample.output_len)
+    return statistics.fmean(profile.step_time(BatchShape.of(decodes=[c] * sample.batch))
+                            for c in contexts)
 
 
 def is_profile_file(name: str) -> bool:

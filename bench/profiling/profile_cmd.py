@@ -3,12 +3,16 @@ profile file that `simulate`, `capacity` and `plan` take as `--profile FILE`; or
 (`--compare FILE [OTHER]`) set a file's measured steps beside its fit and beside a
 built-in profile or another file.
 
-    ascendra profile --model DIR --device cpu --out tiny-cpu.json [--quick]
+    ascendra profile --model DIR --device cpu --out tiny-cpu.json [--quick] [--no-host]
     ascendra profile --compare tiny-cpu.json [a100-llama3-8b | other.json]
 
 The grid is engines/executors/profiles/profile_grid.py's; each step runs `--repeats`
 times after one untimed warm-up (engines/calibration.py `measure`, the batches a
 daemon's instance times at start); the file format is engines/executors/profiles/measured.py's.
+Then (unless `--no-host`) the daemon's own path is timed live on the same executor
+(bench/profiling/host_timing.py): what the simulator must add per request and per step.
+It lives in bench/ (not beside `serve` in daemon/) because that phase starts a daemon
+and drives it with `ascendra bench`'s client.
 """
 from __future__ import annotations
 
@@ -17,9 +21,13 @@ import datetime
 import platform
 import sys
 
+import msgspec
+
 from engines.executors.profiles.measured import (
     PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, write_profile,
 )
+from bench.launch.daemon_launcher import DaemonStartError
+from bench.profiling import host_timing
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
@@ -43,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV cache size in blocks (default: what the device's memory holds)")
     p.add_argument("--block-size", type=int, default=16, help="KV block size (default 16)")
+    p.add_argument("--no-host", action="store_true",
+                   help="skip the live phase (a daemon on this executor, timed through its "
+                        "HTTP path): the file then holds no host costs")
     p.add_argument("--compare", nargs="+", metavar="FILE",
                    help="FILE [OTHER]: FILE's measured steps beside its fit, and beside OTHER "
                         "(a built-in profile name or another file) if given")
@@ -55,29 +66,56 @@ def run(args: argparse.Namespace) -> int:
             return compare(args.compare, args.model)
         if not args.out:
             raise ValueError("--out FILE is needed (or --compare FILE)")
-        if args.tp != 1:
-            raise ValueError(f"--tp {args.tp}: this build runs one device per instance "
-                             f"(tensor parallelism is issue #55)")
+        if args.tp < 1:
+            raise ValueError(f"--tp must be >= 1, got {args.tp}")
         return measure_profile(args)
-    except ValueError as exc:
+    except (ValueError, DaemonStartError) as exc:
         print(f"ascendra profile: error: {exc}", file=sys.stderr)
         return 2
 
 
 def measure_profile(args: argparse.Namespace) -> int:
+    from engines.executors.build import build_executor
+    from engines.executors.executor_config import ExecutorConfig
+    from engines.models.builtin import builtin_tiny_model_dir
+
+    model_dir = args.model or builtin_tiny_model_dir()
+    # the instance's own executor: at --tp K, rank 0 driving K-1 rank processes
+    executor = build_executor(ExecutorConfig(
+        kind="torch", model_dir=str(model_dir), block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks, device=args.device or "",
+        max_model_len=args.max_model_len, tp=args.tp))
+    try:
+        profile = _measure(args, executor, model_dir)
+        device = executor.device.type
+    finally:
+        if executor.ranks is not None:
+            executor.ranks.stop()
+    del executor  # its weights and KV cache: the live phase's daemon needs the device
+    _release_device()
+    if not args.no_host:
+        profile = msgspec.structs.replace(profile, host=_time_host(args, profile, device))
+    write_profile(args.out, profile)
+    fitted = load_measured(args.out)
+    print(f"wrote {args.out}: {len(profile.steps)} steps x {profile.repeats}, "
+          f"{profile.device}; the step-time fit is off by {fitted.fit_mape:.1%} on average")
+    if fitted.host is not None:
+        cost = fitted.host
+        print(f"host costs (the daemon's path beyond the fitted steps): "
+              f"{cost.request_s * 1e3:.2f} ms a request, {cost.step_s * 1e3:.3f} ms a step "
+              f"+ {cost.step_per_seq_s * 1e6:.1f} us a sequence")
+    return 0
+
+
+def _measure(args: argparse.Namespace, executor, model_dir) -> ProfileFile:
+    """The grid timed on `executor`: the file without its live phase."""
     import torch
     from tqdm import tqdm
 
     from engines.executors.profiles.profile_grid import profile_grid
-    from engines.executors.torch_executor import TorchExecutor
     from engines.hardware import hardware_for
-    from engines.models.builtin import builtin_tiny_model_dir
     from engines.perf.model_shape import ModelShape
 
-    model_dir = args.model or builtin_tiny_model_dir()
-    executor = TorchExecutor(model_dir, block_size=args.block_size,
-                             num_kv_blocks=args.num_kv_blocks, device=args.device,
-                             max_model_len=args.max_model_len)
     repeats = args.repeats or (2 if args.quick else 3)
     max_context = executor.max_model_len
     grid = profile_grid(args.chunk_size, max_context, args.max_num_seqs,
@@ -85,8 +123,10 @@ def measure_profile(args: argparse.Namespace) -> int:
                         quick=args.quick)
     with tqdm(total=len(grid), desc="profiling", unit="step", file=sys.stderr) as bar:
         steps, skipped = timed_steps(executor, grid, repeats, progress=bar.update)
+    if skipped:
+        print(f"{skipped} grid steps did not fit the KV cache or the context", file=sys.stderr)
     cuda = executor.device.type == "cuda"
-    profile = ProfileFile(
+    return ProfileFile(
         format=PROFILE_FORMAT,
         device=(torch.cuda.get_device_name(executor.device) if cuda else
                 f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"),
@@ -99,11 +139,29 @@ def measure_profile(args: argparse.Namespace) -> int:
         block_size=executor.block_size, num_kv_blocks=executor.num_kv_blocks,
         max_model_len=max_context, hardware=hardware_for(executor.device, executor.dtype),
         repeats=repeats, steps=steps)
-    write_profile(args.out, profile)
-    fitted = load_measured(args.out)
-    print(f"wrote {args.out}: {len(steps)} steps x {repeats} ({skipped} did not fit), "
-          f"{profile.device}; the step-time fit is off by {fitted.fit_mape:.1%} on average")
-    return 0
+
+
+def _release_device() -> None:
+    """Hand the profiled executor's memory back (a GPU's cache allocator keeps it)."""
+    import gc
+
+    import torch
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _time_host(args, profile: ProfileFile, device: str):
+    """The live phase: a daemon on the profiled executor's settings, timed; its samples."""
+    from tqdm import tqdm
+    batches = host_timing.host_batches(args.max_num_seqs, args.chunk_size)
+    serve = host_timing.serve_args(profile.model_dir, args.device or device,
+                                   profile.block_size, profile.num_kv_blocks,
+                                   profile.max_model_len, args.chunk_size, args.max_num_seqs,
+                                   args.tp)
+    with tqdm(total=1 + len(batches) * profile.repeats, desc="timing the daemon's path",
+              unit="group", file=sys.stderr) as bar:
+        return host_timing.time_host(serve, batches, profile.repeats, progress=bar.update)
 
 
 def timed_steps(executor, grid, repeats: int, timer=None, progress=None,
