@@ -199,6 +199,9 @@ class Submit(_Message, tag="submit"):
     #: RESUME: the last this-many prompt tokens are the output it generated before (what
     #: presence and frequency penalties count).
     generated_before: Count = 0
+    #: Which of a multiplexed instance's models serves it (its served name; "" = the
+    #: instance's first, or only, model).
+    model: str = ""
 
 
 class Abort(_Message, tag="abort"):
@@ -253,6 +256,9 @@ class Ready(_Message, tag="ready"):
     devices: list[int] = []
     #: The pids of its ranks 1..tp-1 (rank 0 is `pid`).
     rank_pids: list[int] = []
+    #: A multiplexed instance: the served names of the models it holds (its KV pool
+    #: shared by them; `num_kv_blocks` and the curve are its first model's); empty: one.
+    models: list[str] = []
 
 
 class CachedPrompt(msgspec.Struct, array_like=True, frozen=True):
@@ -320,6 +326,8 @@ class Heartbeat(_Message, tag="heartbeat"):
     prefix_hit_blocks: Count = 0
     prefix_queried_tokens: Count = 0
     prefix_hit_tokens: Count = 0
+    #: A multiplexed instance: each model's KV blocks in use (in its own blocks), by name.
+    kv_blocks_by_model: dict[str, Count] = {}
 
 
 class OffloadedRequest(msgspec.Struct, array_like=True, frozen=True):

@@ -239,7 +239,7 @@ class ControllerCore:
         submit = Submit(request_id=event.request_id, prompt_token_ids=event.prompt_token_ids,
                         sampling=event.sampling, arrival_time=now, deadline=now + ttft_slo,
                         ttft_slo=ttft_slo, tbt_slo=event.tbt_slo or self.slo.tbt_slo,
-                        priority=event.priority)
+                        priority=event.priority, model=event.model)
         state = RequestState.QUEUED if room is None else RequestState.PENDING
         tracked = Tracked(event.request_id, now, submit, submit, state=state,
                           block_names=names, cached_on=cached_on, tenant=event.tenant)

@@ -1,0 +1,39 @@
+"""Building a multiplexed instance's core: each model's block cost in the shared pool's
+head-wise units (engines/kv_pool.py), and the pool's size.
+
+The pool's unit is a KV head of the narrowest head_dim among the models; its size is
+given in units, or as `num_kv_blocks` blocks of the costliest model (so a config's
+`num_kv_blocks` means what it means for that model on a dedicated instance); a profile's
+is what the GPU's memory holds after every model's weights (bench/sim/sim_instances.py).
+"""
+from __future__ import annotations
+
+from engines.executors.base import Executor
+from engines.kv_pool import KvPool, block_units
+from engines.mux_core import MuxCore, MuxModel
+from engines.perf.model import PerfModel
+from engines.perf.model_shape import ModelShape
+from engines.scheduler_config import SchedulerConfig
+from ipc.messages import Role
+
+
+def units_per_block(shapes: dict[str, ModelShape]) -> dict[str, int]:
+    """Each model's block cost, in units of the narrowest head_dim among them."""
+    head_dim = min(s.head_dim for s in shapes.values())
+    return {name: block_units(shape, head_dim) for name, shape in shapes.items()}
+
+
+def pool_units(shapes: dict[str, ModelShape], num_kv_blocks: int) -> int:
+    """A pool of `num_kv_blocks` blocks of the costliest model."""
+    return num_kv_blocks * max(units_per_block(shapes).values())
+
+
+def build_mux_core(instance_id: int, role: Role, executors: dict[str, Executor],
+                   shapes: dict[str, ModelShape], config: SchedulerConfig, num_units: int,
+                   perf_models: dict[str, PerfModel] | None = None) -> MuxCore:
+    """A MuxCore over `executors` (by served name, the first the default model); each
+    executor must hold KV tensors for `num_units // its block cost` blocks."""
+    costs = units_per_block(shapes)
+    models = [MuxModel(name, executor, costs[name], (perf_models or {}).get(name))
+              for name, executor in executors.items()]
+    return MuxCore(instance_id, role, models, config, KvPool(num_units))

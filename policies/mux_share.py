@@ -1,0 +1,57 @@
+"""How a multiplexed instance splits one step's token budget between its models
+(MuxServe's adaptive batch scheduling, engines/mux_core.py).
+
+Each step runs every model's part in turn, so the step lasts the sum of the parts: the
+models share one step budget (`chunk_size` tokens) instead of each taking a whole one.
+A model's weight is its popularity -- its recent arrival rate, an exponentially decayed
+count of its requests -- over its TBT target (a model whose tokens must come sooner needs
+more of each step); the budget is split by weight and handed out by water-filling: a
+model that needs less than its share (its running decodes and queued prompt tokens) takes
+only what it needs and the rest goes to the others, by weight. So a lone busy model gets
+the whole budget, as a dedicated instance would, and under load each gets at least its
+share.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+#: Seconds over which a model's arrival count decays to 1/e: its popularity follows the
+#: traffic of the last minute or so.
+POPULARITY_TAU = 30.0
+#: A model's popularity before any request has come: every model starts equal.
+PRIOR_ARRIVALS = 1.0
+
+
+def decayed(count: float, since: float, tau: float = POPULARITY_TAU) -> float:
+    """`count` after `since` seconds of exponential decay."""
+    return count * math.exp(-max(since, 0.0) / tau)
+
+
+def model_weight(arrivals: float, tbt_slo: float) -> float:
+    """Popularity over the TBT target (an unbounded target counts as one second)."""
+    slo = tbt_slo if math.isfinite(tbt_slo) and tbt_slo > 0 else 1.0
+    return max(arrivals, 0.0) / slo
+
+
+def split_budget(total: int, weights: Sequence[float], demands: Sequence[int]) -> list[int]:
+    """Token budgets summing to at most `total`: each model its weighted share, capped at
+    its demand, the leftover shared again among those that want more (water-filling).
+    Every model with demand and weight gets at least one token while any is left."""
+    budgets = [0] * len(weights)
+    wanting = [i for i, d in enumerate(demands) if d > 0 and weights[i] > 0]
+    left = total
+    while wanting and left > 0:
+        weight = sum(weights[i] for i in wanting)
+        shares = {i: max(1, int(left * weights[i] / weight)) for i in wanting}
+        capped = [i for i in wanting if demands[i] - budgets[i] <= shares[i]]
+        if not capped:  # every one wants more than its share: the shares are final
+            for i in wanting:
+                budgets[i] += shares[i]
+            break
+        for i in capped:  # these are satisfied; share the rest again among the others
+            give = min(demands[i] - budgets[i], left)
+            budgets[i] += give
+            left -= give
+        wanting = [i for i in wanting if i not in capped]
+    return budgets
