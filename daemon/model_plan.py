@@ -8,6 +8,12 @@ Instance ids are global: the first model's instances are 0..n-1, the next model'
 follow, and `gpus` is dealt out over all of them in that order, `gpus_per_instance`
 each. With one model this is exactly the single-model layout of before.
 
+With `placement` (`[model] placement`) models share instances instead: "multiplexed"
+puts every model on every instance of one group, a list names each model's group
+("dedicated" = a group of its own). A group of several models is one plan -- its first
+model's name, folder, layout and tp -- whose `multiplexed` lists every (name, folder) its
+instances hold (engines/mux_core.py); one controller serves the group.
+
 Pure: it reads no folder (the built-in tiny model's name comes from its cache path).
 """
 from __future__ import annotations
@@ -26,6 +32,14 @@ class ModelPlan:
     layout: str
     instances: tuple[InstanceSpec, ...]  # global ids, in id order
     tp: int = 1                       # each instance's tensor-parallel degree (ranks)
+    #: A multiplexed group: every (name, folder) its instances hold, this plan's first;
+    #: empty: one model.
+    multiplexed: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        """The served names this plan's instances answer for."""
+        return [name for name, _ in self.multiplexed] or [self.name]
 
 
 def per_model(value: str | list[str]) -> list[str]:
@@ -35,29 +49,45 @@ def per_model(value: str | list[str]) -> list[str]:
 
 def plan_models(folders: str | list[str], names: str | list[str], layouts: str | list[str],
                 gpus: list[int] | None = None, gpus_per_instance: int = 1,
-                tp: int | list[int] = 1) -> list[ModelPlan]:
-    """Each model's name, layout and instances. Raises ValueError naming the field
-    (`model.model`, `model.served_model_name`, `instances.layout`, `instances.gpus`,
-    `instances.tp`)."""
+                tp: int | list[int] = 1, placement: str | list[str] = "dedicated",
+                ) -> list[ModelPlan]:
+    """Each model's (or multiplexed group's) name, layout and instances. Raises ValueError
+    naming the field (`model.model`, `model.served_model_name`, `model.placement`,
+    `instances.layout`, `instances.gpus`, `instances.tp`)."""
     folders = per_model(folders)
     if not folders:
         raise ValueError("model.model: the list of models is empty; give at least one folder "
                          '(or "" for the built-in tiny model)')
     served = _names(folders, names)
+    groups = _groups(folders, placement)
     degrees = _degrees(folders, tp)
+    if any(len(members) > 1 and degrees[members[0]] > 1 for members in groups):
+        raise ValueError("model.placement: a multiplexed group runs at tp 1 (its models "
+                         "share one device); set instances.tp to 1 for its models")
+    layouts_given = _layouts(folders, layouts)
+    keep = [members[0] for members in groups]  # each group planned as its first model
+    multiplexed = {members[0]: tuple((served[i], folders[i]) for i in members)
+                   for members in groups if len(members) > 1}
+    folders, served = [folders[i] for i in keep], [served[i] for i in keep]
+    degrees, layouts = [degrees[i] for i in keep], [layouts_given[i] for i in keep]
     layouts = [layout or default_layout(gpus, instance_gpus(degree, gpus_per_instance),
                                         len(folders))
-               for layout, degree in zip(_layouts(folders, layouts), degrees)]
+               for layout, degree in zip(layouts, degrees)]
     plans, next_id, next_gpu = [], 0, 0
-    for folder, name, layout, degree in zip(folders, served, layouts, degrees):
+    for first, folder, name, layout, degree in zip(keep, folders, served, layouts, degrees):
         modes = layout_modes(layout)
+        if first in multiplexed and {"prefill", "decode"} & set(modes):
+            raise ValueError(f"model.placement: the multiplexed group of {name!r} has layout "
+                             f"{layout!r}; P/D layouts hand KV between instances of one "
+                             "model and are not multiplexed")
         each = instance_gpus(degree, gpus_per_instance)
         specs = []
         for i, mode in enumerate(modes):
             specs.append(InstanceSpec(next_id + i, mode,
                                       tuple(gpus[next_gpu:next_gpu + each]) if gpus else ()))
             next_gpu += each
-        plans.append(ModelPlan(name, folder, layout, tuple(specs), degree))
+        plans.append(ModelPlan(name, folder, layout, tuple(specs), degree,
+                               multiplexed.get(first, ())))
         next_id += len(modes)
     if gpus and len(gpus) < next_gpu:
         degree = f" at tp {', '.join(map(str, degrees))}" if max(degrees) > 1 else ""
@@ -73,6 +103,25 @@ def instance_gpus(tp: int, gpus_per_instance: int) -> int:
         raise ValueError(f"instances.gpus_per_instance: {gpus_per_instance} conflicts with "
                          f"tp {tp} (an instance at tp {tp} takes {tp} GPUs, one per rank)")
     return tp if tp > 1 else gpus_per_instance
+
+
+def _groups(folders: list[str], placement: str | list[str]) -> list[list[int]]:
+    """The models' indices, grouped by the instances they share, in order of first model."""
+    if placement in ("dedicated", "multiplexed"):
+        labels = [f"#{i}" for i in range(len(folders))] if placement == "dedicated" else (
+            ["all"] * len(folders))
+    elif isinstance(placement, str):
+        raise ValueError(f"model.placement: {placement!r} is neither \"dedicated\" nor "
+                         "\"multiplexed\" (or a list with a group name per model)")
+    elif len(placement) != len(folders):
+        raise ValueError(f"model.placement: {len(placement)} entries for {len(folders)} models; "
+                         "give one per model (\"dedicated\" or a group name)")
+    else:
+        labels = [f"#{i}" if p == "dedicated" else p for i, p in enumerate(placement)]
+    groups: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(label, []).append(i)
+    return list(groups.values())
 
 
 def _degrees(folders: list[str], tp: int | list[int]) -> list[int]:

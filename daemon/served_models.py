@@ -1,8 +1,10 @@
 """The models one daemon serves, by name: a request's `model` picks its model's controller.
 
 Each served model has a controller of its own (daemon/controller.py: its core, its
-instance group, its tokenizer, its metrics); this is the map from names to them that the
-HTTP API asks (daemon/api.py). A request without `model` goes to the first model; a name
+instance group, its tokenizer, its metrics) -- or shares one with the models it is
+multiplexed with (`[model] placement`: the group's instances hold them all); this is the
+map from names to them that the HTTP API asks (daemon/api.py), through a `ModelPort`
+per name: its controller as that model's, its requests stamped with its name. A request without `model` goes to the first model; a name
 not served is a 404 `model_not_found` in OpenAI's shape, naming `model`. The box-wide
 views -- /health, /metrics, the probes -- combine the models' (daemon/health.py
 `combine_health`, daemon/model_metrics.py), and the lifecycle (start, drain, stop) runs
@@ -18,14 +20,37 @@ from daemon.health import Health, Probe, combine_health
 from daemon.model_metrics import render_metrics
 
 
+class ModelPort:
+    """One served model as the HTTP API sees it: its controller's tokenizer, limits and
+    tenants under the model's own name; `submit` names the model to a multiplexed
+    group's instances."""
+
+    def __init__(self, controller, name: str) -> None:
+        self.controller, self.model_name = controller, name
+        self.tokenizer, self.vocab_size = controller.tokenizer, controller.vocab_size
+        self.tenants = controller.tenants
+        #: the name the instances are told ("" for a controller of one model: its only one)
+        self._model = name if len(_names_of(controller)) > 1 else ""
+
+    @property
+    def max_model_len(self) -> int:
+        return self.controller.max_model_len
+
+    async def submit(self, prompt_token_ids, sampling, **fields):
+        return await self.controller.submit(prompt_token_ids, sampling, model=self._model,
+                                            **fields)
+
+
 class ServedModels:
     def __init__(self, controllers: Sequence) -> None:
-        """`controllers`: one per model, each with its `model_name` (unique), the first the
-        default."""
-        self.by_name = {c.model_name: c for c in controllers}
-        if len(self.by_name) != len(controllers):
-            raise ValueError(f"served model names repeat: {[c.model_name for c in controllers]}")
-        self.default = controllers[0]
+        """`controllers`: one per model or multiplexed group, each with its `model_name`
+        and (a group) `model_names` -- every name unique --, the first the default."""
+        names = [name for c in controllers for name in _names_of(c)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"served model names repeat: {names}")
+        self.by_name = {name: ModelPort(c, name) for c in controllers for name in _names_of(c)}
+        self._controllers = list(controllers)
+        self.default = self.by_name[names[0]]
 
     @property
     def names(self) -> list[str]:
@@ -33,29 +58,33 @@ class ServedModels:
 
     @property
     def controllers(self) -> list:
+        return list(self._controllers)
+
+    @property
+    def ports(self) -> list[ModelPort]:
         return list(self.by_name.values())
 
-    def pick(self, name: str | None):
-        """The controller serving `name` (left out or "": the first model's)."""
+    def pick(self, name: str | None) -> ModelPort:
+        """The port of the model `name` (left out or "": the first model's)."""
         if not name:
             return self.default
-        controller = self.by_name.get(name)
-        if controller is None:
+        port = self.by_name.get(name)
+        if port is None:
             raise model_not_found(name, self.names)
-        return controller
+        return port
 
     # ---- box-wide views -----------------------------------------------------------------
     def health(self) -> Health:
         return combine_health([c.health() for c in self.controllers])
 
     def render_metrics(self) -> bytes:
-        return render_metrics({name: c.metrics.registry for name, c in self.by_name.items()})
+        return render_metrics({c.model_name: c.metrics.registry for c in self.controllers})
 
     def liveness(self) -> Probe:
-        return _combine_probes({name: c.liveness() for name, c in self.by_name.items()})
+        return _combine_probes({c.model_name: c.liveness() for c in self.controllers})
 
     def readiness(self) -> Probe:
-        return _combine_probes({name: c.readiness() for name, c in self.by_name.items()})
+        return _combine_probes({c.model_name: c.readiness() for c in self.controllers})
 
     def serving(self) -> bool:
         """Every model has an instance that serves (what the systemd watchdog is fed on)."""
@@ -76,6 +105,11 @@ class ServedModels:
 
     async def stop(self) -> None:
         await asyncio.gather(*(c.stop() for c in self.controllers))
+
+
+def _names_of(controller) -> list[str]:
+    """The served names a controller answers for (a multiplexed group's: several)."""
+    return list(controller.model_names)
 
 
 def model_not_found(name: str, served: list[str]) -> ApiError:

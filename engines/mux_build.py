@@ -37,3 +37,31 @@ def build_mux_core(instance_id: int, role: Role, executors: dict[str, Executor],
     models = [MuxModel(name, executor, costs[name], (perf_models or {}).get(name))
               for name, executor in executors.items()]
     return MuxCore(instance_id, role, models, config, KvPool(num_units))
+
+
+def build_mux_instance(config):
+    """(MuxCore, MuxExecutor) of an instance process's config (`InstanceConfig` with
+    `models`): each model's executor built with its folder and its share of the pool's
+    tensors, each model's performance model as a dedicated instance's."""
+    import msgspec
+
+    from engines.executors.build import build_executor
+    from engines.executors.executor_config import SIM_DEFAULT_KV_BLOCKS
+    from engines.executors.mux_executor import MuxExecutor
+    from engines.models.builtin import builtin_tiny_model_dir
+    from engines.models.model_config import ModelConfig
+    from engines.perf_setup import build_perf_model
+    dirs = {m.name: m.model_dir or str(builtin_tiny_model_dir()) for m in config.models}
+    shapes = {name: ModelShape.from_config(ModelConfig.from_pretrained(d))
+              for name, d in dirs.items()}
+    units = pool_units(shapes, config.executor.num_kv_blocks or SIM_DEFAULT_KV_BLOCKS)
+    costs = units_per_block(shapes)
+    executors, perf_models = {}, {}
+    for name, model_dir in dirs.items():
+        executor_config = msgspec.structs.replace(config.executor, model_dir=model_dir,
+                                                  num_kv_blocks=units // costs[name])
+        executors[name] = build_executor(executor_config)
+        perf_models[name] = build_perf_model(executors[name], executor_config, config.scheduler)
+    core = build_mux_core(config.instance_id, config.resolved_role, executors, shapes,
+                          config.scheduler, units, perf_models)
+    return core, MuxExecutor(executors)
