@@ -1,25 +1,27 @@
 """MuxServe's question on the simulator: two models of skewed popularity on one box --
-dedicated GPUs per model, or every GPU serving both?
+dedicated GPUs per model, or every GPU multiplexing both?
 
-    python -m bench.studies.multi_model --share 0.8 --out docs/figures/multi_model.json
+    python -m bench.studies.multi_model --gpus 2,4 --seeds 0,1,2 --out docs/figures/multi_model.json
 
 Two models of the profile's shape (e.g. two fine-tunes of Llama-3-8B), model A drawing
-`share` of the requests and B the rest, one Poisson workload. Placements, each a box of
-Sarathi-Serve instances (the same scheduler everywhere, so only the placement differs):
+`share` of the requests and B the rest, one Poisson workload. Placements on `n` GPUs:
 
-* **dedicated k+m**: A's requests on k GPUs of their own, B's on m (by popularity when
-  k > m); two simulations, one per model.
-* **multiplexed n**: every one of n GPUs holds both models' weights and serves both
-  (MuxServe's colocation): one simulation over all requests, routed least-loaded. A
-  step that holds both models' work runs each model's part in turn (temporal
-  multiplexing: the sum of the two parts' profile times, each part reading its own
-  weights -- a conservative price; MuxServe's spatial sharing overlaps them), and the
-  KV cache is what is left after both models' weights: one shared pool, so memory goes
-  to each model in proportion to its live requests, i.e. its popularity (MuxServe's
-  unified KV cache).
+* **dedicated k+m** (Sarathi-Serve): A's requests on k GPUs of their own, B's on m, split
+  by popularity (k = n x share rounded, at least one each); one simulation per model.
+* **vLLM V1 dedicated k+m**: the same split, each instance in vLLM V1's mode (its
+  per-model baseline).
+* **multiplexed n**: every GPU holds both models' weights and serves both: the real
+  multiplexed instance (engines/mux_core.py) in the simulator -- one KV pool of what the
+  GPU's memory holds after both weights, in head-wise units, shared by both models' live
+  requests; each step runs each model's part in turn (its time the sum of the parts'
+  profile times), the step's token budget split by popularity over TBT target.
 
-Goodput is counted per model (a request is good when it meets its TTFT and mean-TBT
-targets), over every request of the run (warm-up included: a comparison, not the ruler).
+Capacity is the highest total rate at which *each* model holds 90 % goodput (both
+TTFT and mean-TBT targets), found by bisection (bench/ruler/capacity.py) over whole runs
+of `--num-requests` requests per rate -- a reduced protocol, not the steady-state ruler:
+no warm-up cut, no per-window check. What multiplexing costs the popular model is read at
+the dedicated placement's capacity: A's p99 TTFT and mean TBT there, dedicated vs
+multiplexed.
 """
 from __future__ import annotations
 
@@ -33,118 +35,145 @@ import msgspec
 from bench.json_file import write_json
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
-from bench.records.results import is_good
+from bench.parallel import add_workers_flag, run_parallel
+from bench.records.results import is_good, percentiles
+from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
 from bench.sim.sim_instances import SimConfig
 from bench.sim.simulator import Simulation
 from daemon.core.controller_config import SloConfig
-from engines.batch import Batch
-from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
 PROFILE = "a100-llama3-8b"
 MODELS = ("A", "B")
-#: (label, GPUs per model when dedicated -- or None: every GPU serves both)
-PLACEMENTS = (("dedicated 1+1", (1, 1)), ("multiplexed 2", None),
-              ("dedicated 2+1", (2, 1)), ("multiplexed 3", None))
-GPUS = {"multiplexed 2": 2, "multiplexed 3": 3}
+PLACEMENTS = ("dedicated", "vllm-v1 dedicated", "multiplexed")
+#: The step budget of the Sarathi-Serve instances (vLLM V1 has its own: engines/modes.py).
+CHUNK_SIZE = 2048
 
 
-def assign_models(requests: list[WorkloadRequest], share: float, seed: int) -> dict[int, str]:
-    """Each request's model: A with probability `share`, else B (seeded)."""
+def assign_models(requests: list[WorkloadRequest], share: float, seed: int,
+                  ) -> list[WorkloadRequest]:
+    """Each request for A with probability `share`, else for B (seeded)."""
     rng = random.Random(seed * 7919 + 17)
-    return {r.index: MODELS[0] if rng.random() < share else MODELS[1] for r in requests}
+    return [msgspec.structs.replace(r, model=MODELS[0] if rng.random() < share else MODELS[1])
+            for r in requests]
 
 
-def multiplexed_latency(profile, model_of: dict[str, str]):
-    """Seconds of a step holding requests of both models: each model's part in turn."""
-    def latency(batch: Batch) -> float:
-        parts: dict[str, Batch] = {}
-        for chunk in batch.chunks:
-            part = parts.setdefault(model_of[chunk.request.request_id], Batch())
-            part.add_chunk(chunk)
-        return sum(profile.step_time(p.shape(), num_sampling=p.num_sampling)
-                   for p in parts.values())
-    return latency
+def split(gpus: int, share: float) -> tuple[int, int]:
+    """Dedicated GPUs of A and B, by popularity, at least one each."""
+    a = min(max(round(gpus * share), 1), gpus - 1)
+    return a, gpus - a
 
 
-def multiplexed_kv_blocks(profile, block_size: int) -> int:
-    """KV blocks left on a GPU that holds a second model's weights too."""
-    second = profile.weight_bytes // (profile.kv_bytes_per_token * block_size)
-    return profile.num_kv_blocks(block_size) - second
+@dataclasses.dataclass(frozen=True)
+class Case:
+    placement: str
+    gpus: int
+    share: float
+    seed: int
+    num_requests: int
 
 
-def _simulate(config: SimConfig, requests: list[WorkloadRequest], model_of=None) -> list:
-    simulation = Simulation(config, requests)
-    if model_of is not None:
-        latency = multiplexed_latency(get_profile(config.profile), model_of)
-        for instance in simulation.instances:
-            instance.executor.latency_fn = latency
-    return simulation.run()
-
-
-def run_placement(label: str, dedicated, requests, models: dict[int, str], slo: SloConfig,
-                  scheduler: SchedulerConfig) -> dict:
-    base = SimConfig(layout_modes=(), profile=PROFILE, scheduler=scheduler, slo=slo)
+def simulate(case: Case, rate: float) -> list:
+    """Every record of one run of `case` at `rate` total QPS."""
+    requests = assign_models(build_requests(workload("poisson"), rate=rate,
+                                            num_requests=case.num_requests, seed=case.seed,
+                                            max_model_len=8192), case.share, case.seed)
+    base = SimConfig(layout_modes=(), profile=PROFILE,
+                     scheduler=SchedulerConfig(chunk_size=CHUNK_SIZE))
+    if case.placement == "multiplexed":
+        config = dataclasses.replace(base, layout_modes=("sarathi",) * case.gpus,
+                                     models=tuple((m, PROFILE) for m in MODELS))
+        return Simulation(config, requests).run()
+    mode = "vllm-v1" if case.placement.startswith("vllm-v1") else "sarathi"
     records = []
-    if dedicated is not None:
-        for model, gpus in zip(MODELS, dedicated):
-            mine = [r for r in requests if models[r.index] == model]
-            records += _simulate(_with(base, gpus), mine)
-    else:
-        profile = get_profile(PROFILE)
-        config = _with(base, GPUS[label],
-                       num_kv_blocks=multiplexed_kv_blocks(profile, base.block_size))
-        records += _simulate(config, requests, {f"r{i}": m for i, m in models.items()})
-    return _goodput(records, models, slo)
+    for model, gpus in zip(MODELS, split(case.gpus, case.share)):
+        config = dataclasses.replace(base, layout_modes=(mode,) * gpus)
+        mine = [msgspec.structs.replace(r, model="") for r in requests if r.model == model]
+        for record in Simulation(config, mine).run():
+            records.append(msgspec.structs.replace(record, model=model))
+    return records
 
 
-def _with(base: SimConfig, gpus: int, **fields) -> SimConfig:
-    return dataclasses.replace(base, layout_modes=("sarathi",) * gpus, **fields)
-
-
-def _goodput(records, models: dict[int, str], slo: SloConfig) -> dict:
+def per_model(records: list, slo: SloConfig) -> dict[str, dict]:
+    """Each model's goodput %, p99 TTFT and mean TBT (s) over its completed requests."""
     out = {}
     for model in MODELS:
-        mine = [r for r in records if models[r.index] == model]
+        mine = [r for r in records if r.model == model]
+        done = [r for r in mine if r.outcome == "completed"]
         good = sum(is_good(r, slo.ttft_slo, slo.tbt_slo) for r in mine)
-        out[model] = {"requests": len(mine), "good": good,
-                      "goodput_pct": round(100 * good / len(mine), 1) if mine else None}
-    total = sum(v["good"] for v in out.values())
-    out["all"] = {"requests": len(records), "good": total,
-                  "goodput_pct": round(100 * total / len(records), 1) if records else None}
+        out[model] = {
+            "requests": len(mine),
+            "goodput_pct": round(100 * good / len(mine), 1) if mine else None,
+            "p99_ttft_s": _round(percentiles([r.ttft() for r in done]).p99),
+            "mean_tbt_s": _round(percentiles([t for r in done
+                                              if (t := r.mean_tbt()) is not None]).mean)}
     return out
 
 
-def sweep(rates, share: float, num_requests: int, seed: int, slo: SloConfig,
-          scheduler: SchedulerConfig, progress=print) -> dict:
-    rows = []
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def capacity(case: Case) -> dict:
+    """The highest rate at which both models hold CAPACITY_TARGET, and their goodput there."""
+    slo, seen = SloConfig(), {}
+
+    def holds(rate: float) -> bool:
+        seen[rate] = per_model(simulate(case, rate), slo)
+        return all(m["goodput_pct"] >= CAPACITY_TARGET for m in seen[rate].values())
+
     started = time.perf_counter()
-    for rate in rates:
-        requests = build_requests(workload("poisson"), rate=rate, num_requests=num_requests,
-                                  seed=seed, max_model_len=8192)
-        models = assign_models(requests, share, seed)
-        for label, dedicated in PLACEMENTS:
-            result = run_placement(label, dedicated, requests, models, slo, scheduler)
-            rows.append({"placement": label, "qps": rate, **result})
-            if progress:
-                progress(f"{rate:>5.1f} QPS {label:>14}: A {result['A']['goodput_pct']} %  "
-                         f"B {result['B']['goodput_pct']} %  all {result['all']['goodput_pct']} %")
-    return {"figure": "multi_model", "profile": PROFILE, "share_A": share, "seed": seed,
-            "num_requests": num_requests, "slo": msgspec.to_builtins(slo),
-            "scheduler": msgspec.to_builtins(scheduler), "rows": rows,
+    qps = find_capacity(holds, start_qps=1.0 * case.gpus, tolerance=0.04, max_runs=9)
+    return {"placement": case.placement, "gpus": case.gpus, "seed": case.seed,
+            "capacity_qps": round(qps, 3), "at_capacity": seen.get(qps),
+            "runs": {f"{r:.3f}": v for r, v in sorted(seen.items())},
             "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def popular_model_cost(case: Case, rate: float) -> dict:
+    """Model A's numbers at `rate` (the dedicated placement's capacity) in `case`."""
+    return {"placement": case.placement, "gpus": case.gpus, "seed": case.seed, "qps": rate,
+            **per_model(simulate(case, rate), SloConfig())}
+
+
+def run(gpu_counts, seeds, share: float, num_requests: int, workers: int | None,
+        progress=print) -> dict:
+    cases = [Case(p, g, share, s, num_requests) for g in gpu_counts for s in seeds
+             for p in PLACEMENTS]
+    rows = run_parallel(capacity, cases, workers)
+    for row in rows:
+        if progress:
+            at = row["at_capacity"] or {}
+            progress(f"{row['gpus']} GPUs seed {row['seed']} {row['placement']:>18}: "
+                     f"{row['capacity_qps']:.2f} QPS  "
+                     + "  ".join(f"{m} {v['goodput_pct']} %" for m, v in at.items()))
+    dedicated = {(r["gpus"], r["seed"]): r["capacity_qps"] for r in rows
+                 if r["placement"] == "dedicated"}
+    cost_cases = [(Case(p, g, share, s, num_requests), dedicated[g, s])
+                  for g in gpu_counts for s in seeds for p in ("dedicated", "multiplexed")]
+    costs = run_parallel(_cost_job, cost_cases, workers)
+    return {"figure": "multi_model", "profile": PROFILE, "share_A": share,
+            "num_requests": num_requests, "seeds": list(seeds), "gpus": list(gpu_counts),
+            "slo": msgspec.to_builtins(SloConfig()), "chunk_size": CHUNK_SIZE,
+            "protocol": "reduced: whole runs, no warm-up cut, bisection to 4 %",
+            "capacity": rows, "popular_model_cost": costs}
+
+
+def _cost_job(job: tuple[Case, float]) -> dict:
+    return popular_model_cost(*job)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--share", type=float, default=0.8, help="model A's share of requests")
-    p.add_argument("--rates", default="2,3,4,5,6,7,8")
-    p.add_argument("--num-requests", type=int, default=1500)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpus", default="2,4", help="GPU counts, comma-separated")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--num-requests", type=int, default=600)
     p.add_argument("--out", default="")
+    add_workers_flag(p)
     args = p.parse_args(argv)
-    doc = sweep([float(r) for r in args.rates.split(",")], args.share, args.num_requests,
-                args.seed, SloConfig(), SchedulerConfig(chunk_size=2048))
+    doc = run([int(g) for g in args.gpus.split(",")], [int(s) for s in args.seeds.split(",")],
+              args.share, args.num_requests, args.workers)
     if args.out:
         write_json(args.out, doc)
     return 0
