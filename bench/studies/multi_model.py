@@ -4,11 +4,12 @@ dedicated GPUs per model, or every GPU multiplexing both?
     python -m bench.studies.multi_model --gpus 2,4 --seeds 0,1,2 --out docs/figures/multi_model.json
 
 Two models of the profile's shape (e.g. two fine-tunes of Llama-3-8B), model A drawing
-`share` of the requests and B the rest, one Poisson workload. Placements on `n` GPUs:
+`share` of the requests and B the rest, one Poisson workload. Placements on `n` GPUs
+(bench/ruler/model_mix.py):
 
 * **dedicated k+m** (Sarathi-Serve): A's requests on k GPUs of their own, B's on m, split
-  by popularity (k = n x share rounded, at least one each); one simulation per model.
-* **vLLM V1 dedicated k+m**: the same split, each instance in vLLM V1's mode (its
+  by popularity (k = n x share, at least one each).
+* **vLLM V1 dedicated k+m**: the same split, each instance in vLLM V1's mode (the
   per-model baseline).
 * **multiplexed n**: every GPU holds both models' weights and serves both: the real
   multiplexed instance (engines/mux_core.py) in the simulator -- one KV pool of what the
@@ -17,150 +18,83 @@ Two models of the profile's shape (e.g. two fine-tunes of Llama-3-8B), model A d
   profile times), the step's token budget split by popularity over TBT target.
 
 Capacity is the highest total rate at which *each* model holds 90 % goodput (both
-TTFT and mean-TBT targets), found by bisection (bench/ruler/capacity.py) over whole runs
-of `--num-requests` requests per rate -- a reduced protocol, not the steady-state ruler:
-no warm-up cut, no per-window check. What multiplexing costs the popular model is read at
-the dedicated placement's capacity: A's p99 TTFT and mean TBT there, dedicated vs
-multiplexed.
+targets), by bisection over whole runs (model_mix.PROTOCOL: a reduced protocol). What
+multiplexing costs the popular model is read at the dedicated placement's capacity: A's
+goodput, p99 TTFT and mean TBT there, dedicated vs multiplexed.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import random
 import time
 
 import msgspec
 
 from bench.json_file import write_json
-from bench.loadgen.workload import WorkloadRequest
-from bench.loadgen.workloads import build_requests, workload
 from bench.parallel import add_workers_flag, run_parallel
-from bench.records.results import is_good, percentiles
-from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
-from bench.sim.sim_instances import SimConfig
-from bench.sim.simulator import Simulation
-from daemon.core.controller_config import SloConfig
-from engines.scheduler_config import SchedulerConfig
+from bench.ruler.model_mix import (
+    PROTOCOL, Group, MixRun, Placement, capacity, per_model, popularity_split, simulate,
+)
 
 PROFILE = "a100-llama3-8b"
 MODELS = ("A", "B")
 PLACEMENTS = ("dedicated", "vllm-v1 dedicated", "multiplexed")
-#: The step budget of the Sarathi-Serve instances (vLLM V1 has its own: engines/modes.py).
-CHUNK_SIZE = 2048
+TOLERANCE = 0.04
 
 
-def assign_models(requests: list[WorkloadRequest], share: float, seed: int,
-                  ) -> list[WorkloadRequest]:
-    """Each request for A with probability `share`, else for B (seeded)."""
-    rng = random.Random(seed * 7919 + 17)
-    return [msgspec.structs.replace(r, model=MODELS[0] if rng.random() < share else MODELS[1])
-            for r in requests]
+def placement(kind: str, gpus: int, share: float) -> Placement:
+    if kind == "multiplexed":
+        return Placement((Group(MODELS, f"{gpus}xsarathi"),))
+    mode = "vllm-v1" if kind.startswith("vllm-v1") else "sarathi"
+    split = popularity_split(gpus, _mix(share))
+    return Placement(tuple(Group((m,), f"{k}x{mode}") for m, k in zip(MODELS, split)))
 
 
-def split(gpus: int, share: float) -> tuple[int, int]:
-    """Dedicated GPUs of A and B, by popularity, at least one each."""
-    a = min(max(round(gpus * share), 1), gpus - 1)
-    return a, gpus - a
+def _mix(share: float) -> dict[str, float]:
+    return {MODELS[0]: share, MODELS[1]: 1 - share}
 
 
-@dataclasses.dataclass(frozen=True)
-class Case:
-    placement: str
-    gpus: int
-    share: float
-    seed: int
-    num_requests: int
+def _run(share: float, seed: int, num_requests: int) -> MixRun:
+    return MixRun(mix=tuple(_mix(share).items()), profiles=tuple((m, PROFILE) for m in MODELS),
+                  seed=seed, num_requests=num_requests)
 
 
-def simulate(case: Case, rate: float) -> list:
-    """Every record of one run of `case` at `rate` total QPS."""
-    requests = assign_models(build_requests(workload("poisson"), rate=rate,
-                                            num_requests=case.num_requests, seed=case.seed,
-                                            max_model_len=8192), case.share, case.seed)
-    base = SimConfig(layout_modes=(), profile=PROFILE,
-                     scheduler=SchedulerConfig(chunk_size=CHUNK_SIZE))
-    if case.placement == "multiplexed":
-        config = dataclasses.replace(base, layout_modes=("sarathi",) * case.gpus,
-                                     models=tuple((m, PROFILE) for m in MODELS))
-        return Simulation(config, requests).run()
-    mode = "vllm-v1" if case.placement.startswith("vllm-v1") else "sarathi"
-    records = []
-    for model, gpus in zip(MODELS, split(case.gpus, case.share)):
-        config = dataclasses.replace(base, layout_modes=(mode,) * gpus)
-        mine = [msgspec.structs.replace(r, model="") for r in requests if r.model == model]
-        for record in Simulation(config, mine).run():
-            records.append(msgspec.structs.replace(record, model=model))
-    return records
-
-
-def per_model(records: list, slo: SloConfig) -> dict[str, dict]:
-    """Each model's goodput %, p99 TTFT and mean TBT (s) over its completed requests."""
-    out = {}
-    for model in MODELS:
-        mine = [r for r in records if r.model == model]
-        done = [r for r in mine if r.outcome == "completed"]
-        good = sum(is_good(r, slo.ttft_slo, slo.tbt_slo) for r in mine)
-        out[model] = {
-            "requests": len(mine),
-            "goodput_pct": round(100 * good / len(mine), 1) if mine else None,
-            "p99_ttft_s": _round(percentiles([r.ttft() for r in done]).p99),
-            "mean_tbt_s": _round(percentiles([t for r in done
-                                              if (t := r.mean_tbt()) is not None]).mean)}
-    return out
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 3)
-
-
-def capacity(case: Case) -> dict:
-    """The highest rate at which both models hold CAPACITY_TARGET, and their goodput there."""
-    slo, seen = SloConfig(), {}
-
-    def holds(rate: float) -> bool:
-        seen[rate] = per_model(simulate(case, rate), slo)
-        return all(m["goodput_pct"] >= CAPACITY_TARGET for m in seen[rate].values())
-
+def _capacity_job(job: tuple[str, int, float, int, int]) -> dict:
+    kind, gpus, share, seed, num_requests = job
     started = time.perf_counter()
-    qps = find_capacity(holds, start_qps=1.0 * case.gpus, tolerance=0.04, max_runs=9)
-    return {"placement": case.placement, "gpus": case.gpus, "seed": case.seed,
-            "capacity_qps": round(qps, 3), "at_capacity": seen.get(qps),
-            "runs": {f"{r:.3f}": v for r, v in sorted(seen.items())},
+    row = capacity(placement(kind, gpus, share), _run(share, seed, num_requests),
+                   tolerance=TOLERANCE)
+    return {"kind": kind, "gpus": gpus, "seed": seed, **row,
             "wall_s": round(time.perf_counter() - started, 1)}
 
 
-def popular_model_cost(case: Case, rate: float) -> dict:
-    """Model A's numbers at `rate` (the dedicated placement's capacity) in `case`."""
-    return {"placement": case.placement, "gpus": case.gpus, "seed": case.seed, "qps": rate,
-            **per_model(simulate(case, rate), SloConfig())}
+def _cost_job(job: tuple[str, int, float, int, int, float]) -> dict:
+    kind, gpus, share, seed, num_requests, rate = job
+    run = _run(share, seed, num_requests)
+    return {"kind": kind, "gpus": gpus, "seed": seed, "qps": rate,
+            **per_model(simulate(placement(kind, gpus, share), run, rate), MODELS, run.slo)}
 
 
 def run(gpu_counts, seeds, share: float, num_requests: int, workers: int | None,
         progress=print) -> dict:
-    cases = [Case(p, g, share, s, num_requests) for g in gpu_counts for s in seeds
-             for p in PLACEMENTS]
-    rows = run_parallel(capacity, cases, workers)
+    jobs = [(k, g, share, s, num_requests) for g in gpu_counts for s in seeds
+            for k in PLACEMENTS]
+    rows = run_parallel(_capacity_job, jobs, workers)
     for row in rows:
         if progress:
             at = row["at_capacity"] or {}
-            progress(f"{row['gpus']} GPUs seed {row['seed']} {row['placement']:>18}: "
+            progress(f"{row['gpus']} GPUs seed {row['seed']} {row['placement']:>22}: "
                      f"{row['capacity_qps']:.2f} QPS  "
                      + "  ".join(f"{m} {v['goodput_pct']} %" for m, v in at.items()))
     dedicated = {(r["gpus"], r["seed"]): r["capacity_qps"] for r in rows
-                 if r["placement"] == "dedicated"}
-    cost_cases = [(Case(p, g, share, s, num_requests), dedicated[g, s])
-                  for g in gpu_counts for s in seeds for p in ("dedicated", "multiplexed")]
-    costs = run_parallel(_cost_job, cost_cases, workers)
+                 if r["kind"] == "dedicated"}
+    costs = run_parallel(_cost_job, [(k, g, share, s, num_requests, dedicated[g, s])
+                                     for g in gpu_counts for s in seeds
+                                     for k in ("dedicated", "multiplexed")], workers)
     return {"figure": "multi_model", "profile": PROFILE, "share_A": share,
             "num_requests": num_requests, "seeds": list(seeds), "gpus": list(gpu_counts),
-            "slo": msgspec.to_builtins(SloConfig()), "chunk_size": CHUNK_SIZE,
-            "protocol": "reduced: whole runs, no warm-up cut, bisection to 4 %",
+            "protocol": PROTOCOL.format(n=num_requests, tol=100 * TOLERANCE),
+            "run": msgspec.to_builtins(_run(share, 0, num_requests)),
             "capacity": rows, "popular_model_cost": costs}
-
-
-def _cost_job(job: tuple[Case, float]) -> dict:
-    return popular_model_cost(*job)
 
 
 def main(argv=None) -> int:
