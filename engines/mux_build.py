@@ -54,7 +54,9 @@ def build_mux_instance(config):
     dirs = {m.name: m.model_dir or str(builtin_tiny_model_dir()) for m in config.models}
     shapes = {name: ModelShape.from_config(ModelConfig.from_pretrained(d))
               for name, d in dirs.items()}
-    units = pool_units(shapes, config.executor.num_kv_blocks or SIM_DEFAULT_KV_BLOCKS)
+    given = config.executor.num_kv_blocks
+    units = (pool_units(shapes, given or SIM_DEFAULT_KV_BLOCKS)
+             if given or config.executor.kind == "sim" else _torch_pool_units(config, shapes))
     costs = units_per_block(shapes)
     executors, perf_models = {}, {}
     for name, model_dir in dirs.items():
@@ -65,3 +67,28 @@ def build_mux_instance(config):
     core = build_mux_core(config.instance_id, config.resolved_role, executors, shapes,
                           config.scheduler, units, perf_models)
     return core, MuxExecutor(executors)
+
+
+def _torch_pool_units(config, shapes: dict[str, ModelShape]) -> int:
+    """A torch instance's pool when `num_kv_blocks` is unset: on CUDA 90 % of the free
+    memory less every model's weights (read before any is loaded), on the CPU the fixed
+    budget a dedicated instance's KV cache gets; in units of the models' dtype (fp32 on
+    the CPU, as the executor runs there)."""
+    import torch
+
+    from engines.executors.profiles.kv_capacity import MEMORY_UTILIZATION, weight_bytes
+    from engines.executors.torch_executor import CPU_KV_CACHE_BYTES
+    from engines.kv_pool import unit_bytes
+    device = torch.device(config.executor.device
+                          or ("cuda" if torch.cuda.is_available() else "cpu"))
+    head_dim = min(s.head_dim for s in shapes.values())
+    if device.type != "cuda":
+        return CPU_KV_CACHE_BYTES // unit_bytes(config.executor.block_size, head_dim, 4)
+    free, _ = torch.cuda.mem_get_info(device)
+    element = max(s.bytes_per_element for s in shapes.values())
+    budget = MEMORY_UTILIZATION * free - sum(weight_bytes(s) for s in shapes.values())
+    units = int(budget // unit_bytes(config.executor.block_size, head_dim, element))
+    if units < max(units_per_block(shapes).values()):
+        raise RuntimeError(f"no memory left for a KV pool after the weights of "
+                           f"{', '.join(shapes)} ({free} bytes free)")
+    return units
