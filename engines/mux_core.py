@@ -96,7 +96,8 @@ class MuxCore:
         self.ticket_open = False
         self.num_steps = 0
         #: Each model's decayed arrival count and when it was last decayed; its TBT target.
-        self._arrivals = {name: (PRIOR_ARRIVALS, 0.0) for name in names}
+        self._arrivals: dict[str, tuple[float, float | None]] = {
+            name: (PRIOR_ARRIVALS, None) for name in names}  # None: no time seen yet
         self._tbt_slo = {name: float("inf") for name in names}
         self._first = 0  # which part goes first this step (they take turns)
 
@@ -158,7 +159,8 @@ class MuxCore:
                                  message=f"model {submit.model!r} is not served by this "
                                          f"instance (it holds {', '.join(self.names)})")]
         count, since = self._arrivals[name]
-        self._arrivals[name] = (decayed(count, now - since) + 1.0, now)
+        self._arrivals[name] = (decayed(count, now - (now if since is None else since)) + 1.0,
+                                now)
         if submit.tbt_slo is not None:
             self._tbt_slo[name] = min(self._tbt_slo[name], submit.tbt_slo)
         if submit.origin is Origin.NEW:
@@ -183,7 +185,8 @@ class MuxCore:
         names, weights = self.names, []
         for name in names:
             count, since = self._arrivals[name]
-            weights.append(model_weight(decayed(count, now - since), self._tbt_slo[name]))
+            weights.append(model_weight(decayed(count, 0.0 if since is None else now - since),
+                                        self._tbt_slo[name]))
         demands = [_demand(self.parts[n]) for n in names]
         return dict(zip(names, split_budget(self.token_budget, weights, demands)))
 

@@ -21,6 +21,9 @@ from collections.abc import Sequence
 POPULARITY_TAU = 30.0
 #: A model's popularity before any request has come: every model starts equal.
 PRIOR_ARRIVALS = 1.0
+#: Least share of the budget a model with work is weighed at, however unpopular: its
+#: prompts still move under contention (its decodes always run).
+MIN_SHARE = 0.05
 
 
 def decayed(count: float, since: float, tau: float = POPULARITY_TAU) -> float:
@@ -37,7 +40,13 @@ def model_weight(arrivals: float, tbt_slo: float) -> float:
 def split_budget(total: int, weights: Sequence[float], demands: Sequence[int]) -> list[int]:
     """Token budgets summing to at most `total`: each model its weighted share, capped at
     its demand, the leftover shared again among those that want more (water-filling).
-    Every model with demand and weight gets at least one token while any is left."""
+    A model's weight counts as at least MIN_SHARE of the total; every model with demand
+    gets at least one token while any is left."""
+    total_weight = sum(w for w in weights if w > 0)
+    if total_weight <= 0:
+        weights = [1.0] * len(weights)
+    else:
+        weights = [max(w / total_weight, MIN_SHARE) for w in weights]
     budgets = [0] * len(weights)
     wanting = [i for i, d in enumerate(demands) if d > 0 and weights[i] > 0]
     left = total

@@ -125,3 +125,16 @@ def test_p_d_roles_are_not_multiplexed():
         shapes = {"big": BIG}
         build_mux_core(0, Role.PREFILL, {"big": SimExecutor(make_latency("zero"))}, shapes,
                        SchedulerConfig(), 100)
+
+
+def test_an_unpopular_model_keeps_a_floor_of_the_budget():
+    budgets = split_budget(1000, [1000.0, 1e-9], [5000, 5000])
+    assert budgets[1] >= 40 and sum(budgets) <= 1000
+
+
+def test_popularity_decays_from_the_first_arrival_not_from_time_zero():
+    core, _ = _core(chunk_size=100)
+    core.handle(_submit("b0", "big", prompt_len=120), 10_000.0)   # a daemon's monotonic clock
+    core.handle(_submit("s0", "small", prompt_len=120), 10_000.0)
+    shares = core.budgets(10_000.0)
+    assert shares["big"] == shares["small"] == 50
