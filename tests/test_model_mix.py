@@ -87,3 +87,17 @@ def test_plan_refuses_a_profile_for_a_model_not_in_the_mix(capsys):
     assert main(["plan", "--gpus", "2", "--model-mix", "A=0.8,B=0.2",
                  "--model-profile", "C=a100-llama3-8b"]) == 2
     assert "--model-profile" in capsys.readouterr().err
+
+
+def test_the_study_prints_its_tables_from_its_result():
+    from bench.studies.multi_model import table
+    rows = [{"kind": k, "gpus": 2, "seed": s, "placement": k, "capacity_qps": c + s}
+            for s in (0, 1) for k, c in (("dedicated", 3.0), ("vllm-v1 dedicated", 3.0),
+                                         ("multiplexed", 5.0))]
+    costs = [{"kind": k, "gpus": 2, "seed": s, "qps": 3.0,
+              "A": {"goodput_pct": a, "p99_ttft_s": 1.0, "mean_tbt_s": 0.05},
+              "B": {"goodput_pct": 99.0, "p99_ttft_s": 1.0, "mean_tbt_s": 0.05}}
+             for s in (0, 1) for k, a in (("dedicated", 95.0), ("multiplexed", 97.0))]
+    text = table({"capacity": rows, "popular_model_cost": costs, "gpus": [2], "seeds": [0, 1]})
+    assert "| 2 | multiplexed (multiplexed) | 5.00 / 6.00 | 5.50 | 1.57 |" in text
+    assert "95.0 / 97.0 %" in text

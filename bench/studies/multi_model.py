@@ -25,7 +25,9 @@ goodput, p99 TTFT and mean TBT there, dedicated vs multiplexed.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import msgspec
 
@@ -97,8 +99,46 @@ def run(gpu_counts, seeds, share: float, num_requests: int, workers: int | None,
             "capacity": rows, "popular_model_cost": costs}
 
 
+def table(doc: dict) -> str:
+    """The study's two markdown tables: capacity by placement (each seed, mean, ratio to
+    dedicated) and what multiplexing costs model A at the dedicated capacity."""
+    rows, lines = doc["capacity"], []
+    lines += ["| GPUs | placement | capacity, QPS (seeds " + ", ".join(map(str, doc["seeds"]))
+              + ") | mean | x dedicated |", "|---|---|---|---|---|"]
+    for gpus in doc["gpus"]:
+        mine = [r for r in rows if r["gpus"] == gpus]
+        base = _mean([r["capacity_qps"] for r in mine if r["kind"] == "dedicated"])
+        for kind in PLACEMENTS:
+            caps = [r["capacity_qps"] for r in mine if r["kind"] == kind]
+            label = next(r["placement"] for r in mine if r["kind"] == kind)
+            lines.append(f"| {gpus} | {kind} ({label}) | {' / '.join(f'{c:.2f}' for c in caps)}"
+                         f" | {_mean(caps):.2f} | {_mean(caps) / base:.2f} |")
+    lines += ["", "| GPUs | at QPS (dedicated capacity, per seed) | A goodput: dedicated / "
+              "multiplexed | A p99 TTFT, s (same) | A mean TBT, s (same) | B goodput (same) |", "|---|---|---|---|---|---|"]
+    for gpus in doc["gpus"]:
+        cost = {k: [c for c in doc["popular_model_cost"] if c["gpus"] == gpus and c["kind"] == k]
+                for k in ("dedicated", "multiplexed")}
+        d, m = cost["dedicated"], cost["multiplexed"]
+
+        def pair(model: str, key: str, fmt: str) -> str:
+            return (f"{format(_mean([c[model][key] for c in d]), fmt)} / "
+                    f"{format(_mean([c[model][key] for c in m]), fmt)}")
+        rates = " / ".join(f"{c['qps']:.2f}" for c in d)
+        lines.append(f"| {gpus} | {rates} | "
+                     f"{pair('A', 'goodput_pct', '.1f')} % | {pair('A', 'p99_ttft_s', '.2f')} | "
+                     f"{pair('A', 'mean_tbt_s', '.3f')} | {pair('B', 'goodput_pct', '.1f')} % |")
+    return "\n".join(lines)
+
+
+def _mean(values) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--table", metavar="JSON", default="",
+                   help="print the markdown tables of a result written by --out, and stop")
     p.add_argument("--share", type=float, default=0.8, help="model A's share of requests")
     p.add_argument("--gpus", default="2,4", help="GPU counts, comma-separated")
     p.add_argument("--seeds", default="0,1,2")
@@ -106,6 +146,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="")
     add_workers_flag(p)
     args = p.parse_args(argv)
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
     doc = run([int(g) for g in args.gpus.split(",")], [int(s) for s in args.seeds.split(",")],
               args.share, args.num_requests, args.workers)
     if args.out:
