@@ -83,7 +83,7 @@ def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
     channel = ControllerChannel(runtime_dir, name=socket)
     return Controller(
         channel, instance_configs(config, plan, channel.endpoint, model_dir),
-        tokenizer=tokenizer, model_name=plan.name, model_names=plan.names, slo=config.slo,
+        tokenizer=tokenizer, model_name=plan.label, model_names=plan.names, slo=config.slo,
         controller_config=config.controller, backoff_max=config.process.restart_backoff_max,
         request_log=config.process.request_log, dynamic_roles=dynamic_roles(plan.layout),
         tenants=config.tenants)
@@ -180,7 +180,7 @@ async def serve(config: ServeConfig) -> int:
              http.host, port, "+".join(p.layout for p in plans), config.instances.executor)
     for plan in plans:
         log.info("model %s on instances %s; model and tokenizer folder: %s (load testers take "
-                 "it as their tokenizer)", plan.name,
+                 "it as their tokenizer)", plan.label,
                  ", ".join(str(spec.index) for spec in plan.instances), _model_dir(plan))
     freeze_startup_heap()  # never to be scanned again by the garbage collector
     notifier = Notifier()

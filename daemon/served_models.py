@@ -30,7 +30,7 @@ class ModelPort:
         self.tokenizer, self.vocab_size = controller.tokenizer, controller.vocab_size
         self.tenants = controller.tenants
         #: the name the instances are told ("" for a controller of one model: its only one)
-        self._model = name if len(_names_of(controller)) > 1 else ""
+        self._model = name if len(controller.model_names) > 1 else ""
 
     @property
     def max_model_len(self) -> int:
@@ -43,18 +43,29 @@ class ModelPort:
 
 class ServedModels:
     def __init__(self, controllers: Sequence) -> None:
-        """`controllers`: one per model or multiplexed group, each with its `model_name`
-        and (a group) `model_names` -- every name unique --, the first the default."""
-        names = [name for c in controllers for name in _names_of(c)]
-        if len(set(names)) != len(names):
-            raise ValueError(f"served model names repeat: {names}")
-        self.by_name = {name: ModelPort(c, name) for c in controllers for name in _names_of(c)}
+        """`controllers`: one per model or model group, each with its `model_name` (its
+        label in /health and /metrics, unique) and `model_names` (the served names it
+        answers for: a group's several); the first controller's first name is the
+        default. A name several controllers answer for (a model multiplexed on some GPUs
+        and dedicated on others) goes to the least loaded of them."""
+        labels = [c.model_name for c in controllers]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"served model names repeat: {labels}")
         self._controllers = list(controllers)
-        self.default = self.by_name[names[0]]
+        self.ports_of: dict[str, list[ModelPort]] = {}
+        for controller in controllers:
+            for name in controller.model_names:
+                self.ports_of.setdefault(name, []).append(ModelPort(controller, name))
+        self.default_name = controllers[0].model_names[0]
 
     @property
     def names(self) -> list[str]:
-        return list(self.by_name)
+        return list(self.ports_of)
+
+    @property
+    def by_name(self) -> dict[str, "ModelPort"]:
+        """Each served name's first port (what /v1/models/{name} describes)."""
+        return {name: ports[0] for name, ports in self.ports_of.items()}
 
     @property
     def controllers(self) -> list:
@@ -62,16 +73,18 @@ class ServedModels:
 
     @property
     def ports(self) -> list[ModelPort]:
-        return list(self.by_name.values())
+        """One port per served name, in order."""
+        return [ports[0] for ports in self.ports_of.values()]
 
     def pick(self, name: str | None) -> ModelPort:
-        """The port of the model `name` (left out or "": the first model's)."""
-        if not name:
-            return self.default
-        port = self.by_name.get(name)
-        if port is None:
+        """The port of the model `name` (left out or "": the first model's); of several,
+        the one whose controller has the fewest requests in flight per ready instance."""
+        ports = self.ports_of.get(name or self.default_name)
+        if ports is None:
             raise model_not_found(name, self.names)
-        return port
+        if len(ports) == 1:
+            return ports[0]
+        return min(ports, key=_load)
 
     # ---- box-wide views -----------------------------------------------------------------
     def health(self) -> Health:
@@ -107,9 +120,11 @@ class ServedModels:
         await asyncio.gather(*(c.stop() for c in self.controllers))
 
 
-def _names_of(controller) -> list[str]:
-    """The served names a controller answers for (a multiplexed group's: several)."""
-    return list(controller.model_names)
+def _load(port: ModelPort) -> float:
+    """Requests in flight per ready instance of the port's controller (none ready: last)."""
+    view = port.controller.view
+    ready = len(view.ready_ids())
+    return view.requests_in_flight / ready if ready else float("inf")
 
 
 def model_not_found(name: str, served: list[str]) -> ApiError:

@@ -93,3 +93,72 @@ def test_two_models_multiplexed_on_every_instance_answer_every_request_once(
                               metrics, re.M)) == {"alpha", "beta"}
     finally:
         daemon.close()
+
+
+def test_groups_put_a_model_multiplexed_on_some_instances_and_dedicated_on_others():
+    plans = _config("--model", "/m/a", "--model", "/m/b", "--served-model-name", "a",
+                    "--served-model-name", "b", "--groups", "a+b:2xsarathi,a:1xsarathi",
+                    ).model_plans()
+    assert [(p.label, p.names, [s.index for s in p.instances]) for p in plans] == [
+        ("a+b", ["a", "b"], [0, 1]), ("a", ["a"], [2])]
+    for flags, words in ((["--groups", "a+c:1xsarathi"], "'c' is not served"),
+                         (["--groups", "a:1xsarathi"], "'b' is in no group"),
+                         (["--groups", "a+b:1xsarathi", "--placement", "multiplexed"],
+                          "leave model.placement")):
+        with pytest.raises(ValueError, match=f"model.groups: .*{words}"):
+            _config("--model", "/m/a", "--model", "/m/b", "--served-model-name", "a",
+                    "--served-model-name", "b", *flags)
+
+
+class _Group:
+    """A controller as ServedModels reads it: names, and a load."""
+
+    def __init__(self, names, in_flight, ready):
+        self.model_name, self.model_names = "+".join(names), names
+        self.tokenizer, self.vocab_size, self.tenants = None, 0, None
+        self.view = type("View", (), {"requests_in_flight": in_flight,
+                                      "ready_ids": lambda _: list(range(ready))})()
+
+
+def test_a_model_held_by_several_groups_goes_to_the_least_loaded():
+    from daemon.errors import ApiError
+    from daemon.served_models import ServedModels
+    mux, own = _Group(["a", "b"], in_flight=6, ready=2), _Group(["a"], in_flight=1, ready=1)
+    served = ServedModels([mux, own])
+    assert served.names == ["a", "b"] and [p.model_name for p in served.ports] == ["a", "b"]
+    assert served.pick("a").controller is own          # 1 per instance < 3
+    own.view.requests_in_flight = 4
+    assert served.pick("a").controller is mux          # 3 per instance < 4
+    assert served.pick("b").controller is mux and served.pick("").model_name == "a"
+    with pytest.raises(ApiError):
+        served.pick("c")
+
+
+@pytest.mark.slow
+def test_a_model_multiplexed_on_some_instances_and_dedicated_on_another(tmp_path, daemon_cache):
+    folders = {"alpha": _make_tiny_model(tmp_path / "seed1", 1),
+               "beta": _make_tiny_model(tmp_path / "seed2", 2)}
+    expected = {name: _generate(folder) for name, folder in folders.items()}
+    daemon = start_daemon(tmp_path / "daemon", "--model", folders["alpha"], "--model",
+                          folders["beta"], "--served-model-name", "alpha", "--served-model-name",
+                          "beta", "--groups", "alpha+beta:1xsarathi,alpha:1xsarathi",
+                          *torch_args(), cache_dir=daemon_cache, timeout=180)
+    client = openai.AsyncOpenAI(base_url=daemon.base_url + "/v1", api_key="none",
+                                max_retries=0, timeout=120)
+
+    async def load():
+        names = ["alpha" if i % 4 else "beta" for i in range(24)]
+        return names, await asyncio.gather(*(client.completions.create(
+            model=name, prompt=PROMPT, max_tokens=MAX_TOKENS, temperature=0,
+            extra_body={"ignore_eos": True}) for name in names))
+
+    try:
+        names, answers = asyncio.run(load())
+        assert len({a.id for a in answers}) == len(names)
+        assert all(a.choices[0].text == expected[n] for n, a in zip(names, answers))
+        served = {i["id"]: (i["models"], i["served"]) for i in daemon.health()["instances"]}
+        assert served[0][0] == ["alpha", "beta"] and served[1][0] == []
+        assert served[1][1] > 0, "the dedicated instance took some of alpha's requests"
+        assert served[0][1] + served[1][1] == len(names)
+    finally:
+        daemon.close()
