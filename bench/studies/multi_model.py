@@ -32,7 +32,7 @@ from pathlib import Path
 import msgspec
 
 from bench.json_file import write_json
-from bench.parallel import add_workers_flag, run_parallel
+from bench.parallel import add_workers_flag, imap, run_parallel
 from bench.ruler.model_mix import (
     PROTOCOL, Group, MixRun, Placement, capacity, per_model, popularity_split, simulate,
 )
@@ -78,15 +78,14 @@ def _cost_job(job: tuple[str, int, float, int, int, float]) -> dict:
 
 def run(gpu_counts, seeds, share: float, num_requests: int, workers: int | None,
         progress=print) -> dict:
+    """`progress` takes a line (a JSON row) as each capacity search ends."""
     jobs = [(k, g, share, s, num_requests) for g in gpu_counts for s in seeds
             for k in PLACEMENTS]
-    rows = run_parallel(_capacity_job, jobs, workers)
-    for row in rows:
+    rows = []
+    for row in imap(_capacity_job, jobs, workers):
+        rows.append(row)
         if progress:
-            at = row["at_capacity"] or {}
-            progress(f"{row['gpus']} GPUs seed {row['seed']} {row['placement']:>22}: "
-                     f"{row['capacity_qps']:.2f} QPS  "
-                     + "  ".join(f"{m} {v['goodput_pct']} %" for m, v in at.items()))
+            progress(json.dumps(row))
     dedicated = {(r["gpus"], r["seed"]): r["capacity_qps"] for r in rows
                  if r["kind"] == "dedicated"}
     costs = run_parallel(_cost_job, [(k, g, share, s, num_requests, dedicated[g, s])
@@ -150,7 +149,8 @@ def main(argv=None) -> int:
         print(table(json.loads(Path(args.table).read_text())))
         return 0
     doc = run([int(g) for g in args.gpus.split(",")], [int(s) for s in args.seeds.split(",")],
-              args.share, args.num_requests, args.workers)
+              args.share, args.num_requests, args.workers,
+              progress=lambda line: print(line, flush=True))
     if args.out:
         write_json(args.out, doc)
     return 0
