@@ -90,6 +90,7 @@ from ipc.messages import (
     Submit,
     Ticket,
 )
+from policies.mux_share import model_affine_loads
 from policies.roles import FAIR_BURST_HP_SHARE, RoleParams
 from policies.router import Router
 from policies.tenants import TenantShares
@@ -231,7 +232,10 @@ class ControllerCore:
         if refusal is None and not ledger.ready_ids():
             refusal = (Refusal.NO_INSTANCE, "no instance is ready; try again shortly")
         elif refusal is None and room is None:
-            target, _ = self.router.route_new(ledger.ready_ids(), ledger.in_flight(), cached_on)
+            in_flight = ledger.in_flight()
+            if event.model:  # multiplexed instances: keep a model's requests together
+                in_flight = model_affine_loads(in_flight, ledger.models_held(), event.model)
+            target, _ = self.router.route_new(ledger.ready_ids(), in_flight, cached_on)
         if refusal is not None:
             out.append(Refuse(event.request_id, *refusal, retry_after(self.slo.ttft_slo)))
             return
