@@ -67,10 +67,6 @@ class MuxBatch:
         """Every part's non-decode-column chunks (what a simulator reads a prefill off)."""
         return [chunk for _, batch in self.parts for chunk in batch.added]
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(batch.num_tokens for _, batch in self.parts)
-
 
 class MuxCore:
     def __init__(self, instance_id: int, role: Role, models: list[MuxModel],
