@@ -342,7 +342,7 @@ async def _serve(request: web.Request, body, prompts: list[Prompt], builder: Res
 
 async def models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": [
-        model_object(c.model_name, c.max_model_len) for c in request.app[MODELS].controllers]})
+        model_object(p.model_name, p.max_model_len) for p in request.app[MODELS].ports]})
 
 
 async def model(request: web.Request) -> web.Response:

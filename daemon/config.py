@@ -56,6 +56,18 @@ class ServedModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
         'The model name clients send and /v1/models lists; "" = the model folder\'s name. '
         "With several models, one name per model in their order (--served-model-name "
         "repeated); names must differ.")] = ""
+    placement: Annotated[str | list[str], doc(
+        'Which instances hold which models. "dedicated": each model its own instances; '
+        '"multiplexed": every instance holds every model (MuxServe: their weights on one '
+        "device, one KV pool shared by their requests, each step's budget split by "
+        "popularity and TBT target; engines/mux_core.py), with the first model's layout. "
+        "A list, one per model: \"dedicated\" or a group name; the models of a group share "
+        "its instances (--placement repeated).")] = "dedicated"
+    groups: Annotated[list[str], doc(
+        'Instance groups named outright, each "NAME+NAME:LAYOUT" over the served names '
+        '(--groups "a+b:2xsarathi,a:1xsarathi": instances 0-1 hold a and b, instance 2 only '
+        "a); a model may be in several groups, and its requests go to the least loaded "
+        "group holding it. Set, it replaces placement and layout.")] = []
     max_model_len: Annotated[PositiveInt | None, doc(
         "Context limit of one request (prompt + output), for both executors; unset = the "
         "model's (config.json max_position_embeddings, capped at a sliding window; the tiny "
@@ -224,7 +236,7 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         """Each served model's name, folder, layout and instances (daemon/model_plan.py)."""
         return plan_models(self.model.model, self.model.served_model_name, self.instances.layout,
                            self.instances.gpus or None, self.instances.gpus_per_instance,
-                           self.instances.tp)
+                           self.instances.tp, self.model.placement, self.model.groups)
 
 
 #: The TOML sections, in order, and the struct of each.

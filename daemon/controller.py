@@ -47,16 +47,20 @@ READER_SLICE = 0.02
 
 class Controller:
     def __init__(self, channel: ControllerChannel, configs: list[InstanceConfig], *,
-                 tokenizer, model_name: str, slo: SloConfig = SloConfig(),
+                 tokenizer, model_name: str, model_names: list[str] | None = None,
+                 slo: SloConfig = SloConfig(),
                  controller_config: ControllerConfig = ControllerConfig(),
                  backoff_max: float = 30.0,
                  request_log: str = "", clock=time.monotonic,
                  dynamic_roles: bool = False, tenants: TenantsConfig = TenantsConfig()) -> None:
-        """`dynamic_roles`: an `<n>A` layout (roles change online, docs/design.md §5.10)."""
+        """`dynamic_roles`: an `<n>A` layout (roles change online, docs/design.md §5.10);
+        `model_names`: a multiplexed group's served names (its instances hold them all,
+        engines/mux_core.py), `model_name` first; None: that one model."""
         self.channel = channel
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.model_name = model_name
+        self.model_names = list(model_names or [model_name])
         self.clock = clock
         roles = {c.instance_id: c.resolved_role for c in configs}
         self.core = ControllerCore(roles, controller_config, slo, dynamic_roles=dynamic_roles,
@@ -127,12 +131,13 @@ class Controller:
     async def submit(self, prompt_token_ids: list[int], sampling: SamplingParams, *, request_id: str,
                      ttft_slo: float | None = None, tbt_slo: float | None = None,
                      priority: int = 0, tenant: str = DEFAULT_TENANT,
-                     ttl: float | None = None) -> RequestHandle:
+                     ttl: float | None = None, model: str = "") -> RequestHandle:
         """Hand a request to the core; its tokens then arrive on the returned handle.
         A refusal (starting, shutting down, queue full, no instance) raises ApiError 503.
-        `ttl`: seconds it may wait to start (x-llm-d-inference-ttl)."""
+        `ttl`: seconds it may wait to start (x-llm-d-inference-ttl); `model`: which of a
+        multiplexed group's models serves it ("" = the first)."""
         arrived = Arrived(self.clock(), request_id, prompt_token_ids, sampling, ttft_slo, tbt_slo,
-                          priority, tenant, ttl)
+                          priority, tenant, ttl, model)
         if self.request_log:
             self.request_log.arrived(arrived)
         actions = self.core.handle(arrived)

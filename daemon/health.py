@@ -51,6 +51,11 @@ class InstanceHealth(msgspec.Struct, kw_only=True):
     rank_pids: list[int] = []  # pids of its ranks 1..tp-1 (rank 0 is `pid`)
     #: `<n>A` layouts: its last role change, if any (docs/design.md §5.10).
     role_change: RoleChangeHealth | None = None
+    #: A multiplexed instance: the models it holds, and each one's KV blocks in use (in
+    #: its own blocks, from the last heartbeat; the pool is shared, `kv_blocks_total`
+    #: is in its first model's blocks).
+    models: list[str] = []
+    kv_blocks_by_model: dict[str, int] = {}
 
 
 class RoleChangeHealth(msgspec.Struct, kw_only=True):
@@ -152,7 +157,9 @@ def build_health(core: CoreView, supervisor: Supervisor, model_name: str,
             ticket_open=core.ticket_open(slot.instance_id),
             perf_model_mape=beat.perf_model_mape if beat else None,
             tp=ready.tp if ready else 1, devices=list(ready.devices) if ready else [],
-            rank_pids=list(ready.rank_pids) if ready else []))
+            rank_pids=list(ready.rank_pids) if ready else [],
+            models=list(ready.models) if ready else [],
+            kv_blocks_by_model=dict(beat.kv_blocks_by_model) if beat else {}))
     all_ready = all(i.state == "ready" for i in instances)
     status: Status = ("ok" if core.accepting and all_ready
                       else "degraded" if core.accepting else "draining")

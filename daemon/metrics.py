@@ -48,6 +48,10 @@ class Metrics:
         self.running = Gauge("ascendra_instance_running", "Running requests", ["instance"], registry=r)
         self.kv_usage = Gauge("ascendra_instance_kv_usage", "Share of KV blocks in use", ["instance"],
                               registry=r)
+        self.model_kv_blocks = Gauge(
+            "ascendra_instance_model_kv_blocks",
+            "A multiplexed instance: KV blocks (the model's own) its requests of each model hold",
+            ["instance", "model"], registry=r)
         self.preemptions = Gauge("ascendra_instance_preemptions", "Preemptions since the instance started",
                                  ["instance"], registry=r)
         self.restarts = Counter("ascendra_instance_restarts", "Instance restarts", ["instance"], registry=r)
@@ -138,6 +142,8 @@ class Metrics:
         self.running.labels(name).set(beat.num_running)
         self.kv_usage.labels(name).set(beat.num_kv_blocks_used / max(beat.num_kv_blocks, 1))
         self.preemptions.labels(name).set(beat.num_preemptions)
+        for model, blocks in beat.kv_blocks_by_model.items():
+            self.model_kv_blocks.labels(name, model).set(blocks)
         self.prefix_cache.heartbeat(beat)
         if beat.perf_model_mape is not None:
             self.perf_model_mape.labels(name).set(beat.perf_model_mape)

@@ -34,7 +34,7 @@ from engines.executors.executor_config import ExecutorConfig
 from engines.models.model_config import ModelConfig as ModelShape
 from engines.models.tensor_parallel import check_divisible
 from engines.gc_freeze import freeze_startup_heap
-from engines.instance_config import InstanceConfig
+from engines.instance_config import InstanceConfig, MuxModelConfig
 from engines.models.builtin import builtin_tiny_model_dir
 from engines.models.tokenizer import Tokenizer
 from ipc.channel import CONTROLLER_SOCKET, ControllerChannel, make_runtime_dir
@@ -65,21 +65,38 @@ def run(args: argparse.Namespace) -> int:
 
 def instance_configs(config: ServeConfig, plan: ModelPlan, endpoint: str,
                      model_dir: Path) -> list[InstanceConfig]:
-    return [_instance_config(config, spec, endpoint, model_dir, plan.tp)
+    models = [MuxModelConfig(name=name, model_dir=str(Path(folder) if folder
+                                                      else builtin_tiny_model_dir()))
+              for name, folder in plan.multiplexed]
+    return [msgspec.structs.replace(_instance_config(config, spec, endpoint, model_dir, plan.tp),
+                                    models=models)
             for spec in plan.instances]
 
 
 def build_controller(config: ServeConfig, plan: ModelPlan, runtime_dir: Path,
                      socket: str) -> Controller:
-    """One model's controller: its tokenizer, its socket, its instance group."""
+    """One model's (or multiplexed group's) controller: its tokenizer, its socket, its
+    instance group."""
     model_dir = _model_dir(plan)
+    tokenizer = Tokenizer(model_dir)
+    _check_one_tokenizer(plan, tokenizer)
     channel = ControllerChannel(runtime_dir, name=socket)
     return Controller(
         channel, instance_configs(config, plan, channel.endpoint, model_dir),
-        tokenizer=Tokenizer(model_dir), model_name=plan.name, slo=config.slo,
+        tokenizer=tokenizer, model_name=plan.label, model_names=plan.names, slo=config.slo,
         controller_config=config.controller, backoff_max=config.process.restart_backoff_max,
         request_log=config.process.request_log, dynamic_roles=dynamic_roles(plan.layout),
         tenants=config.tenants)
+
+
+def _check_one_tokenizer(plan: ModelPlan, tokenizer: Tokenizer) -> None:
+    """A multiplexed group's models share their first model's tokenizer (one controller
+    tokenizes for all of them): ValueError naming model.placement when one differs."""
+    for name, folder in plan.multiplexed[1:]:
+        other = Tokenizer(Path(folder) if folder else builtin_tiny_model_dir())
+        if other.to_json() != tokenizer.to_json():
+            raise ValueError(f"model.placement: {name!r} is multiplexed with {plan.name!r} but "
+                             "its tokenizer differs; multiplexed models must share one")
 
 
 def _check_tp(plan: ModelPlan, model_dir: Path) -> None:
@@ -163,7 +180,7 @@ async def serve(config: ServeConfig) -> int:
              http.host, port, "+".join(p.layout for p in plans), config.instances.executor)
     for plan in plans:
         log.info("model %s on instances %s; model and tokenizer folder: %s (load testers take "
-                 "it as their tokenizer)", plan.name,
+                 "it as their tokenizer)", plan.label,
                  ", ".join(str(spec.index) for spec in plan.instances), _model_dir(plan))
     freeze_startup_heap()  # never to be scanned again by the garbage collector
     notifier = Notifier()

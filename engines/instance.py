@@ -46,10 +46,12 @@ LIVENESS_CHECK_INTERVAL = 0.25
 class Instance:
     def __init__(self, config: InstanceConfig, executor: Executor, channel: InstanceChannel,
                  perf_model: PerfModel | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, core=None) -> None:
+        """`core`: built elsewhere (a multiplexed instance's MuxCore, engines/mux_core.py,
+        over `executor`, its MuxExecutor); None: an InstanceCore of `config`."""
         self.config = config
-        self.core = InstanceCore(config.instance_id, config.resolved_role, executor,
-                                 config.scheduler, perf_model)
+        self.core = core if core is not None else InstanceCore(
+            config.instance_id, config.resolved_role, executor, config.scheduler, perf_model)
         self.executor = executor
         self.channel = channel
         self.clock = clock

@@ -12,6 +12,13 @@ from engines.scheduler import SchedulerConfig
 from ipc.messages import Role
 
 
+class MuxModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """One model of a multiplexed instance: its served name and folder ("" = built-in)."""
+
+    name: str
+    model_dir: str = ""
+
+
 class InstanceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     instance_id: Annotated[int, Meta(ge=0)]
     #: The controller's socket (ControllerChannel.endpoint), an ipc:// endpoint.
@@ -30,6 +37,11 @@ class InstanceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: Exit when the parent process is no longer this pid; None = the parent at start-up.
     parent_pid: int | None = None
     log_level: str = "info"
+    #: A multiplexed instance (engines/mux_core.py): the models it holds, the first the
+    #: default; each runs on an executor of `executor`'s kind and settings (its
+    #: `model_dir` theirs), `executor.num_kv_blocks` sizing their shared pool in the
+    #: costliest model's blocks. Empty: one model, `executor.model_dir`.
+    models: list[MuxModelConfig] = []
 
     @property
     def resolved_role(self) -> Role:

@@ -65,15 +65,18 @@ Output = ToController | ExportKv | ImportKv
 
 class InstanceCore:
     def __init__(self, instance_id: int, role: Role, executor: Executor,
-                 config: SchedulerConfig, perf_model: PerfModel | None = None) -> None:
+                 config: SchedulerConfig, perf_model: PerfModel | None = None,
+                 kv: BlockManager | None = None) -> None:
         """`executor`: the driver's, read for its facts only; `perf_model`: the modes that
-        decide by time predict with it (and teach it each step's measured time)."""
+        decide by time predict with it (and teach it each step's measured time); `kv`: a
+        block manager of a shared pool (a multiplexed instance's model, engines/mux_core.py),
+        else one of the executor's capacity."""
         self.instance_id = instance_id
         self.role = role
         self.vocab_size = executor.vocab_size  # prompt ids at or past it are refused
         self.carries_kv = executor.carries_kv  # a P/D hand-off moves real KV (ExportKv, ImportKv)
-        self.kv = BlockManager(executor.num_kv_blocks, executor.block_size,
-                               prefix_caching=config.prefix_caching)
+        self.kv = kv if kv is not None else BlockManager(
+            executor.num_kv_blocks, executor.block_size, prefix_caching=config.prefix_caching)
         self.perf_model = perf_model
         self.predictor = MemoPredictor(perf_model) if perf_model is not None else None
         self.scheduler = Scheduler(config, self.kv, executor.max_model_len,
@@ -93,6 +96,10 @@ class InstanceCore:
     @property
     def has_work(self) -> bool:
         return self.scheduler.has_work or bool(self.prefilled) or self.esp.has_step
+
+    def find_request(self, request_id: str) -> Request | None:
+        """The unfinished request `request_id`, None if it is not here."""
+        return self.scheduler.requests.get(request_id)
 
     # ---- commands ----------------------------------------------------------------------
     def take(self, commands: list[ToInstance], now: float, num_bad_frames: int = 0,
@@ -286,15 +293,18 @@ class InstanceCore:
         return batch
 
     def finish_step(self, batch: Batch, sampled: list[int], seconds: float, now: float,
-                    ) -> list[Output]:
+                    learn: bool = True) -> list[Output]:
         """The turn's last part, after `batch` ran for `seconds` (`begin_step` calls it for
         an empty one): the step's tokens (one message), what left the queue (hand-offs,
-        offloads, drops), then an HP's ask for work."""
+        offloads, drops), then an HP's ask for work. `learn` False: `seconds` are not the
+        batch's own (a multiplexed step's other models ran in them too), so the
+        performance model is not taught them."""
         messages: list[Output] = []
         tokens = None
         if batch:
             tokens = self.scheduler.update(batch, sampled, now)
-            self._learn(batch, seconds)
+            if learn:
+                self._learn(batch, seconds)
             self.num_steps += 1
             queued = self.scheduler.queued_prefill()
             self._measure_prefill(batch, seconds, queued[0])

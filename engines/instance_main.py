@@ -65,9 +65,14 @@ def serve(config: InstanceConfig) -> int:
     channel = InstanceChannel(config.endpoint, config.instance_id)
     try:
         try:
-            executor = build_executor(config.executor)
-            perf_model = build_perf_model(executor, config.executor, config.scheduler)
-            instance = Instance(config, executor, channel, perf_model)
+            if config.models:  # several models on one device (engines/mux_core.py)
+                from engines.mux_build import build_mux_instance
+                core, executor = build_mux_instance(config)
+                instance = Instance(config, executor, channel, core=core)
+            else:
+                executor = build_executor(config.executor)
+                perf_model = build_perf_model(executor, config.executor, config.scheduler)
+                instance = Instance(config, executor, channel, perf_model)
         except Exception as exc:
             log.exception("instance %d: could not build the instance", config.instance_id)
             channel.send(InstanceFailed(instance_id=config.instance_id,

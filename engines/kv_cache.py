@@ -17,12 +17,18 @@ scheduler's policies price it by. It holds nothing until admission, when `claim_
 looks again and takes what is there then (reference counts up); `allocate` then adds the
 blocks its new tokens need. The last token is never taken from the cache: a step must
 compute at least one token of the request to have its logits.
+
+In a multiplexed instance (engines/mux_core.py) each model's manager draws on one
+`KvPool` shared by every model (engines/kv_pool.py): a block some request holds takes
+`block_units` of the pool's units, so a model's free blocks are what the pool has left,
+in its blocks.
 """
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from engines.kv_pool import KvPool
 from engines.request import Request
 from policies.prefix_hash import block_hashes, chained_hash, extend_block_hashes
 
@@ -44,7 +50,10 @@ class PrefixCacheStats:
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int = 16, *,
-                 prefix_caching: bool = False) -> None:
+                 prefix_caching: bool = False, pool: KvPool | None = None,
+                 model: str = "", block_units: int = 1) -> None:
+        """`pool` (a multiplexed instance's): held blocks take `block_units` units each
+        from it, counted as `model`'s; `num_blocks` is then the most it could hold."""
         if num_blocks < 1:
             raise ValueError(f"num_kv_blocks must be at least 1, got {num_blocks}")
         if block_size < 1:
@@ -58,11 +67,16 @@ class BlockManager:
         self._refs = [0] * num_blocks
         self._name: list[bytes | None] = [None] * num_blocks
         self._by_name: dict[bytes, int] = {}
+        self.pool, self.model, self.block_units = pool, model, block_units
 
     # ---- counts ----------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        """Blocks no request holds: never used, or cached free (reusable on demand)."""
+        """Blocks no request holds: never used, or cached free (reusable on demand); in a
+        shared pool, no more than its free units make."""
+        if self.pool is not None:
+            return min(len(self._empty) + len(self._evictable),
+                       self.pool.free_units // self.block_units)
         return len(self._empty) + len(self._evictable)
 
     @property
@@ -102,7 +116,8 @@ class BlockManager:
         if table and num_new_tokens == 1 and request.num_computed_tokens == len(table) * block_size:
             # A decode whose next token opens a new block (each decode, every block-size
             # steps: the commonest call by far): exactly one block, and no hint to drop.
-            if not (self._empty or self._evictable):
+            if not (self._empty or self._evictable) or (
+                    self.pool is not None and self.pool.free_units < self.block_units):
                 return False
             table.append(self._take())
             return True
@@ -125,6 +140,8 @@ class BlockManager:
                     empty(block)
                 else:
                     evictable[block] = None
+                if self.pool is not None:
+                    self.pool.give_back(self.model, self.block_units)
         request.block_table = []
         request.prefix_hit = []
         request.num_named_blocks = 0
@@ -146,6 +163,8 @@ class BlockManager:
             self.stats.evictions += evicted
         for block in blocks:
             refs[block] = 1
+        if self.pool is not None:
+            self.pool.take(self.model, n * self.block_units)
         return blocks
 
     def _take(self) -> int:
@@ -159,6 +178,8 @@ class BlockManager:
             self._name[block] = None
             self.stats.evictions += 1
         self._refs[block] = 1
+        if self.pool is not None:
+            self.pool.take(self.model, self.block_units)
         return block
 
     # ---- the prefix cache ------------------------------------------------------------------
@@ -181,6 +202,8 @@ class BlockManager:
         for block in request.prefix_hit:
             if refs[block] == 0:
                 del evictable[block]
+                if self.pool is not None:  # may overdraw it: the scheduler then gives it back
+                    self.pool.take(self.model, self.block_units)
             refs[block] += 1
         request.block_table = list(request.prefix_hit)
         request.num_named_blocks = len(request.prefix_hit)

@@ -38,9 +38,12 @@ class Completion:
 class Offline:
     def __init__(self, executor: Executor, config: SchedulerConfig,
                  clock: Callable[[], float] = time.monotonic,
-                 perf_model: PerfModel | None = None) -> None:
+                 perf_model: PerfModel | None = None, core=None) -> None:
+        """`core`: an instance core over `executor` built elsewhere (a multiplexed one,
+        engines/mux_core.py, over its MuxExecutor); None: an InstanceCore of `config`."""
         self.executor = executor
-        self.core = InstanceCore(0, role_of_mode(config.mode), executor, config, perf_model)
+        self.core = core if core is not None else InstanceCore(
+            0, role_of_mode(config.mode), executor, config, perf_model)
         self.clock = clock
         self._ids = itertools.count()
 
@@ -55,7 +58,7 @@ class Offline:
         for output in self.core.handle(message, message.arrival_time):
             if isinstance(output, RequestError):
                 raise ValueError(output.message)
-        return self.core.scheduler.requests[request_id]
+        return self.core.find_request(request_id)
 
     def step(self) -> list[Output]:
         """One turn of the core: its batch run and timed; its messages (tokens, offloads,

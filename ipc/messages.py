@@ -211,6 +211,9 @@ class Submit(_Message, tag="submit"):
     #: Its ESP group, this instance its master (rank 0): it prefills its stripe of the
     #: prompt with the group (after `EspGo`) and then decodes it here; None: served alone.
     esp: EspPart | None = None
+    #: Which of a multiplexed instance's models serves it (its served name; "" = the
+    #: instance's first, or only, model).
+    model: str = ""
 
 
 class Abort(_Message, tag="abort"):
@@ -265,6 +268,9 @@ class Ready(_Message, tag="ready"):
     devices: list[int] = []
     #: The pids of its ranks 1..tp-1 (rank 0 is `pid`).
     rank_pids: list[int] = []
+    #: A multiplexed instance: the served names of the models it holds (its KV pool
+    #: shared by them; `num_kv_blocks` and the curve are its first model's); empty: one.
+    models: list[str] = []
 
 
 class CachedPrompt(msgspec.Struct, array_like=True, frozen=True):
@@ -332,6 +338,8 @@ class Heartbeat(_Message, tag="heartbeat"):
     prefix_hit_blocks: Count = 0
     prefix_queried_tokens: Count = 0
     prefix_hit_tokens: Count = 0
+    #: A multiplexed instance: each model's KV blocks in use (in its own blocks), by name.
+    kv_blocks_by_model: dict[str, Count] = {}
 
 
 class OffloadedRequest(msgspec.Struct, array_like=True, frozen=True):

@@ -37,6 +37,7 @@ class FakeController:
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.model_name = model_name
+        self.model_names = [model_name]
         self.max_model_len = max_model_len
         if token_id is None:
             token_id = tokenizer.encode("a", add_bos=False)[0]

@@ -58,6 +58,9 @@ class WorkloadRequest(msgspec.Struct, frozen=True):
     #: "default").
     tenant: str | None = None
     priority: int = 0    # its tenant's; < 0: sheddable
+    #: The served model it asks for ("" = the server's first): a multiplexed box's
+    #: requests name theirs (bench/studies/multi_model.py).
+    model: str = ""
 
 
 def clamp(prompt_len: int, output_len: int, max_model_len: int | None) -> tuple[int, int]:

@@ -51,6 +51,7 @@ class RequestRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     instances: list[int] = []           # every instance that held it, in order
     #: Arrival -> its prefill started on an instance (live: as the daemon saw both).
     sched_delay: float | None = None
+    model: str = ""                     # the served model it asked for ("" = the first)
     ttft_slo: float | None = None       # this request's targets when not the run's
     tbt_slo: float | None = None
     slo_class: str | None = None        # its SLO class in a mixed-SLO workload

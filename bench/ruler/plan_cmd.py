@@ -33,6 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"a first look in about two minutes: {QUICK_MEASURED} measured "
                         "requests per point, searches in steps of 2x to 20 %% (not a steady "
                         "state: the answer says so)")
+    p.add_argument("--model-mix", metavar="A=0.8,B=0.2", default=None,
+                   help="plan the placement of several models (MuxServe): dedicated GPUs per "
+                        "model, every GPU multiplexing them, or vLLM V1 dedicated, by each "
+                        "one's capacity with every model at 90 %% goodput (a reduced "
+                        "protocol: --measured requests a run, default 600)")
+    p.add_argument("--model-profile", metavar="A=PROFILE,...", default=None,
+                   help="with --model-mix: each model's GPU profile (default: --profile)")
     add_fair_floor_flag(p)
     add_workers_flag(p)
     p.add_argument("--json", metavar="OUT", help="write the answer here")
@@ -66,6 +73,8 @@ class LayoutBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model_mix is not None:
+        return _run_mix(args)
     from bench.ruler.plan import candidate_layouts, plan
     from bench.ruler.plan_tp import fitting_degrees
     if args.tp is None:  # search the degrees when the model does not fit one GPU
@@ -88,6 +97,45 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, answer)
     return 0
+
+
+def _run_mix(args) -> int:
+    from bench.ruler.model_mix import MixRun, parse_mix
+    from bench.ruler.plan_mix import plan_mix
+    subject, config = sim_settings(args)
+    try:
+        mix = parse_mix(args.model_mix)
+        profiles = _model_profiles(args.model_profile, mix, args.profile)
+    except ValueError as exc:
+        print(f"ascendra plan: error: {exc}", file=sys.stderr)
+        return 2
+    run = MixRun(mix=tuple(mix.items()), profiles=tuple(profiles.items()), seed=args.seed,
+                 num_requests=args.measured or 600, scheduler=subject.scheduler,
+                 slo=config.slo, workload=config.workload)
+    answer = plan_mix(args.gpus, run, workers=args.workers,
+                      progress=lambda line: print(line, file=sys.stderr))
+    width = max(len(c.placement) for c in answer.candidates)
+    print(f"{answer.num_gpus} GPUs, mix "
+          + ", ".join(f"{m} {100 * s:.0f} % ({profiles[m]})" for m, s in mix.items())
+          + f"; capacity = every model at 90 % goodput ({answer.protocol}), in QPS:")
+    for c in sorted(answer.candidates, key=lambda c: -c.capacity_qps):
+        mark = "  <- recommended" if c.placement == answer.recommended else ""
+        at = "  ".join(f"{m} {v['goodput_pct']} %" for m, v in (c.at_capacity or {}).items())
+        print(f"  {c.placement:>{width}}  {c.capacity_qps:6.2f}  {at}{mark}")
+    if args.json:
+        write_json(args.json, answer)
+    return 0
+
+
+def _model_profiles(text: str | None, mix: dict[str, float], default: str) -> dict[str, str]:
+    given = {}
+    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+        name, equals, profile = item.partition("=")
+        if not equals or name.strip() not in mix:
+            raise ValueError(f"--model-profile: {item!r} is not NAME=PROFILE for a model of "
+                             f"--model-mix ({', '.join(mix)})")
+        given[name.strip()] = profile.strip()
+    return {m: given.get(m, default) for m in mix}
 
 
 def _run_degrees(args, config) -> int:

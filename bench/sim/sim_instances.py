@@ -4,6 +4,11 @@ Each instance is the real `InstanceCore` (scheduler, policies, performance model
 `SimExecutor` whose latency function is a GPU profile (or
 `SimConfig.latency`, the daemon's `--sim-latency`). LP/HP performance models are
 calibrated as a daemon's instance calibrates its own at start.
+
+With `SimConfig.models` every instance is a multiplexed one (engines/mux_core.py): a
+`MuxCore` over one sim executor per model, each on its own profile, a step lasting the
+sum of the models' parts (engines/executors/mux_executor.py), their KV pool what the
+GPU's memory holds after every model's weights (`mux_pool_units`).
 """
 from __future__ import annotations
 
@@ -18,7 +23,10 @@ from daemon.core.esp_groups import EspSettings
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
 from engines.executors.sim_executor import SimExecutor
+from engines.executors.mux_executor import MuxExecutor
 from engines.instance_core import InstanceCore
+from engines.kv_pool import unit_bytes
+from engines.mux_build import build_mux_core, units_per_block
 from engines.modes import get_mode, role_of_mode
 from engines.perf_setup import profile_perf_model
 from engines.scheduler_config import SchedulerConfig
@@ -50,6 +58,10 @@ class SimConfig:
     #: ESP groups for long prompts (daemon/core/esp_groups.py; max_degree 1: off). A
     #: group's prefill step costs `esp_time.esp_prefill_time` on the profile.
     esp: EspSettings = EspSettings()
+    #: Multiplexed instances: (served name, profile) of every model each instance holds,
+    #: the first the default; a request names its model (`WorkloadRequest.model`).
+    #: Empty: each instance runs the one model of `profile`.
+    models: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -68,6 +80,8 @@ class SimInstance:
 
 
 def build_instance(config: SimConfig, instance_id: int, mode: str) -> SimInstance:
+    if config.models:
+        return _build_mux_instance(config, instance_id, mode)
     profile = get_profile(config.profile)
     num_kv_blocks = config.num_kv_blocks or profile.num_kv_blocks(config.block_size)
     latency = make_latency(config.latency or f"profile:{config.profile}")
@@ -98,3 +112,39 @@ def _stated_perf_model(profile, executor: SimExecutor, scheduler: SchedulerConfi
     calibrate(executor, perf, shapes, repeats=1, timer=stated_latency)
     return perf
 
+
+
+def mux_pool_units(profiles: dict, block_size: int) -> int:
+    """Head-wise units (engines/kv_pool.py) of the KV pool of a GPU holding every model in
+    `profiles` (name -> profile, all of one GPU): what the first model's profile leaves
+    for KV, less every other model's weights."""
+    first = next(iter(profiles.values()))
+    kv_bytes = (first.num_kv_blocks(block_size) * block_size * first.kv_bytes_per_token
+                - sum(p.weight_bytes for p in list(profiles.values())[1:]))
+    head_dim = min(p.model.head_dim for p in profiles.values())
+    unit = unit_bytes(block_size, head_dim, first.model.bytes_per_element)
+    if kv_bytes < unit:
+        raise ValueError(f"models {', '.join(profiles)}: their weights leave no KV memory on "
+                         "one GPU")
+    return int(kv_bytes // unit)
+
+
+def _build_mux_instance(config: SimConfig, instance_id: int, mode: str) -> SimInstance:
+    profiles = {name: get_profile(profile) for name, profile in config.models}
+    shapes = {name: p.model for name, p in profiles.items()}
+    units = (config.num_kv_blocks * max(units_per_block(shapes).values())
+             if config.num_kv_blocks else mux_pool_units(profiles, config.block_size))
+    costs = units_per_block(shapes)
+    scheduler = msgspec.structs.replace(config.scheduler, mode=mode)
+    executors, perf_models = {}, {}
+    for name, profile_name in config.models:
+        executors[name] = SimExecutor(make_latency(f"profile:{profile_name}"),
+                                      num_kv_blocks=units // costs[name],
+                                      block_size=config.block_size,
+                                      max_model_len=config.max_model_len)
+        if get_mode(mode).uses_perf_model:
+            perf_models[name] = profile_perf_model(profiles[name], scheduler, config.max_model_len,
+                                                   units // costs[name] * config.block_size)
+    core = build_mux_core(instance_id, role_of_mode(mode), executors, shapes, scheduler, units,
+                          perf_models)
+    return SimInstance(core, MuxExecutor(executors))

@@ -121,7 +121,7 @@ class Simulation:
         sampling = SamplingParams(max_tokens=work.output_len, ignore_eos=True)
         self._controller(Arrived(self.now, request_id, request_prompt(work, PROMPT_SEED),
                                  sampling, work.ttft_slo, work.tbt_slo, priority=work.priority,
-                                 tenant=work.tenant or DEFAULT_TENANT))
+                                 tenant=work.tenant or DEFAULT_TENANT, model=work.model))
 
     def _controller(self, event) -> None:
         now, keeper = self.now, self.keeper
@@ -216,4 +216,4 @@ def _record(work: WorkloadRequest) -> RequestRecord:
     return RequestRecord(index=work.index, arrival=work.arrival, prompt_len=work.prompt_len,
                          output_len=work.output_len, ttft_slo=work.ttft_slo,
                          tbt_slo=work.tbt_slo, slo_class=work.slo_class, warmup=work.warmup,
-                         tenant=work.tenant, priority=work.priority)
+                         tenant=work.tenant, priority=work.priority, model=work.model)

@@ -1,150 +1,156 @@
 """MuxServe's question on the simulator: two models of skewed popularity on one box --
-dedicated GPUs per model, or every GPU serving both?
+dedicated GPUs per model, or every GPU multiplexing both?
 
-    python -m bench.studies.multi_model --share 0.8 --out docs/figures/multi_model.json
+    python -m bench.studies.multi_model --gpus 2,4 --seeds 0,1,2 --out docs/figures/multi_model.json
 
 Two models of the profile's shape (e.g. two fine-tunes of Llama-3-8B), model A drawing
-`share` of the requests and B the rest, one Poisson workload. Placements, each a box of
-Sarathi-Serve instances (the same scheduler everywhere, so only the placement differs):
+`share` of the requests and B the rest, one Poisson workload. Placements on `n` GPUs
+(bench/ruler/model_mix.py):
 
-* **dedicated k+m**: A's requests on k GPUs of their own, B's on m (by popularity when
-  k > m); two simulations, one per model.
-* **multiplexed n**: every one of n GPUs holds both models' weights and serves both
-  (MuxServe's colocation): one simulation over all requests, routed least-loaded. A
-  step that holds both models' work runs each model's part in turn (temporal
-  multiplexing: the sum of the two parts' profile times, each part reading its own
-  weights -- a conservative price; MuxServe's spatial sharing overlaps them), and the
-  KV cache is what is left after both models' weights: one shared pool, so memory goes
-  to each model in proportion to its live requests, i.e. its popularity (MuxServe's
-  unified KV cache).
+* **dedicated k+m** (Sarathi-Serve): A's requests on k GPUs of their own, B's on m, split
+  by popularity (k = n x share, at least one each).
+* **vLLM V1 dedicated k+m**: the same split, each instance in vLLM V1's mode (the
+  per-model baseline).
+* **multiplexed n**: every GPU holds both models' weights and serves both: the real
+  multiplexed instance (engines/mux_core.py) in the simulator -- one KV pool of what the
+  GPU's memory holds after both weights, in head-wise units, shared by both models' live
+  requests; each step runs each model's part in turn (its time the sum of the parts'
+  profile times), the step's token budget split by popularity over TBT target.
 
-Goodput is counted per model (a request is good when it meets its TTFT and mean-TBT
-targets), over every request of the run (warm-up included: a comparison, not the ruler).
+Capacity is the highest total rate at which *each* model holds 90 % goodput (both
+targets), by bisection over whole runs (model_mix.PROTOCOL: a reduced protocol). What
+multiplexing costs the popular model is read at the dedicated placement's capacity: A's
+goodput, p99 TTFT and mean TBT there, dedicated vs multiplexed.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import random
+import json
 import time
+from pathlib import Path
 
 import msgspec
 
 from bench.json_file import write_json
-from bench.loadgen.workload import WorkloadRequest
-from bench.loadgen.workloads import build_requests, workload
-from bench.records.results import is_good
-from bench.sim.sim_instances import SimConfig
-from bench.sim.simulator import Simulation
-from daemon.core.controller_config import SloConfig
-from engines.batch import Batch
-from engines.executors.profiles.registry import get_profile
-from engines.scheduler_config import SchedulerConfig
+from bench.parallel import add_workers_flag, imap, run_parallel
+from bench.ruler.model_mix import (
+    PROTOCOL, Group, MixRun, Placement, capacity, per_model, popularity_split, simulate,
+)
 
 PROFILE = "a100-llama3-8b"
 MODELS = ("A", "B")
-#: (label, GPUs per model when dedicated -- or None: every GPU serves both)
-PLACEMENTS = (("dedicated 1+1", (1, 1)), ("multiplexed 2", None),
-              ("dedicated 2+1", (2, 1)), ("multiplexed 3", None))
-GPUS = {"multiplexed 2": 2, "multiplexed 3": 3}
+PLACEMENTS = ("dedicated", "vllm-v1 dedicated", "multiplexed")
+TOLERANCE = 0.04
 
 
-def assign_models(requests: list[WorkloadRequest], share: float, seed: int) -> dict[int, str]:
-    """Each request's model: A with probability `share`, else B (seeded)."""
-    rng = random.Random(seed * 7919 + 17)
-    return {r.index: MODELS[0] if rng.random() < share else MODELS[1] for r in requests}
+def placement(kind: str, gpus: int, share: float) -> Placement:
+    if kind == "multiplexed":
+        return Placement((Group(MODELS, f"{gpus}xsarathi"),))
+    mode = "vllm-v1" if kind.startswith("vllm-v1") else "sarathi"
+    split = popularity_split(gpus, _mix(share))
+    return Placement(tuple(Group((m,), f"{k}x{mode}") for m, k in zip(MODELS, split)))
 
 
-def multiplexed_latency(profile, model_of: dict[str, str]):
-    """Seconds of a step holding requests of both models: each model's part in turn."""
-    def latency(batch: Batch) -> float:
-        parts: dict[str, Batch] = {}
-        for chunk in batch.chunks:
-            part = parts.setdefault(model_of[chunk.request.request_id], Batch())
-            part.add_chunk(chunk)
-        return sum(profile.step_time(p.shape(), num_sampling=p.num_sampling)
-                   for p in parts.values())
-    return latency
+def _mix(share: float) -> dict[str, float]:
+    return {MODELS[0]: share, MODELS[1]: 1 - share}
 
 
-def multiplexed_kv_blocks(profile, block_size: int) -> int:
-    """KV blocks left on a GPU that holds a second model's weights too."""
-    second = profile.weight_bytes // (profile.kv_bytes_per_token * block_size)
-    return profile.num_kv_blocks(block_size) - second
+def _run(share: float, seed: int, num_requests: int) -> MixRun:
+    return MixRun(mix=tuple(_mix(share).items()), profiles=tuple((m, PROFILE) for m in MODELS),
+                  seed=seed, num_requests=num_requests)
 
 
-def _simulate(config: SimConfig, requests: list[WorkloadRequest], model_of=None) -> list:
-    simulation = Simulation(config, requests)
-    if model_of is not None:
-        latency = multiplexed_latency(get_profile(config.profile), model_of)
-        for instance in simulation.instances:
-            instance.executor.latency_fn = latency
-    return simulation.run()
-
-
-def run_placement(label: str, dedicated, requests, models: dict[int, str], slo: SloConfig,
-                  scheduler: SchedulerConfig) -> dict:
-    base = SimConfig(layout_modes=(), profile=PROFILE, scheduler=scheduler, slo=slo)
-    records = []
-    if dedicated is not None:
-        for model, gpus in zip(MODELS, dedicated):
-            mine = [r for r in requests if models[r.index] == model]
-            records += _simulate(_with(base, gpus), mine)
-    else:
-        profile = get_profile(PROFILE)
-        config = _with(base, GPUS[label],
-                       num_kv_blocks=multiplexed_kv_blocks(profile, base.block_size))
-        records += _simulate(config, requests, {f"r{i}": m for i, m in models.items()})
-    return _goodput(records, models, slo)
-
-
-def _with(base: SimConfig, gpus: int, **fields) -> SimConfig:
-    return dataclasses.replace(base, layout_modes=("sarathi",) * gpus, **fields)
-
-
-def _goodput(records, models: dict[int, str], slo: SloConfig) -> dict:
-    out = {}
-    for model in MODELS:
-        mine = [r for r in records if models[r.index] == model]
-        good = sum(is_good(r, slo.ttft_slo, slo.tbt_slo) for r in mine)
-        out[model] = {"requests": len(mine), "good": good,
-                      "goodput_pct": round(100 * good / len(mine), 1) if mine else None}
-    total = sum(v["good"] for v in out.values())
-    out["all"] = {"requests": len(records), "good": total,
-                  "goodput_pct": round(100 * total / len(records), 1) if records else None}
-    return out
-
-
-def sweep(rates, share: float, num_requests: int, seed: int, slo: SloConfig,
-          scheduler: SchedulerConfig, progress=print) -> dict:
-    rows = []
+def _capacity_job(job: tuple[str, int, float, int, int]) -> dict:
+    kind, gpus, share, seed, num_requests = job
     started = time.perf_counter()
-    for rate in rates:
-        requests = build_requests(workload("poisson"), rate=rate, num_requests=num_requests,
-                                  seed=seed, max_model_len=8192)
-        models = assign_models(requests, share, seed)
-        for label, dedicated in PLACEMENTS:
-            result = run_placement(label, dedicated, requests, models, slo, scheduler)
-            rows.append({"placement": label, "qps": rate, **result})
-            if progress:
-                progress(f"{rate:>5.1f} QPS {label:>14}: A {result['A']['goodput_pct']} %  "
-                         f"B {result['B']['goodput_pct']} %  all {result['all']['goodput_pct']} %")
-    return {"figure": "multi_model", "profile": PROFILE, "share_A": share, "seed": seed,
-            "num_requests": num_requests, "slo": msgspec.to_builtins(slo),
-            "scheduler": msgspec.to_builtins(scheduler), "rows": rows,
+    row = capacity(placement(kind, gpus, share), _run(share, seed, num_requests),
+                   tolerance=TOLERANCE)
+    return {"kind": kind, "gpus": gpus, "seed": seed, **row,
             "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def _cost_job(job: tuple[str, int, float, int, int, float]) -> dict:
+    kind, gpus, share, seed, num_requests, rate = job
+    run = _run(share, seed, num_requests)
+    return {"kind": kind, "gpus": gpus, "seed": seed, "qps": rate,
+            **per_model(simulate(placement(kind, gpus, share), run, rate), MODELS, run.slo)}
+
+
+def run(gpu_counts, seeds, share: float, num_requests: int, workers: int | None,
+        progress=print) -> dict:
+    """`progress` takes a line (a JSON row) as each capacity search ends."""
+    jobs = [(k, g, share, s, num_requests) for g in gpu_counts for s in seeds
+            for k in PLACEMENTS]
+    rows = []
+    for row in imap(_capacity_job, jobs, workers):
+        rows.append(row)
+        if progress:
+            progress(json.dumps(row))
+    dedicated = {(r["gpus"], r["seed"]): r["capacity_qps"] for r in rows
+                 if r["kind"] == "dedicated"}
+    costs = run_parallel(_cost_job, [(k, g, share, s, num_requests, dedicated[g, s])
+                                     for g in gpu_counts for s in seeds
+                                     for k in ("dedicated", "multiplexed")], workers)
+    return {"figure": "multi_model", "profile": PROFILE, "share_A": share,
+            "num_requests": num_requests, "seeds": list(seeds), "gpus": list(gpu_counts),
+            "protocol": PROTOCOL.format(n=num_requests, tol=100 * TOLERANCE),
+            "run": msgspec.to_builtins(_run(share, 0, num_requests)),
+            "capacity": rows, "popular_model_cost": costs}
+
+
+def table(doc: dict) -> str:
+    """The study's two markdown tables: capacity by placement (each seed, mean, ratio to
+    dedicated) and what multiplexing costs model A at the dedicated capacity."""
+    rows, lines = doc["capacity"], []
+    lines += ["| GPUs | placement | capacity, QPS (seeds " + ", ".join(map(str, doc["seeds"]))
+              + ") | mean | x dedicated |", "|---|---|---|---|---|"]
+    for gpus in doc["gpus"]:
+        mine = [r for r in rows if r["gpus"] == gpus]
+        base = _mean([r["capacity_qps"] for r in mine if r["kind"] == "dedicated"])
+        for kind in PLACEMENTS:
+            caps = [r["capacity_qps"] for r in mine if r["kind"] == kind]
+            label = next(r["placement"] for r in mine if r["kind"] == kind)
+            lines.append(f"| {gpus} | {kind} ({label}) | {' / '.join(f'{c:.2f}' for c in caps)}"
+                         f" | {_mean(caps):.2f} | {_mean(caps) / base:.2f} |")
+    lines += ["", "| GPUs | at QPS (dedicated capacity, per seed) | A goodput: dedicated / "
+              "multiplexed | A p99 TTFT, s (same) | A mean TBT, s (same) | B goodput (same) |", "|---|---|---|---|---|---|"]
+    for gpus in doc["gpus"]:
+        cost = {k: [c for c in doc["popular_model_cost"] if c["gpus"] == gpus and c["kind"] == k]
+                for k in ("dedicated", "multiplexed")}
+        d, m = cost["dedicated"], cost["multiplexed"]
+
+        def pair(model: str, key: str, fmt: str) -> str:
+            return (f"{format(_mean([c[model][key] for c in d]), fmt)} / "
+                    f"{format(_mean([c[model][key] for c in m]), fmt)}")
+        rates = " / ".join(f"{c['qps']:.2f}" for c in d)
+        lines.append(f"| {gpus} | {rates} | "
+                     f"{pair('A', 'goodput_pct', '.1f')} % | {pair('A', 'p99_ttft_s', '.2f')} | "
+                     f"{pair('A', 'mean_tbt_s', '.3f')} | {pair('B', 'goodput_pct', '.1f')} % |")
+    return "\n".join(lines)
+
+
+def _mean(values) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--table", metavar="JSON", default="",
+                   help="print the markdown tables of a result written by --out, and stop")
     p.add_argument("--share", type=float, default=0.8, help="model A's share of requests")
-    p.add_argument("--rates", default="2,3,4,5,6,7,8")
-    p.add_argument("--num-requests", type=int, default=1500)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpus", default="2,4", help="GPU counts, comma-separated")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--num-requests", type=int, default=600)
     p.add_argument("--out", default="")
+    add_workers_flag(p)
     args = p.parse_args(argv)
-    doc = sweep([float(r) for r in args.rates.split(",")], args.share, args.num_requests,
-                args.seed, SloConfig(), SchedulerConfig(chunk_size=2048))
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
+    doc = run([int(g) for g in args.gpus.split(",")], [int(s) for s in args.seeds.split(",")],
+              args.share, args.num_requests, args.workers,
+              progress=lambda line: print(line, flush=True))
     if args.out:
         write_json(args.out, doc)
     return 0

@@ -92,6 +92,7 @@ from ipc.messages import (
     Submit,
     Ticket,
 )
+from policies.mux_share import model_affine_loads
 from policies.roles import FAIR_BURST_HP_SHARE, RoleParams
 from policies.router import Router
 from policies.tenants import TenantShares
@@ -242,7 +243,10 @@ class ControllerCore:
         if refusal is None and not ledger.ready_ids():
             refusal = (Refusal.NO_INSTANCE, "no instance is ready; try again shortly")
         elif refusal is None and room is None:
-            target, _ = self.router.route_new(ledger.ready_ids(), ledger.in_flight(), cached_on)
+            in_flight = ledger.in_flight()
+            if event.model:  # multiplexed instances: keep a model's requests together
+                in_flight = model_affine_loads(in_flight, ledger.models_held(), event.model)
+            target, _ = self.router.route_new(ledger.ready_ids(), in_flight, cached_on)
         if refusal is not None:
             out.append(Refuse(event.request_id, *refusal, retry_after(self.slo.ttft_slo)))
             return
@@ -250,7 +254,7 @@ class ControllerCore:
         submit = Submit(request_id=event.request_id, prompt_token_ids=event.prompt_token_ids,
                         sampling=event.sampling, arrival_time=now, deadline=now + ttft_slo,
                         ttft_slo=ttft_slo, tbt_slo=event.tbt_slo or self.slo.tbt_slo,
-                        priority=event.priority)
+                        priority=event.priority, model=event.model)
         group = (self.esp.plan(now, submit, room.backlog_seconds if room is not None else None)
                  if self.esp is not None else None)
         state = RequestState.QUEUED if room is None else RequestState.PENDING

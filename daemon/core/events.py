@@ -32,6 +32,7 @@ class Arrived:
     priority: int = 0          # higher bands first; < 0: sheddable
     tenant: str = DEFAULT_TENANT
     ttl: float | None = None   # seconds it may wait to start (daemon/core/queue_ttl.py)
+    model: str = ""            # which of a multiplexed instance's models serves it
 
 
 @dataclass(frozen=True, slots=True)

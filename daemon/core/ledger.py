@@ -100,6 +100,16 @@ class Ledger:
     def in_flight(self) -> dict[int, int]:
         return {i: len(view.held) for i, view in self.instances.items()}
 
+    def models_held(self) -> dict[int, dict[str, int]]:
+        """Each instance's live requests by model (`Submit.model`; multiplexed instances)."""
+        out: dict[int, dict[str, int]] = {}
+        for i, view in self.instances.items():
+            counts = out[i] = {}
+            for tracked in view.held.values():
+                model = tracked.submit.model
+                counts[model] = counts.get(model, 0) + 1
+        return out
+
     def queued(self) -> dict[int, int]:
         """Requests without a first token, per instance that holds them."""
         return {i: len(view.waiting) for i, view in self.instances.items()}

@@ -52,6 +52,9 @@ _ARCH = {
 #: config.json fields of full-size shapes, over the arch's (Llama-3-8B: Meta's config).
 SHAPES = {
     "tiny": {},
+    # a tiny model of another shape (3 layers, 4 KV heads): a multiplexed instance's
+    # models of different shapes share one KV pool (engines/kv_pool.py)
+    "tiny-3x4": {"num_hidden_layers": 3, "num_key_value_heads": 4},
     "llama3-8b": {
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
@@ -155,7 +158,7 @@ def make_tiny_model(out_dir: str | Path, seed: int = 0, arch: str = "llama",
     _write_json(out_dir / "config.json", raw)
     _write_json(out_dir / "generation_config.json", {
         "bos_token_id": raw["bos_token_id"], "eos_token_id": raw["eos_token_id"]})
-    if shape == "tiny":
+    if shape.startswith("tiny"):
         save_file(random_weights(config, seed), str(out_dir / "model.safetensors"),
                   metadata={"format": "pt"})
     else:
