@@ -39,8 +39,18 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONTROLLER_LOST = 3
+#: Longest an ESP group's member waits for the others inside a step, seconds.
+ESP_TIMEOUT_S = 60.0
 #: Longest idle wait between liveness checks, seconds.
 LIVENESS_CHECK_INTERVAL = 0.25
+
+
+def esp_store_path(endpoint: str, request_id: str) -> str:
+    """Where the members of a request's ESP group meet: a file beside the controller's
+    socket (the daemon's runtime folder), named by the request id."""
+    folder = os.path.dirname(endpoint.removeprefix("ipc://"))
+    return os.path.join(folder, "esp-" + "".join(c if c.isalnum() or c in "-_." else "_"
+                                                 for c in request_id))
 
 
 class Instance:
@@ -93,7 +103,10 @@ class Instance:
             log.info("instance %d: shutting down", self.instance_id)
             self._exit_code = EXIT_OK
             return
-        self._carry_out(timed_step(core, self.executor, self.clock))
+        if core.esp.has_step:
+            self._carry_out(self._esp_step())
+        else:
+            self._carry_out(timed_step(core, self.executor, self.clock))
         if self._kv_frames:  # frames of requests no longer waiting (aborted, recomputed)
             self._kv_frames = {request_id: frames for request_id, frames
                                in self._kv_frames.items() if request_id in core.prefilled}
@@ -114,6 +127,32 @@ class Instance:
                     self._carry_out(self.core.refuse_kv(output.request_id, str(exc)))
             else:
                 self.channel.send(output)
+
+    def _esp_step(self) -> list[Output]:
+        """An ESP group's prefill step (engines/esp_parts.py): the stripe, then the KV
+        gathered to the master, both on the executor, each timed in the log. A member
+        that dies or stalls inside it fails the step here (after `ESP_TIMEOUT_S` at
+        most): the master then recomputes the prompt alone, a holder frees its part.
+        An executor without real KV (the sim's) has nothing to compute."""
+        step, _ = self.core.begin_step(self.clock())
+        failed = False
+        if self.executor.carries_kv:
+            start = self.clock()
+            try:
+                sequence = self.executor.esp_prefill(
+                    step, esp_store_path(self.config.endpoint, step.request_id), ESP_TIMEOUT_S)
+                prefilled = self.clock()
+                self.executor.esp_gather(step, sequence)
+                log.info("instance %d: ESP step of request %s, rank %d of %d, %d prompt "
+                         "tokens: prefill %.3f s, KV gather %.3f s", self.instance_id,
+                         step.request_id, step.rank, step.degree, step.num_tokens,
+                         prefilled - start, self.clock() - prefilled)
+            except RuntimeError as exc:  # gloo: a member gone or silent
+                log.warning("instance %d: ESP step of request %s failed (%s); %s",
+                            self.instance_id, step.request_id, exc,
+                            "recomputing it alone" if step.master else "part freed")
+                failed = True
+        return self.core.finish_esp(step, self.clock(), failed)
 
     def _idle_timeout(self) -> float:
         now = self.clock()

@@ -88,7 +88,7 @@ class InstanceCore:
         #: Decode instances: prefilled requests waiting for a seat and KV blocks.
         self.prefilled = PrefilledQueue()
         #: Its parts in ESP groups (engines/esp_parts.py).
-        self.esp = EspParts(instance_id, self.kv)
+        self.esp = EspParts(instance_id, self.kv, gathers=executor.carries_kv)
 
     @property
     def has_work(self) -> bool:
@@ -164,10 +164,12 @@ class InstanceCore:
             self.ticket_open = False  # a new request came: it used our ticket (or beat it)
         return self._add(submit)
 
-    def _add(self, submit: Submit, computed: int = 0) -> list[ToController]:
+    def _add(self, submit: Submit, computed: int = 0,
+             blocks: list[int] | None = None) -> list[ToController]:
         """Into the scheduler; with `computed`, an ESP group's master after the group's
-        step: that many prompt tokens have their KV (engines/esp_parts.py); the master of
-        a group still forming: its part, and the answer to the controller."""
+        step: that many prompt tokens have their KV (engines/esp_parts.py), in `blocks`
+        where the group gathered it here; the master of a group still forming: its part,
+        and the answer to the controller."""
         try:
             self._check_token_ids(submit.prompt_token_ids)
             if submit.esp is not None and not computed:
@@ -180,13 +182,17 @@ class InstanceCore:
                 return [answer, *self._add(msgspec.structs.replace(submit, esp=None))]
             request = self._request(submit, pinned=submit.origin.pinned or computed > 0)
             if computed:
-                if self.scheduler.add_prefilled(request, computed):
+                if self.scheduler.add_prefilled(request, computed, blocks) and not blocks:
                     # the group's tokens' KV is spread over its instances, not in these
                     # blocks: never named in the prefix cache
                     request.num_named_blocks = computed // self.kv.block_size
             else:
                 self.scheduler.add_request(request)
         except ValueError as exc:
+            if blocks:  # refused: the gathered prompt's blocks go back
+                holder = Request(submit.request_id, [0], submit.sampling)
+                holder.block_table = blocks
+                self.kv.free(holder)
             return [RequestError(instance_id=self.instance_id, request_id=submit.request_id,
                                  message=str(exc))]
         return []
@@ -210,8 +216,8 @@ class InstanceCore:
             if self.esp.lose(request_id):
                 return []
             return self._esp_go(request_id, alone=True)
-        if not self.esp.leave(request_id):
-            self.scheduler.recompute(request_id)
+        if not self.esp.leave(request_id) and not self.esp.gathers:
+            self.scheduler.recompute(request_id)  # a gathering master holds all its KV
         return []
 
     def _esp_go(self, request_id: str, alone: bool) -> list[ToController]:
@@ -319,16 +325,18 @@ class InstanceCore:
         messages += self.ask_for_work()
         return messages
 
-    def finish_esp(self, step: EspStep, now: float) -> list[Output]:
+    def finish_esp(self, step: EspStep, now: float, failed: bool = False) -> list[Output]:
         """After the group's prefill step: the master takes the request into its
         scheduler, every prompt token but the last computed (its next step computes that
-        one and samples the first token); a holder keeps its stripe."""
-        submit, computed = self.esp.stepped(step)
+        one and samples the first token); a holder keeps its stripe. `failed`: the step
+        did not complete (a member died inside it): the master recomputes the prompt
+        alone, a holder frees its part."""
+        submit, computed, blocks = self.esp.stepped(step, failed)
         self.num_steps += 1
         outputs: list[Output] = []
         if submit is not None:
             outputs += self._add(msgspec.structs.replace(submit, esp=None) if not computed
-                                 else submit, computed=computed)
+                                 else submit, computed=computed, blocks=blocks)
         return outputs + self.ask_for_work()
 
     def _learn(self, batch: Batch, seconds: float) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from daemon.core.controller_config import EspSettings
 from daemon.core.events import Action, EspChanged, Send
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Tracked
@@ -53,14 +54,6 @@ SHARED_SLOWDOWN = 1.3
 
 #: Roles whose instances never join a group.
 SPLIT_ROLES = (Role.PREFILL, Role.DECODE)
-
-
-class EspSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """`max_degree`: the largest group (1: ESP off); `min_tokens`: split every prompt of at
-    least this many tokens (0: only those predicted to miss their deadline alone)."""
-
-    max_degree: int = 1
-    min_tokens: int = 0
 
 
 @dataclass
