@@ -163,6 +163,12 @@ class EspParts:
         part.lost = True
         return True
 
+    def lost(self, request_id: str) -> bool:
+        """Whether a member of this part's group stopped (the driver waiting in its step
+        for the others stops waiting: `finish_esp(failed=True)`)."""
+        part = self.parts.get(request_id)
+        return part is not None and part.lost
+
     def leave(self, request_id: str) -> bool:
         """Forget the part, its blocks freed -- after its step if that is Go'd and has not
         run; False if unknown."""

@@ -124,8 +124,8 @@ class InstanceCore:
                 return [self.esp.join(request_id, prompt, part, None)]
             case EspGo(request_id=request_id, alone=alone):
                 return self._esp_go(request_id, alone)
-            case EspLeave(request_id=request_id):
-                return self._esp_leave(request_id)
+            case EspLeave(request_id=request_id, lost=lost):
+                return self._esp_leave(request_id, lost)
             case Shutdown():
                 self.stopped = True
                 ids = [*self.scheduler.requests, *self.prefilled.ids(),
@@ -208,10 +208,13 @@ class InstanceCore:
                        priority=serving_class(submit), tbt_slo=submit.tbt_slo or float("inf"),
                        pinned=pinned, generated_before=submit.generated_before)
 
-    def _esp_leave(self, request_id: str) -> list[ToController]:
+    def _esp_leave(self, request_id: str, lost: bool = False) -> list[ToController]:
         """The group ended: a holder frees its stripe; a master whose step has not run
         serves the request alone, one whose step ran recomputes what the others held
-        (preempted by recompute: the tokens it sent stay sent)."""
+        (preempted by recompute: the tokens it sent stay sent). `lost` (a member
+        stopped): a member waiting in the step for the others stops waiting."""
+        if lost:
+            self.esp.lose(request_id)
         if request_id in self.esp.pending_masters():
             if self.esp.lose(request_id):
                 return []

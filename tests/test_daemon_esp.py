@@ -12,14 +12,16 @@ Covers: engines/instance.py (`_esp_step`), engines/executors/torch_executor.py
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.models import tiny_tokenizer
-from tests.daemon_fixture import torch_args
+from tests.daemon_fixture import torch_args, wait_for
 
 pytestmark = pytest.mark.slow  # two daemons with torch instances
 
@@ -72,3 +74,24 @@ def test_a_long_prompt_prefilled_by_an_esp_group_decodes_as_one_instance(daemon_
     counts = esp_counts(esp)
     assert counts == {("formed", "3"): 1.0, ("dissolved", "3"): 1.0}, counts
     assert esp.health()["esp_groups"] == []                  # nothing left held
+
+
+def test_a_member_killed_in_the_groups_step_ends_the_group_and_the_prompt_is_recomputed(
+        daemon_factory):
+    """kill -9 of a member as soon as the group forms (in its step, or about to form the
+    group): the group dissolves naming it, the master recomputes the prompt alone, and the
+    request is answered once with one instance's greedy text."""
+    expected = complete(daemon_factory(*torch_args(), "--layout", "1xsarathi"), LONG)
+    esp = daemon_factory(*torch_args(), "--layout", "3xsarathi", "--esp-max-degree", "3",
+                         "--esp-min-tokens", "1000", "--max-wait-slo-multiple", "1000000")
+    pids = {i["id"]: i["pid"] for i in esp.health()["instances"]}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        answer = pool.submit(complete, esp, LONG)
+        formed = wait_for(lambda: re.findall(r"over instances \[(.*)\] formed", esp.log()),
+                          timeout=60, interval=0.01)
+        victim = int(formed[0].split(", ")[1])
+        os.kill(pids[victim], signal.SIGKILL)
+        assert answer.result(timeout=300) == expected
+    log = esp.log()
+    assert f"dissolved: instance {victim} stopped" in log, log
+    assert esp.health()["esp_groups"] == []

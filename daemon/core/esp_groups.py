@@ -177,12 +177,13 @@ class EspGroups:
         for group in [g for g in self.groups.values() if instance_id in g.members]:
             up = [m for m in group.members if m != instance_id
                   and self.ledger.instances[m].ready is not None]
-            self._dissolve(group, f"instance {instance_id} stopped", up, out)
+            self._dissolve(group, f"instance {instance_id} stopped", up, out, lost=True)
 
-    def _dissolve(self, group: Group, reason: str, tell: list[int], out: list[Action]) -> None:
+    def _dissolve(self, group: Group, reason: str, tell: list[int], out: list[Action],
+                  lost: bool = False) -> None:
         del self.groups[group.request_id]
         for member in tell:
-            out.append(Send(member, EspLeave(request_id=group.request_id)))
+            out.append(Send(member, EspLeave(request_id=group.request_id, lost=lost)))
         if group.going:
             out.append(EspChanged(group.request_id, tuple(group.members), False, reason))
 

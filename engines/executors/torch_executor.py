@@ -179,13 +179,12 @@ class TorchExecutor:
 
     # -- ESP groups (engines/esp_parts.py) ---------------------------------------------------
 
-    def esp_prefill(self, step, store_path: str, timeout_s: float) -> EspSequence:
-        """This instance's part of an ESP group's prefill step (an `EspStep`): form the
-        group at `store_path` and prefill its stripe of the prompt into the step's blocks.
-        Raises RuntimeError when a member does not answer within `timeout_s` (or is gone)."""
+    def esp_prefill(self, step, group: EspGroup) -> EspSequence:
+        """This instance's part of an ESP group's prefill step (an `EspStep`) in `group`:
+        its stripe of the prompt, into the step's blocks. Raises RuntimeError when a
+        member is gone or silent past the group's timeout (gloo)."""
         if not isinstance(self.attention, EspAttention):
             raise RuntimeError("ESP groups run on a CPU instance without tensor parallelism")
-        group = EspGroup.form(store_path, step.rank, step.degree, timeout_s)
         sequence = EspSequence(group, step.block_table, self.block_size)
         sequence.prefill(self.model, self.kv_caches, step.token_ids)
         return sequence
