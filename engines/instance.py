@@ -22,6 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -29,19 +30,26 @@ from engines.executors.base import Executor
 from engines.handoff import ExportKv, ImportKv
 from engines.instance_config import InstanceConfig
 from engines.instance_core import InstanceCore, Output
-from engines.models.sequence_parallel import EspGroup, all_arrived, arrive, meeting_store
 from engines.timed_step import timed_step
 from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
 from engines.perf.model import PerfModel
+
+if TYPE_CHECKING:
+    from engines.models.sequence_parallel import EspGroup
 
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONTROLLER_LOST = 3
-#: Longest an ESP group's member waits for the others inside a step, seconds.
-ESP_TIMEOUT_S = 60.0
+#: Longest an ESP group's member waits for the others inside a step, seconds: for all to
+#: arrive, then for the gloo group to form and for each collective (gloo's one timeout for
+#: both). Once all arrived they compute in step, layer by layer, so a collective waits only
+#: for the slowest member's layer; a member that died between its arrival and forming the
+#: group fails the others' step this long after (one that died later closes its
+#: connections: their collectives fail at once).
+ESP_TIMEOUT_S = 20.0
 #: How often a member waiting for its group's others looks again, seconds.
 ESP_POLL_S = 0.01
 #: Longest idle wait between liveness checks, seconds.
@@ -169,6 +177,9 @@ class Instance:
     def _esp_meet(self, step) -> EspGroup | None:
         """Wait for the group's members at its store, taking commands meanwhile; None
         when a member stopped (or this instance is told to stop) first."""
+        # torch only here: a sim-executor instance never imports it
+        from engines.models.sequence_parallel import (EspGroup, all_arrived, arrive,
+                                                      meeting_store)
         store = meeting_store(esp_store_path(self.config.endpoint, step.request_id),
                               step.degree)
         arrive(store)

@@ -372,7 +372,8 @@ def test_a_failed_gathering_step_recomputes_the_prompt_on_the_master():
 def test_esp_settings_are_controller_config_fields_refused_with_tensor_parallelism(tmp_path):
     from daemon.config import load_config
     config = tmp_path / "c.toml"
-    config.write_text("[controller]\nesp_max_degree = 3\nesp_min_tokens = 1000\n")
+    config.write_text("[instances]\ndevice = \"cpu\"\n"
+                      "[controller]\nesp_max_degree = 3\nesp_min_tokens = 1000\n")
     assert load_config(str(config)).controller.esp == EspSettings(max_degree=3,
                                                                   min_tokens=1000)
     config.write_text("[controller]\nesp_max_degree = 0\n")
@@ -380,6 +381,9 @@ def test_esp_settings_are_controller_config_fields_refused_with_tensor_paralleli
         load_config(str(config))
     config.write_text("[instances]\ntp = 2\ngpus = [0, 1]\n[controller]\nesp_max_degree = 2\n")
     with pytest.raises(ValueError, match=r"controller\.esp_max_degree: ESP groups need tp 1"):
+        load_config(str(config))
+    config.write_text("[controller]\nesp_max_degree = 2\n")          # device "" = cuda if any
+    with pytest.raises(ValueError, match=r"controller\.esp_max_degree: .* device = \"cpu\""):
         load_config(str(config))
 
 
