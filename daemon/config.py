@@ -231,6 +231,14 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
 
     def __post_init__(self) -> None:
         self.model_plans()  # names unique, a layout per model, enough GPUs ("section.field: ")
+        tps = self.instances.tp if isinstance(self.instances.tp, list) else [self.instances.tp]
+        if self.controller.esp_max_degree > 1 and max(tps) > 1:
+            raise ValueError("controller.esp_max_degree: ESP groups need tp 1 (each rank of a "
+                             "tensor-parallel instance would need its part of the stripe)")
+        if (self.controller.esp_max_degree > 1 and self.instances.executor == "torch"
+                and self.instances.device != "cpu"):
+            raise ValueError("controller.esp_max_degree: ESP groups of torch instances need "
+                             "device = \"cpu\" (gloo; NCCL groups are not built)")
 
     def model_plans(self) -> list[ModelPlan]:
         """Each served model's name, folder, layout and instances (daemon/model_plan.py)."""

@@ -64,7 +64,7 @@ class Controller:
         self.clock = clock
         roles = {c.instance_id: c.resolved_role for c in configs}
         self.core = ControllerCore(roles, controller_config, slo, dynamic_roles=dynamic_roles,
-                                   tenants=tenants)
+                                   tenants=tenants, esp=controller_config.esp)
         #: What this driver, /health and /metrics read of the core.
         self.view = view = self.core.view
         self.tenants = tenants   # the HTTP side reads objective priorities here

@@ -17,13 +17,20 @@ an `EspJoin`). A part's life:
              prompt token but the last computed -- its next ordinary step computes that one
              (a decode-like query over the group's KV) and samples the first token.
 
+An instance whose executor carries real KV (`gathers`: the torch executor, the live path)
+scales down by moving the KV instead: the master's placeholder holds room for the whole
+prompt, the step ends with every stripe gathered into it (`EspSequence.gather_to`), and
+its blocks become the request's (it then decodes as any request); the holders' stripes
+are freed at once, their part done. The simulator's executors keep the stripes where
+they were made (LoongServe's multi-master decode, priced by engines/executors/profiles).
+
 The master's scheduler accounts the blocks of the whole context, as for any request it
 decodes, though 1/k of them are in its cache: the instance's KV use is over-counted by the
 stripes the others hold (a conservative error: admission sees less room than there is).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engines.kv_cache import BlockManager
 from engines.models.stripes import stripe_len
@@ -41,6 +48,10 @@ class EspStep:
     num_tokens: int
     degree: int
     rank: int
+    #: The prompt tokens the step computes (`num_tokens` of them) and the blocks of this
+    #: instance's part: its stripe's (a holder's), the whole prompt's (a gathering master).
+    token_ids: list[int] = field(default_factory=list, repr=False, compare=False)
+    block_table: list[int] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def master(self) -> bool:
@@ -64,9 +75,10 @@ class _Part:
 class EspParts:
     """The parts by request id; `steps_due`: Go'd steps, in the order the Go's came."""
 
-    def __init__(self, instance_id: int, kv: BlockManager) -> None:
+    def __init__(self, instance_id: int, kv: BlockManager, gathers: bool = False) -> None:
         self.instance_id = instance_id
         self.kv = kv
+        self.gathers = gathers
         self.parts: dict[str, _Part] = {}
         self.steps_due: list[str] = []
 
@@ -89,11 +101,14 @@ class EspParts:
                              refused=f"a {len(prompt)}-token prompt cannot be split over "
                                      f"{degree} instances as rank {part.rank}")
         mine = stripe_len(num_tokens, degree, part.rank)
-        placeholder = Request(request_id, [0] * mine, SamplingParams(max_tokens=1))
-        if not self.kv.allocate(placeholder, mine):
+        room = num_tokens if self.gathers and part.rank == 0 else mine
+        placeholder = Request(request_id, [0] * room, SamplingParams(max_tokens=1))
+        if not self.kv.allocate(placeholder, room):
             return EspJoined(instance_id=self.instance_id, request_id=request_id,
-                             refused=f"no KV room for its {mine}-token stripe")
-        step = EspStep(request_id, num_tokens, degree, part.rank)
+                             refused=f"no KV room for its {room}-token part")
+        step = EspStep(request_id, num_tokens, degree, part.rank,
+                       list(prompt[:num_tokens]) if self.gathers else [],
+                       placeholder.block_table)
         self.parts[request_id] = _Part(step, placeholder, submit)
         return EspJoined(instance_id=self.instance_id, request_id=request_id)
 
@@ -115,19 +130,29 @@ class EspParts:
     def next_step(self) -> EspStep:
         return self.parts[self.steps_due[0]].step
 
-    def stepped(self, step: EspStep) -> tuple[Submit | None, int]:
-        """The group's step ran: a holder keeps its stripe; the master's request (to take
-        into its scheduler) is returned with its prompt tokens whose KV the group holds
-        (0 when a member was lost), and its placeholder freed. A part that left meanwhile
-        is freed now (and has no request to return)."""
+    def stepped(self, step: EspStep, failed: bool = False,
+                ) -> tuple[Submit | None, int, list[int]]:
+        """The group's step ran: a holder keeps its stripe (a gathering one is done with
+        it: freed); the master's request (to take into its scheduler) is returned with its
+        prompt tokens whose KV the group holds (0 when a member was lost, or the step
+        `failed`), and its placeholder freed -- or, gathering, the placeholder's blocks,
+        which now hold the whole prompt's KV, for the request to take. A part that left
+        meanwhile is freed now (and has no request to return)."""
         self.steps_due.remove(step.request_id)
         part = self.parts[step.request_id]
         if part.gone or not step.master:
-            if part.gone:
+            if part.gone or self.gathers:
                 self._forget(step.request_id)
-            return None, 0
+            return None, 0, []
+        if part.lost or failed:
+            self._forget(step.request_id)
+            return part.submit, 0, []
+        if self.gathers:
+            del self.parts[step.request_id]
+            blocks, part.placeholder.block_table = part.placeholder.block_table, []
+            return part.submit, step.num_tokens, blocks
         self._forget(step.request_id)
-        return part.submit, 0 if part.lost else step.num_tokens
+        return part.submit, step.num_tokens, []
 
     def lose(self, request_id: str) -> bool:
         """A member of the group stopped: a master not yet Go'd serves the request alone
@@ -137,6 +162,12 @@ class EspParts:
             return False
         part.lost = True
         return True
+
+    def lost(self, request_id: str) -> bool:
+        """Whether a member of this part's group stopped (the driver waiting in its step
+        for the others stops waiting: `finish_esp(failed=True)`)."""
+        part = self.parts.get(request_id)
+        return part is not None and part.lost
 
     def leave(self, request_id: str) -> bool:
         """Forget the part, its blocks freed -- after its step if that is Go'd and has not

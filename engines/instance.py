@@ -22,6 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -34,13 +35,33 @@ from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
 from engines.perf.model import PerfModel
 
+if TYPE_CHECKING:
+    from engines.models.sequence_parallel import EspGroup
+
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONTROLLER_LOST = 3
+#: Longest an ESP group's member waits for the others inside a step, seconds: for all to
+#: arrive, then for the gloo group to form and for each collective (gloo's one timeout for
+#: both). Once all arrived they compute in step, layer by layer, so a collective waits only
+#: for the slowest member's layer; a member that died between its arrival and forming the
+#: group fails the others' step this long after (one that died later closes its
+#: connections: their collectives fail at once).
+ESP_TIMEOUT_S = 20.0
+#: How often a member waiting for its group's others looks again, seconds.
+ESP_POLL_S = 0.01
 #: Longest idle wait between liveness checks, seconds.
 LIVENESS_CHECK_INTERVAL = 0.25
+
+
+def esp_store_path(endpoint: str, request_id: str) -> str:
+    """Where the members of a request's ESP group meet: a file beside the controller's
+    socket (the daemon's runtime folder), named by the request id."""
+    folder = os.path.dirname(endpoint.removeprefix("ipc://"))
+    return os.path.join(folder, "esp-" + "".join(c if c.isalnum() or c in "-_." else "_"
+                                                 for c in request_id))
 
 
 class Instance:
@@ -82,7 +103,23 @@ class Instance:
     def _serve_once(self) -> None:
         """One turn of the core's loop."""
         core = self.core
-        received = self.channel.drain(0.0 if core.has_work else self._idle_timeout())
+        self._take(0.0 if core.has_work else self._idle_timeout())
+        if core.stopped:
+            log.info("instance %d: shutting down", self.instance_id)
+            self._exit_code = EXIT_OK
+            return
+        if core.esp.has_step:
+            self._carry_out(self._esp_step())
+        else:
+            self._carry_out(timed_step(core, self.executor, self.clock))
+        if self._kv_frames:  # frames of requests no longer waiting (aborted, recomputed)
+            self._kv_frames = {request_id: frames for request_id, frames
+                               in self._kv_frames.items() if request_id in core.prefilled}
+        self._housekeeping()
+
+    def _take(self, timeout: float) -> None:
+        """Drain the commands that came (waiting up to `timeout`) into the core."""
+        received = self.channel.drain(timeout)
         if received:
             self._last_command = self.clock()
         commands = []
@@ -90,16 +127,7 @@ class Instance:
             if frames:  # a SubmitPrefilled's KV (a duplicate id's never replaces the first's)
                 self._kv_frames.setdefault(command.request_id, frames)
             commands.append(command)
-        self._carry_out(core.take(commands, self.clock(), self.channel.num_bad_frames))
-        if core.stopped:
-            log.info("instance %d: shutting down", self.instance_id)
-            self._exit_code = EXIT_OK
-            return
-        self._carry_out(timed_step(core, self.executor, self.clock))
-        if self._kv_frames:  # frames of requests no longer waiting (aborted, recomputed)
-            self._kv_frames = {request_id: frames for request_id, frames
-                               in self._kv_frames.items() if request_id in core.prefilled}
-        self._housekeeping()
+        self._carry_out(self.core.take(commands, self.clock(), self.channel.num_bad_frames))
 
     def _carry_out(self, outputs: list[Output]) -> None:
         """Send the core's messages, in order; do the KV moves it asks for."""
@@ -116,6 +144,55 @@ class Instance:
                     self._carry_out(self.core.refuse_kv(output.request_id, str(exc)))
             else:
                 self.channel.send(output)
+
+    def _esp_step(self) -> list[Output]:
+        """An ESP group's prefill step (engines/esp_parts.py): the members meet, then the
+        stripe and the KV gathered to the master, on the executor, each timed in the log.
+        A member that dies before it is there ends the wait on the controller's word (an
+        EspLeave saying so), one that dies or stalls later fails the step in gloo (after
+        `ESP_TIMEOUT_S` at most): the master then recomputes the prompt alone, a holder
+        frees its part. An executor without real KV (the sim's) has nothing to compute."""
+        step, _ = self.core.begin_step(self.clock())
+        failed = False
+        if self.executor.carries_kv:
+            start = self.clock()
+            try:
+                group = self._esp_meet(step)
+                met = self.clock()
+                if group is None:
+                    raise RuntimeError("a member stopped before the group met")
+                sequence = self.executor.esp_prefill(step, group)
+                prefilled = self.clock()
+                self.executor.esp_gather(step, sequence)
+                log.info("instance %d: ESP step of request %s, rank %d of %d, %d prompt "
+                         "tokens: met %.3f s, prefill %.3f s, KV gather %.3f s",
+                         self.instance_id, step.request_id, step.rank, step.degree,
+                         step.num_tokens, met - start, prefilled - met,
+                         self.clock() - prefilled)
+            except RuntimeError as exc:  # gloo: a member gone or silent
+                log.warning("instance %d: ESP step of request %s failed (%s); %s",
+                            self.instance_id, step.request_id, exc,
+                            "recomputing it alone" if step.master else "part freed")
+                failed = True
+        return self.core.finish_esp(step, self.clock(), failed)
+
+    def _esp_meet(self, step) -> EspGroup | None:
+        """Wait for the group's members at its store, taking commands meanwhile; None
+        when a member stopped (or this instance is told to stop) first."""
+        # torch only here: a sim-executor instance never imports it
+        from engines.models.sequence_parallel import (EspGroup, all_arrived, arrive,
+                                                      meeting_store)
+        store = meeting_store(esp_store_path(self.config.endpoint, step.request_id),
+                              step.degree)
+        arrive(store)
+        deadline = self.clock() + ESP_TIMEOUT_S
+        while not all_arrived(store, step.degree):
+            if self.core.esp.lost(step.request_id) or self.core.stopped:
+                return None
+            if self.clock() > deadline:
+                raise RuntimeError(f"the group's members not all there in {ESP_TIMEOUT_S} s")
+            self._take(ESP_POLL_S)
+        return EspGroup.over(store, step.rank, step.degree, ESP_TIMEOUT_S)
 
     def _idle_timeout(self) -> float:
         now = self.clock()

@@ -91,7 +91,7 @@ class InstanceCore:
         #: Decode instances: prefilled requests waiting for a seat and KV blocks.
         self.prefilled = PrefilledQueue()
         #: Its parts in ESP groups (engines/esp_parts.py).
-        self.esp = EspParts(instance_id, self.kv)
+        self.esp = EspParts(instance_id, self.kv, gathers=executor.carries_kv)
 
     @property
     def has_work(self) -> bool:
@@ -131,8 +131,8 @@ class InstanceCore:
                 return [self.esp.join(request_id, prompt, part, None)]
             case EspGo(request_id=request_id, alone=alone):
                 return self._esp_go(request_id, alone)
-            case EspLeave(request_id=request_id):
-                return self._esp_leave(request_id)
+            case EspLeave(request_id=request_id, lost=lost):
+                return self._esp_leave(request_id, lost)
             case Shutdown():
                 self.stopped = True
                 ids = [*self.scheduler.requests, *self.prefilled.ids(),
@@ -171,10 +171,12 @@ class InstanceCore:
             self.ticket_open = False  # a new request came: it used our ticket (or beat it)
         return self._add(submit)
 
-    def _add(self, submit: Submit, computed: int = 0) -> list[ToController]:
+    def _add(self, submit: Submit, computed: int = 0,
+             blocks: list[int] | None = None) -> list[ToController]:
         """Into the scheduler; with `computed`, an ESP group's master after the group's
-        step: that many prompt tokens have their KV (engines/esp_parts.py); the master of
-        a group still forming: its part, and the answer to the controller."""
+        step: that many prompt tokens have their KV (engines/esp_parts.py), in `blocks`
+        where the group gathered it here; the master of a group still forming: its part,
+        and the answer to the controller."""
         try:
             self._check_token_ids(submit.prompt_token_ids)
             if submit.esp is not None and not computed:
@@ -187,13 +189,17 @@ class InstanceCore:
                 return [answer, *self._add(msgspec.structs.replace(submit, esp=None))]
             request = self._request(submit, pinned=submit.origin.pinned or computed > 0)
             if computed:
-                if self.scheduler.add_prefilled(request, computed):
+                if self.scheduler.add_prefilled(request, computed, blocks) and not blocks:
                     # the group's tokens' KV is spread over its instances, not in these
                     # blocks: never named in the prefix cache
                     request.num_named_blocks = computed // self.kv.block_size
             else:
                 self.scheduler.add_request(request)
         except ValueError as exc:
+            if blocks:  # refused: the gathered prompt's blocks go back
+                holder = Request(submit.request_id, [0], submit.sampling)
+                holder.block_table = blocks
+                self.kv.free(holder)
             return [RequestError(instance_id=self.instance_id, request_id=submit.request_id,
                                  message=str(exc))]
         return []
@@ -209,16 +215,19 @@ class InstanceCore:
                        priority=serving_class(submit), tbt_slo=submit.tbt_slo or float("inf"),
                        pinned=pinned, generated_before=submit.generated_before)
 
-    def _esp_leave(self, request_id: str) -> list[ToController]:
+    def _esp_leave(self, request_id: str, lost: bool = False) -> list[ToController]:
         """The group ended: a holder frees its stripe; a master whose step has not run
         serves the request alone, one whose step ran recomputes what the others held
-        (preempted by recompute: the tokens it sent stay sent)."""
+        (preempted by recompute: the tokens it sent stay sent). `lost` (a member
+        stopped): a member waiting in the step for the others stops waiting."""
+        if lost:
+            self.esp.lose(request_id)
         if request_id in self.esp.pending_masters():
             if self.esp.lose(request_id):
                 return []
             return self._esp_go(request_id, alone=True)
-        if not self.esp.leave(request_id):
-            self.scheduler.recompute(request_id)
+        if not self.esp.leave(request_id) and not self.esp.gathers:
+            self.scheduler.recompute(request_id)  # a gathering master holds all its KV
         return []
 
     def _esp_go(self, request_id: str, alone: bool) -> list[ToController]:
@@ -329,16 +338,18 @@ class InstanceCore:
         messages += self.ask_for_work()
         return messages
 
-    def finish_esp(self, step: EspStep, now: float) -> list[Output]:
+    def finish_esp(self, step: EspStep, now: float, failed: bool = False) -> list[Output]:
         """After the group's prefill step: the master takes the request into its
         scheduler, every prompt token but the last computed (its next step computes that
-        one and samples the first token); a holder keeps its stripe."""
-        submit, computed = self.esp.stepped(step)
+        one and samples the first token); a holder keeps its stripe. `failed`: the step
+        did not complete (a member died inside it): the master recomputes the prompt
+        alone, a holder frees its part."""
+        submit, computed, blocks = self.esp.stepped(step, failed)
         self.num_steps += 1
         outputs: list[Output] = []
         if submit is not None:
             outputs += self._add(msgspec.structs.replace(submit, esp=None) if not computed
-                                 else submit, computed=computed)
+                                 else submit, computed=computed, blocks=blocks)
         return outputs + self.ask_for_work()
 
     def _learn(self, batch: Batch, seconds: float) -> None:

@@ -87,16 +87,22 @@ class Scheduler:
         self.kv.match_prefix(request)  # before it joins: the queue reads it once
         self.waiting.append(request)
 
-    def add_prefilled(self, request: Request, num_cached_tokens: int) -> bool:
+    def add_prefilled(self, request: Request, num_cached_tokens: int,
+                      blocks: list[int] | None = None) -> bool:
         """Queue a request whose first `num_cached_tokens` tokens have their KV computed
         elsewhere (a P/D layout's prefill instance; engines/handoff.py). True: it runs
-        from now, with blocks allocated for those tokens for the caller to fill. False (no
-        KV, no seat, or nothing cached): it waits to recompute them, as a preempted
-        request does. Raises ValueError as `add_request` does."""
+        from now, with blocks allocated for those tokens for the caller to fill -- or
+        `blocks`, held already and holding that KV (an ESP group's gathered prompt,
+        engines/esp_parts.py). False (no KV, no seat, or nothing cached): it waits to
+        recompute them, as a preempted request does (`blocks` freed). Raises ValueError as
+        `add_request` does (`blocks` still held: the caller frees them)."""
         self.add_request(request)
+        if blocks:
+            request.block_table = blocks
         if not num_cached_tokens or len(self.running) >= self.max_num_seqs:
+            self.kv.free(request)
             return False
-        if not self.kv.allocate(request, num_cached_tokens):
+        if not blocks and not self.kv.allocate(request, num_cached_tokens):
             return False
         self.waiting.remove(request)
         request.num_computed_tokens = num_cached_tokens

@@ -458,9 +458,11 @@ class EspGo(_Message, tag="esp_go"):
 
 class EspLeave(_Message, tag="esp_leave"):
     """Controller -> an ESP group's other instance: the request ended or the group
-    dissolved; free its stripe (nothing is answered)."""
+    dissolved; free its stripe (nothing is answered). `lost`: because a member stopped
+    (a member waiting for the group's others in its step stops waiting)."""
 
     request_id: RequestId
+    lost: bool = False
 
 
 class EspJoined(_Message, tag="esp_joined"):

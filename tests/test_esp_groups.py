@@ -207,7 +207,7 @@ def test_a_holder_that_stops_ends_the_group_and_the_master_keeps_the_request():
     joined_all(core, submit.esp.group)
     core.handle(token(master))
     actions = core.handle(InstanceDown(3.0, holder, exit_code=1))
-    assert sends(actions) == [(master, EspLeave(request_id="long"))]   # recompute alone
+    assert sends(actions) == [(master, EspLeave(request_id="long", lost=True))]   # recompute alone
     [gone] = [a for a in actions if isinstance(a, EspChanged)]
     assert gone.reason == f"instance {holder} stopped"
     tracked = core.ledger.requests["long"]
@@ -219,7 +219,7 @@ def test_a_master_that_stops_moves_the_request_and_frees_the_holders():
     [(master, submit), (holder, _)] = sends(arrive(core))
     joined_all(core, submit.esp.group)
     actions = core.handle(InstanceDown(3.0, master, exit_code=1))
-    assert (holder, EspLeave(request_id="long")) in sends(actions)
+    assert (holder, EspLeave(request_id="long", lost=True)) in sends(actions)
     [moved] = [a for a in actions if isinstance(a, Moved)]
     resubmit = dict(sends(actions))[moved.target]
     assert moved.target != master and resubmit.esp is None     # served alone, recomputed
@@ -307,3 +307,94 @@ def test_a_master_without_room_for_its_stripe_refuses_and_serves_the_request_alo
     assert "no KV room" in answer.refused
     assert "long" in master.scheduler.requests and "long" not in master.esp
     assert master.handle(EspGo(request_id="long", alone=True), now=0.1) == []
+
+
+# -- gathering (an executor with real KV, the live path): the master ends with all of it --
+
+def gathering(instance_id: int) -> FakeInstance:
+    driver = instance(instance_id)
+    driver.executor.carries_kv = True       # as the torch executor
+    driver.core.esp.gathers = True
+    return driver
+
+
+def gather_into(driver: FakeInstance, step: EspStep) -> None:
+    """What `EspSequence.gather_to` leaves on the master: position p's KV at slot p of
+    the step's blocks."""
+    size = driver.executor.block_size
+    for p, token in enumerate(step.token_ids):
+        driver.executor.slots[(step.block_table[p // size], p % size)] = token
+
+
+def test_a_gathering_master_decodes_from_the_blocks_its_step_filled_and_a_holder_is_done():
+    holder = gathering(1).core
+    holder.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=0.0)
+    holder.handle(EspGo(request_id="long"), now=0.1)
+    step, _ = holder.begin_step(0.2)
+    holder.finish_esp(step, now=1.0)
+    assert holder.kv.num_free_blocks == holder.kv.num_blocks     # its stripe went to the master
+    assert holder.handle(EspLeave(request_id="long"), now=2.0) == []
+
+    driver = gathering(0)
+    master = driver.core
+    master.handle(esp_submit(max_tokens=4), now=0.0)
+    whole = -(-(len(PROMPT) - 1) // master.kv.block_size)
+    assert master.kv.num_blocks - master.kv.num_free_blocks == whole   # room for all of it
+    master.handle(EspGo(request_id="long"), now=0.1)
+    step, _ = master.begin_step(0.2)
+    assert step.token_ids == PROMPT[:-1] and len(step.block_table) == whole
+    gather_into(driver, step)
+    master.finish_esp(step, now=1.0)
+    request = master.scheduler.requests["long"]
+    assert request.block_table == step.block_table                     # the same blocks
+    assert request.num_computed_tokens == len(PROMPT) - 1
+    master.handle(EspLeave(request_id="long"), now=1.05)   # a holder stopped: nothing lost
+    assert request.num_preemptions == 0
+    while master.has_work:           # the executor checks every chunk's context by slot
+        driver.step(now=1.1)
+    assert master.kv.num_free_blocks == master.kv.num_blocks
+
+
+def test_a_failed_gathering_step_recomputes_the_prompt_on_the_master():
+    driver = gathering(0)
+    master = driver.core
+    master.handle(esp_submit(max_tokens=2), now=0.0)
+    master.handle(EspGo(request_id="long"), now=0.1)
+    step, _ = master.begin_step(0.2)
+    master.finish_esp(step, now=1.0, failed=True)        # a member died inside it
+    assert master.scheduler.requests["long"].num_computed_tokens == 0
+    while master.has_work:
+        driver.step(now=1.1)
+    assert master.kv.num_free_blocks == master.kv.num_blocks
+
+
+def test_esp_settings_are_controller_config_fields_refused_with_tensor_parallelism(tmp_path):
+    from daemon.config import load_config
+    config = tmp_path / "c.toml"
+    config.write_text("[instances]\ndevice = \"cpu\"\n"
+                      "[controller]\nesp_max_degree = 3\nesp_min_tokens = 1000\n")
+    assert load_config(str(config)).controller.esp == EspSettings(max_degree=3,
+                                                                  min_tokens=1000)
+    config.write_text("[controller]\nesp_max_degree = 0\n")
+    with pytest.raises(ValueError, match=r"controller\.esp_max_degree"):
+        load_config(str(config))
+    config.write_text("[instances]\ntp = 2\ngpus = [0, 1]\n[controller]\nesp_max_degree = 2\n")
+    with pytest.raises(ValueError, match=r"controller\.esp_max_degree: ESP groups need tp 1"):
+        load_config(str(config))
+    config.write_text("[controller]\nesp_max_degree = 2\n")          # device "" = cuda if any
+    with pytest.raises(ValueError, match=r"controller\.esp_max_degree: .* device = \"cpu\""):
+        load_config(str(config))
+
+
+def test_a_member_waiting_in_its_step_hears_that_another_stopped():
+    holder = gathering(1).core
+    holder.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=0.0)
+    holder.handle(EspGo(request_id="long"), now=0.1)
+    step, _ = holder.begin_step(0.2)
+    assert not holder.esp.lost("long")
+    holder.handle(EspLeave(request_id="long", lost=True), now=0.3)   # instance 2 died
+    assert holder.esp.lost("long")
+    holder.finish_esp(step, now=0.4, failed=True)
+    assert holder.kv.num_free_blocks == holder.kv.num_blocks and "long" not in holder.esp

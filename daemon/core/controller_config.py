@@ -21,6 +21,18 @@ _ROLES = RoleParams()
 PositiveInt = Annotated[int, Meta(ge=1)]
 
 
+class EspSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """ESP groups (daemon/core/esp_groups.py): `max_degree`: the largest group (1: ESP
+    off); `min_tokens`: split every prompt of at least this many tokens (0: only those
+    predicted to miss their deadline alone)."""
+
+    max_degree: int = 1
+    min_tokens: int = 0
+
+
+_ESP = EspSettings()
+
+
 class SloConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A request's latency targets when it names none (the paper's ShareGPT settings)."""
 
@@ -110,6 +122,21 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "the restarted one) to take them over -- resubmitted, or resumed mid-stream by "
         "recompute -- before they end with a 503 / SSE error event; 0 = end them at once "
         "when none is ready."))] = 10.0
+    esp_max_degree: Annotated[PositiveInt, Meta(description=(
+        "Elastic sequence parallelism (LoongServe): the most instances one long prompt's "
+        "prefill may be striped over (an ESP group; docs/elastic_sequence_parallelism.md). "
+        "The group's first instance, its master, then holds the prompt's whole KV (the "
+        "others' stripes are gathered to it once) and decodes the request. Peer or "
+        "Ascendra instances only (never a P/D layout's), tp 1, CPU torch or sim executors. "
+        "1 = off."))] = _ESP.max_degree
+    esp_min_tokens: Annotated[int, Meta(ge=0, description=(
+        "With esp_max_degree > 1: every prompt of at least this many tokens is prefilled "
+        "by an ESP group; 0 = only the prompts one instance is predicted to prefill too "
+        "late for their TTFT target."))] = _ESP.min_tokens
+
+    @property
+    def esp(self) -> EspSettings:
+        return EspSettings(max_degree=self.esp_max_degree, min_tokens=self.esp_min_tokens)
 
 
 TenantWeight = Annotated[float, Meta(gt=0)]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from daemon.core.controller_config import EspSettings
 from daemon.core.events import Action, EspChanged, Send
 from daemon.core.ledger import Ledger
 from daemon.core.request_state import Tracked
@@ -53,14 +54,6 @@ SHARED_SLOWDOWN = 1.3
 
 #: Roles whose instances never join a group.
 SPLIT_ROLES = (Role.PREFILL, Role.DECODE)
-
-
-class EspSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """`max_degree`: the largest group (1: ESP off); `min_tokens`: split every prompt of at
-    least this many tokens (0: only those predicted to miss their deadline alone)."""
-
-    max_degree: int = 1
-    min_tokens: int = 0
 
 
 @dataclass
@@ -184,12 +177,13 @@ class EspGroups:
         for group in [g for g in self.groups.values() if instance_id in g.members]:
             up = [m for m in group.members if m != instance_id
                   and self.ledger.instances[m].ready is not None]
-            self._dissolve(group, f"instance {instance_id} stopped", up, out)
+            self._dissolve(group, f"instance {instance_id} stopped", up, out, lost=True)
 
-    def _dissolve(self, group: Group, reason: str, tell: list[int], out: list[Action]) -> None:
+    def _dissolve(self, group: Group, reason: str, tell: list[int], out: list[Action],
+                  lost: bool = False) -> None:
         del self.groups[group.request_id]
         for member in tell:
-            out.append(Send(member, EspLeave(request_id=group.request_id)))
+            out.append(Send(member, EspLeave(request_id=group.request_id, lost=lost)))
         if group.going:
             out.append(EspChanged(group.request_id, tuple(group.members), False, reason))
 

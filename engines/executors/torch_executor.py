@@ -33,6 +33,8 @@ from engines.models.model_config import ModelConfig, generation_eos_ids
 from engines.models.loader import default_dtype, load_model
 from engines.models.kv_transfer import export_blocks, import_blocks
 from engines.models.tokenizer import Tokenizer
+from engines.models.esp_sequence import EspSequence
+from engines.models.sequence_parallel import EspAttention, EspGroup
 from engines.models.tensor_parallel import Shard
 from engines.tp_wire import StepSeq
 
@@ -73,6 +75,8 @@ class TorchExecutor:
         self.shard, self.ranks = shard, ranks
         self.num_kv_heads = len(shard.kv_heads(config))
         self.attention = select_attention(self.device, self.dtype, block_size)
+        if self.device.type == "cpu" and not shard.parallel:  # ESP groups are gloo (CPU)
+            self.attention = EspAttention(self.attention)
         self.model = load_model(model_dir, self.attention, config=config, device=self.device,
                                 dtype=self.dtype, shard=shard)
         #: The context limit: the model's (config.json), or less when asked.
@@ -172,6 +176,23 @@ class TorchExecutor:
         if self.ranks is not None:
             return self.ranks.import_kv(self, block_table, layout, frames)
         import_blocks(self.kv_caches, block_table, layout, frames, self.block_size)
+
+    # -- ESP groups (engines/esp_parts.py) ---------------------------------------------------
+
+    def esp_prefill(self, step, group: EspGroup) -> EspSequence:
+        """This instance's part of an ESP group's prefill step (an `EspStep`) in `group`:
+        its stripe of the prompt, into the step's blocks. Raises RuntimeError when a
+        member is gone or silent past the group's timeout (gloo)."""
+        if not isinstance(self.attention, EspAttention):
+            raise RuntimeError("ESP groups run on a CPU instance without tensor parallelism")
+        sequence = EspSequence(group, step.block_table, self.block_size)
+        sequence.prefill(self.model, self.kv_caches, step.token_ids)
+        return sequence
+
+    def esp_gather(self, step, sequence: EspSequence) -> None:
+        """Then every stripe into the master's blocks, in position order: the master
+        decodes the request alone from here (engines/models/esp_sequence.py)."""
+        sequence.gather_to(self.kv_caches, 0, step.block_table if step.master else None)
 
     # -- one step -------------------------------------------------------------------------
 

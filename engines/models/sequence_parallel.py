@@ -53,6 +53,29 @@ from engines.models.stripes import stripe
 COLLECTIVE_TIMEOUT_S = 600
 
 
+#: The store key each member adds 1 to when it is there (`arrived`).
+_ARRIVED = "esp-arrived"
+
+
+def meeting_store(store_path: str, size: int):
+    """The store where a group of `size` meets: a file every member can reach, a new path
+    for each group."""
+    import torch.distributed as dist
+    return dist.FileStore(store_path, size)
+
+
+def arrive(store) -> None:
+    """Say this member is there (before `EspGroup.over`: see `all_arrived`)."""
+    store.add(_ARRIVED, 1)
+
+
+def all_arrived(store, size: int) -> bool:
+    """Whether every member has arrived -- polled by a driver that must stay responsive
+    while it waits (a member that died before arriving never will: its supervisor's word
+    ends the wait, where forming the process group would block until its timeout)."""
+    return store.add(_ARRIVED, 0) >= size
+
+
 @dataclass(frozen=True)
 class EspGroup:
     """Rank `rank` of an ESP group of `size` instances, over `backend`: a gloo process
@@ -74,8 +97,13 @@ class EspGroup:
              timeout_s: float = COLLECTIVE_TIMEOUT_S) -> "EspGroup":
         """Join the group that meets at `store_path` (a file every member can reach; a new
         path for each group) as `rank` of `size`; returns once all have joined."""
+        return cls.over(meeting_store(store_path, size), rank, size, timeout_s)
+
+    @classmethod
+    def over(cls, store, rank: int, size: int,
+             timeout_s: float = COLLECTIVE_TIMEOUT_S) -> "EspGroup":
+        """As `form`, over a store already opened (`meeting_store`)."""
         import torch.distributed as dist
-        store = dist.FileStore(store_path, size)
         return cls(rank, size, dist.ProcessGroupGloo(store, rank, size,
                                                      timedelta(seconds=timeout_s)))
 
