@@ -230,7 +230,10 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     process: ProcessConfig = ProcessConfig()
 
     def __post_init__(self) -> None:
-        self.model_plans()  # names unique, a layout per model, enough GPUs ("section.field: ")
+        plans = self.model_plans()  # names unique, a layout per model, enough GPUs
+        if self.controller.esp_max_degree > 1 and any(len(p.names) > 1 for p in plans):
+            raise ValueError("controller.esp_max_degree: ESP groups need instances of one "
+                             "model (a multiplexed instance holds several: model.placement)")
         tps = self.instances.tp if isinstance(self.instances.tp, list) else [self.instances.tp]
         if self.controller.esp_max_degree > 1 and max(tps) > 1:
             raise ValueError("controller.esp_max_degree: ESP groups need tp 1 (each rank of a "

@@ -108,7 +108,7 @@ class Instance:
             log.info("instance %d: shutting down", self.instance_id)
             self._exit_code = EXIT_OK
             return
-        if core.esp.has_step:
+        if core.esp_step_due:
             self._carry_out(self._esp_step())
         else:
             self._carry_out(timed_step(core, self.executor, self.clock))

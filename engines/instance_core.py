@@ -94,6 +94,11 @@ class InstanceCore:
         self.esp = EspParts(instance_id, self.kv, gathers=executor.carries_kv)
 
     @property
+    def esp_step_due(self) -> bool:
+        """An ESP group's step is due here (the driver runs it with the group)."""
+        return self.esp.has_step
+
+    @property
     def has_work(self) -> bool:
         return self.scheduler.has_work or bool(self.prefilled) or self.esp.has_step
 

@@ -98,6 +98,11 @@ class MuxCore:
         self._first = 0  # which part goes first this step (they take turns)
 
     @property
+    def esp_step_due(self) -> bool:
+        """Never: a multiplexed instance joins no ESP group (a config error, daemon/config.py)."""
+        return False
+
+    @property
     def has_work(self) -> bool:
         return any(part.has_work for part in self.parts.values())
 

@@ -385,6 +385,11 @@ def test_esp_settings_are_controller_config_fields_refused_with_tensor_paralleli
     config.write_text("[controller]\nesp_max_degree = 2\n")          # device "" = cuda if any
     with pytest.raises(ValueError, match=r"controller\.esp_max_degree: .* device = \"cpu\""):
         load_config(str(config))
+    config.write_text("[model]\nmodel = [\"/m/a\", \"/m/b\"]\n"
+                      "served_model_name = [\"a\", \"b\"]\nplacement = \"multiplexed\"\n"
+                      "[instances]\ndevice = \"cpu\"\n[controller]\nesp_max_degree = 2\n")
+    with pytest.raises(ValueError, match=r"controller\.esp_max_degree: .*one model"):
+        load_config(str(config))
 
 
 def test_a_member_waiting_in_its_step_hears_that_another_stopped():
