@@ -3,7 +3,8 @@ and write each as `<out>/<name>.json` (a `TableResult`) and `<out>/<name>.md` (t
 docs/results.md shows), stamped with the commit and the date it ran on.
 
 Every (table, row, seed) is one capacity search (bench/ruler/ruler.py `seed_capacity`),
-all of them over one pool of `workers` processes, in table order: each table is written
+all of them over one pool of `workers` processes, in table order and in each table seed
+by seed (every row's seed 0, then seed 1, ...): each table is written
 as soon as its own searches are done, so a run cut short still leaves its first tables,
 and every search as soon as it is done (`<out>/searches.jsonl`), so that the same run
 started again on the same commit goes on where it stopped.
@@ -133,8 +134,9 @@ def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
         written.append(run_study(study, out, quick, workers, stamp, table_command(study.name)))
     tables = [TABLES[n] for n in names if n in TABLES]
     protocols = [protocol_for(t, quick, seeds, measured) for t in tables]
+    # seed by seed: a run cut short has whole comparisons (every row) on its first seeds
     wanted = {t.name: [(row_command(row, p, _measured(g, measured, quick), quick), seed)
-                       for g in t.groups for row in g.rows for seed in p.seeds]
+                       for seed in p.seeds for g in t.groups for row in g.rows]
               for t, p in zip(tables, protocols)}
     jobs = list(dict.fromkeys(job for table_jobs in wanted.values() for job in table_jobs))
     log = out / SEARCHES
