@@ -80,9 +80,9 @@ ASCENDRA_LAST = {("poisson", 4500): 11.34, ("poisson", 1125): 11.78,
                  ("bursty-cv4", 4500): 5.21, ("bursty-cv4", 1125): 3.87,
                  ("shifting", 4500): 8.50, ("multi-turn", 1500): 54.57,
                  ("azure-conv", 4500): 27.23}
-#: ... and with `--class-floor 0.8` (bursty-cv2's and onoff's: the 10-19 % the floor cost).
+#: ... and with `--class-floor 0.8` (docs/fairness.md; bursty-cv2's and onoff's at 1,125).
 FLOOR_LAST = {"poisson": 10.73, "bursty-cv4": 4.82, "shifting": 7.14, "mixed-slo": 10.01,
-              "multi-turn": 50.23, "bursty-cv2": 9.2, "onoff": 4.8}
+              "multi-turn": 50.23, "bursty-cv2": 8.84, "onoff": 5.07}
 #: 2L1H's at 1,125 measured; the static splits' on shifting at 4,500 (3L0H's at 2,250).
 SPLIT_LAST = {"poisson": 10.95, "bursty-cv2": 10.44, "onoff": 5.45, "mixed-slo": 10.44,
               "bursty-cv4": 3.88}
