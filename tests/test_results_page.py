@@ -125,18 +125,30 @@ def test_each_results_table_and_its_rows_are_commands(name):
             capacity_parser().parse_args(shlex.split(command)[2:])  # the runner reads it too
 
 
-def test_a_table_renders_its_stamp_ratios_and_protocol():
-    table = TABLES["roles"]
+def _rendered(name: str) -> tuple[str, object]:
+    table = TABLES[name]
     searches = {(row_command(row, QUICK, quick=True), 0): SeedCapacity(0, 5.0 + i, [], True,
                                                                        4.0 + i)
                 for i, row in enumerate(table.groups[0].rows)}
-    doc = assemble(table, QUICK, searches, True, "abc1234", "2026-11-28 20:00 UTC")
-    text = render(doc)
+    doc = assemble(msgspec.structs.replace(table, groups=table.groups[:1]), QUICK, searches,
+                   True, "abc1234", "2026-11-28 20:00 UTC")
+    return render(doc), doc
+
+
+def test_a_table_renders_its_stamp_ratios_and_protocol():
+    text, doc = _rendered("bursts")
     assert "2026-11-28 20:00 UTC" in text and "abc1234" in text
-    assert "`ascendra reproduce results --table roles --out DIR`" in text
+    assert "`ascendra reproduce results --table bursts --out DIR`" in text
     assert "Quick run" in text
+    assert doc.groups[0].ratio == round(5.0 / 6.0, 3)  # 3A over the best baseline
+    assert "| bursty-cv4 | 3A | 5.00 | 4.00 | 0.83x, 0.80x |" in text
+
+
+def test_a_table_of_capacity_alone_shows_no_fair_capacity():
+    text, doc = _rendered("roles")
+    assert all("--fair-floor 0" in r.command for r in doc.groups[0].rows)
     assert doc.groups[0].ratio == round(5.0 / 8.0, 3)  # 3A over the best static split (3L0H)
-    assert "| shifting | 3A | 5.00 | 4.00 | 0.62x, 0.57x |" in text
+    assert "| shifting | 3A | 5.00 | - | 0.625x, - |" in text and "not searched" in text
 
 
 def test_a_row_starts_its_search_at_its_last_capacity_but_not_in_a_quick_run():

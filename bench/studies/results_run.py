@@ -65,6 +65,7 @@ class TableResult(msgspec.Struct, kw_only=True):
     full_protocol: Protocol     # as the table asks
     quick: bool
     groups: list[GroupResult]
+    fair: bool = True           # fair capacity searched (else `--fair-floor 0`)
 
 
 def table_command(name: str) -> str:
@@ -203,7 +204,8 @@ def assemble(table: Table, protocol: Protocol, searches: dict[tuple[str, int], S
         groups.append(with_ratios(group.name, rows, _measured(group, override, quick)))
     return TableResult(name=table.name, title=table.title, command=table_command(table.name),
                        commit=commit, date=date, protocol=protocol,
-                       full_protocol=table.protocol, quick=quick, groups=groups)
+                       full_protocol=table.protocol, quick=quick, groups=groups,
+                       fair=table.fair)
 
 
 def row_result(label: str, command: str, seeds: list[SeedCapacity]) -> RowResult:
@@ -249,11 +251,17 @@ def render(doc: TableResult) -> str:
                   f"{','.join(str(s) for s in full.seeds)}).", ""]
     lines += ["| group | row | capacity | fair capacity | first row / best other: capacity, "
               "fair |", "|---|---|---|---|---|"]
+    if not doc.fair:
+        lines += ["Fair capacity not searched (`--fair-floor 0`): a question of capacity "
+                  "alone.", ""]
     for g in doc.groups:
         for i, r in enumerate(g.rows):
             ratio = (f"{g.ratio:.2f}x, {g.fair_ratio:.2f}x" if i == 0 and g.ratio else "")
+            if not doc.fair:
+                ratio = f"{g.ratio:.3f}x, -" if i == 0 and g.ratio else ""
             capacity = _spread(r.mean_qps, r.min_qps, r.max_qps)
-            fair = _spread(r.fair_mean_qps, r.fair_min_qps, r.fair_max_qps)
+            fair = (_spread(r.fair_mean_qps, r.fair_min_qps, r.fair_max_qps) if doc.fair
+                    else "-")
             name = g.name + (f" ({g.measured:,})" if g.measured else "")
             lines.append(f"| {name if i == 0 else ''} | {r.label} | {capacity} | {fair} "
                          f"| {ratio} |")

@@ -51,6 +51,9 @@ class Table(msgspec.Struct, frozen=True):
     title: str
     groups: tuple[Group, ...]
     protocol: Protocol = Protocol()
+    #: False: a question of capacity alone, its rows run with `--fair-floor 0` (a fair
+    #: search at a fine step costs more runs than the capacity's).
+    fair: bool = True
 
 
 #: A `--quick` run: a smoke test of every table, not a measurement.
@@ -115,10 +118,11 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                       ("vLLM V0 @8192 + drops, round-robin", VLLM_V0 + ROUND_ROBIN, 5.24)),
           )),
     Table("roles", "Roles", "Roles chosen online (3A) against every static split of three "
-          "instances, shifting traffic, a fine search step", (
-              Group("shifting", tuple(Row(layout, f"--layout {layout} --workload shifting",
-                                          last) for layout, last in SHIFTING_LAST.items())),
-          ), Protocol(tolerance=0.01)),
+          "instances, shifting traffic, a fine search step, capacity alone", (
+              Group("shifting", tuple(
+                  Row(layout, f"--layout {layout} --workload shifting --fair-floor 0", last)
+                  for layout, last in SHIFTING_LAST.items())),
+          ), Protocol(tolerance=0.01), fair=False),
     Table("fair", "Fair capacity and who pays", "3A by default and with a class floor "
           "(--class-floor 0.8)", tuple(
               _fair_group(w, measured)
