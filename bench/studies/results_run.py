@@ -249,11 +249,11 @@ def render(doc: TableResult) -> str:
         lines += [f"**Reduced protocol**: {p.measured:,} measured, seeds {seeds} (the table's "
                   f"full protocol: {full.measured:,} measured, seeds "
                   f"{','.join(str(s) for s in full.seeds)}).", ""]
-    lines += ["| group | row | capacity | fair capacity | first row / best other: capacity, "
-              "fair |", "|---|---|---|---|---|"]
     if not doc.fair:
         lines += ["Fair capacity not searched (`--fair-floor 0`): a question of capacity "
                   "alone.", ""]
+    lines += ["| group | row | capacity | fair capacity | first row / best other: capacity, "
+              "fair |", "|---|---|---|---|---|"]
     for g in doc.groups:
         for i, r in enumerate(g.rows):
             ratio = (f"{g.ratio:.2f}x, {g.fair_ratio:.2f}x" if i == 0 and g.ratio else "")
