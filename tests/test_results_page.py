@@ -4,8 +4,7 @@ verb takes, or (a study not yet behind a verb) as `python -m bench.studies.X` wi
 `main` takes (issue #63). `ascendra reproduce results`'s own tables
 (bench/studies/results_tables.py) are each a command that parses, and render what they hold.
 
-Covers: docs/results.md, docs/fairness.md, bench/studies/results_tables.py,
-bench/studies/results_run.py, bench/studies/results_studies.py.
+Covers: docs/results.md, docs/fairness.md, bench/studies/results_tables.py, bench/studies/results_run.py, bench/studies/results_studies.py.
 """
 from __future__ import annotations
 
