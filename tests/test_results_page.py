@@ -4,7 +4,7 @@ verb takes, or (a study not yet behind a verb) as `python -m bench.studies.X` wi
 `main` takes (issue #63). `ascendra reproduce results`'s own tables
 (bench/studies/results_tables.py) are each a command that parses, and render what they hold.
 
-Covers: docs/results.md, docs/fairness.md, bench/studies/results_tables.py, bench/studies/results_run.py.
+Covers: docs/results.md, docs/fairness.md, bench/studies/results_tables.py, bench/studies/results_run.py, bench/studies/results_studies.py.
 """
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ import re
 import shlex
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from daemon.cli import build_parser, verb_parser
-from bench.ruler.ruler import SeedCapacity
+from bench.ruler.ruler import NEAR_GROWTH, START_GROWTH, SeedCapacity
 from bench.studies.results_run import (
     assemble, capacity_parser, render, row_command, table_command,
 )
-from bench.studies.results_tables import QUICK, TABLES
+from bench.studies.results_studies import StudyResult, render_study
+from bench.studies.results_tables import QUICK, STUDIES, TABLES, Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("docs/results.md", "docs/fairness.md")
@@ -122,14 +124,100 @@ def test_each_results_table_and_its_rows_are_commands(name):
             capacity_parser().parse_args(shlex.split(command)[2:])  # the runner reads it too
 
 
-def test_a_table_renders_its_stamp_ratios_and_protocol():
-    table = TABLES["roles"]
-    searches = {(row_command(row, QUICK), 0): SeedCapacity(0, 5.0 + i, [], True, 4.0 + i)
+def _rendered(name: str) -> tuple[str, object]:
+    table = TABLES[name]
+    searches = {(row_command(row, QUICK, quick=True), 0): SeedCapacity(0, 5.0 + i, [], True,
+                                                                       4.0 + i)
                 for i, row in enumerate(table.groups[0].rows)}
-    doc = assemble(table, QUICK, searches, True, "abc1234", "2026-11-28 20:00 UTC")
-    text = render(doc)
+    doc = assemble(msgspec.structs.replace(table, groups=table.groups[:1]), QUICK, searches,
+                   True, "abc1234", "2026-11-28 20:00 UTC")
+    return render(doc), doc
+
+
+def test_a_table_renders_its_stamp_ratios_and_protocol():
+    text, doc = _rendered("bursts")
     assert "2026-11-28 20:00 UTC" in text and "abc1234" in text
-    assert "`ascendra reproduce results --table roles --out DIR`" in text
+    assert "`ascendra reproduce results --table bursts --out DIR`" in text
     assert "Quick run" in text
+    assert doc.groups[0].ratio == round(5.0 / 6.0, 3)  # 3A over the best baseline
+    assert "| bursty-cv4 | 3A | 5.00 | 4.00 | 0.83x, 0.80x |" in text
+
+
+def test_a_table_of_capacity_alone_shows_no_fair_capacity():
+    text, doc = _rendered("roles")
+    assert all("--fair-floor 0" in r.command for r in doc.groups[0].rows)
     assert doc.groups[0].ratio == round(5.0 / 8.0, 3)  # 3A over the best static split (3L0H)
-    assert "| shifting | 3A | 5.00 | 4.00 | 0.62x, 0.57x |" in text
+    assert "| shifting | 3A | 5.00 | - | 0.625x, - |" in text
+    note, table = text.index("not searched"), text.index("| group |")
+    assert note < table and "|---|---|---|---|---|\n| shifting | 3A" in text  # one table
+
+
+def test_a_row_starts_its_search_at_its_last_capacity_but_not_in_a_quick_run():
+    row = TABLES["capacity"].groups[0].rows[0]
+    full = capacity_parser().parse_args(shlex.split(row_command(row, Protocol()))[2:])
+    assert full.start_qps == row.start and full.start_growth == NEAR_GROWTH
+    quick = capacity_parser().parse_args(shlex.split(row_command(row, QUICK, quick=True))[2:])
+    assert quick.start_qps is None and quick.start_growth == START_GROWTH
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_each_study_table_is_a_command_and_so_is_its_study(name, monkeypatch):
+    assert parse_error(table_command(name)) is None
+    for quick in (False, True):
+        assert parse_error(STUDIES[name].command(quick, "/tmp/x"), monkeypatch) is None
+
+
+def _overload_row(layout, qps, good, quartiles):
+    return {"layout": layout, "qps": qps, "good_per_s": good, "lost": 0,
+            "quartile_goodput_pct": dict(zip("abcd", quartiles))}
+
+
+def test_the_overload_table_sets_3a_beside_the_best_baseline_at_each_load():
+    data = {"rates": [[9.47, 1.0], [28.41, 3.0]], "rows": [
+        _overload_row("3A", 9.47, 9.26, [100, 100, 100, 91]),
+        _overload_row("2L1H", 9.47, 9.5, [100, 100, 100, 99]),      # not a baseline
+        _overload_row("3xsglang@4096+drops", 9.47, 8.92, [97, 97, 94, 89]),
+        _overload_row("3xvllm-v0@8192+drops", 9.47, 8.5, [90, 90, 90, 90]),
+        _overload_row("3A", 28.41, 17.87, [100, 95, 53, 6]),
+        _overload_row("3xsglang@4096+drops", 28.41, 4.0, [30, 20, 10, 1]),
+        _overload_row("3xvllm-v0@8192+drops", 28.41, 5.06, [37, 22, 11, 2])]}
+    doc = StudyResult(name="overload", title="Overload", command=table_command("overload"),
+                      study_command="python -m bench.studies.overload", commit="abc1234",
+                      date="2026-11-28 23:00 UTC", quick=False, returncode=0,
+                      data=msgspec.Raw(msgspec.json.encode(data)))
+    text = render_study(doc)
+    assert "abc1234" in text and "`ascendra reproduce results --table overload --out DIR`" in text
+    assert ("| 1x (9.47) | 9.26 | 3xsglang@4096+drops 8.92 | 100 / 100 / 100 / 91 | "
+            "97 / 97 / 94 / 89 |") in text
+    assert "| 3x (28.41) | 17.87 | 3xvllm-v0@8192+drops 5.06 |" in text
+    assert "Requests lost, every row: 0." in text
+
+
+def test_a_study_that_failed_says_so_in_its_table():
+    doc = StudyResult(name="live", title="Live", command=table_command("live"),
+                      study_command="python -m bench.studies.live_check", commit="abc1234",
+                      date="2026-11-28 23:00 UTC", quick=True, returncode=1,
+                      data=msgspec.Raw(b"null"))
+    text = render_study(doc)
+    assert "exited with status 1" in text and "Quick run" in text
+
+
+def test_a_run_started_again_on_the_same_commit_runs_only_the_searches_it_lacks(
+        tmp_path, monkeypatch):
+    import bench.studies.results_run as results_run
+    ran = []
+
+    def fake_search(job):
+        ran.append(job)
+        return SeedCapacity(job[1], 5.0, [], True, 4.0)
+
+    monkeypatch.setattr(results_run, "search", fake_search)
+    monkeypatch.setattr(results_run, "_commit", lambda: "abc1234")
+    first = results_run.run_tables(["replay"], tmp_path, quick=True, workers=1)
+    assert [p.name for p in first] == ["replay.md"] and len(ran) == 2
+    again = results_run.run_tables(["replay", "prefix"], tmp_path, quick=True, workers=1)
+    assert [p.name for p in again] == ["replay.md", "prefix.md"]
+    assert len(ran) == 4 and all("multi-turn" in cmd for cmd, _ in ran[2:])  # prefix's only
+    monkeypatch.setattr(results_run, "_commit", lambda: "def5678")    # another tree: all again
+    results_run.run_tables(["replay"], tmp_path, quick=True, workers=1)
+    assert len(ran) == 6

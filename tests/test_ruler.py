@@ -108,3 +108,25 @@ def test_fair_capacity_never_exceeds_the_capacity(monkeypatch):
                            start_qps=8.0, growth=1.1)
     assert result.capacity_qps == pytest.approx(10.0, rel=0.03)
     assert result.fair_capacity_qps == result.capacity_qps
+
+
+def test_the_fair_search_starts_from_the_bracket_the_capacity_search_already_ran(monkeypatch):
+    """A search started near the answer in 5 % steps runs rates under the fair edge on its
+    way up: the fair search bisects between those it already has (a fair one held, one
+    above failed the floor) instead of stepping down from the capacity again."""
+    import bench.ruler.ruler as ruler
+    runs = []
+
+    def fake_point(subject, config, qps, seed, classes=None):
+        runs.append(qps)
+        holds = qps <= 10.0
+        return msgspec.structs.replace(_point(qps, holds), fair_holds=holds and qps <= 9.0)
+
+    monkeypatch.setattr(ruler, "run_point", fake_point)
+    monkeypatch.setattr(ruler, "ruler_classes", lambda config: None)
+    result = seed_capacity(Subject(label="x", layout="2L1H"), RulerConfig(tolerance=0.03), 0,
+                           start_qps=8.0, growth=1.05)
+    assert result.capacity_qps == pytest.approx(10.0, rel=0.03) and result.bracketed
+    assert result.fair_capacity_qps == pytest.approx(9.0, rel=0.03) and result.fair_bracketed
+    assert min(runs) == 8.0                 # never under the capacity search's own start
+    assert len(runs) == len(set(runs))      # no rate run twice

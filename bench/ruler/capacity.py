@@ -3,7 +3,8 @@
 `find_capacity(holds, ...)` searches any pass/fail judge of a rate: it walks up from
 `start_qps` in steps of `growth` while the rate holds (or down while it fails) until it
 brackets the edge, then bisects the bracket [highest holding, lowest failing] until it
-is narrower than `tolerance` x its top. The capacity is the highest rate that held.
+is narrower than `tolerance` x its top (`bisect_edge`, which also takes a bracket found
+otherwise). The capacity is the highest rate that held.
 
 With the steady-state judge (bench/ruler/steady_state.py) a rate holds when the measured
 requests reach the target overall and in every window; a run that has already missed
@@ -50,9 +51,20 @@ def find_capacity(holds: Callable[[float], bool], *, start_qps: float = 1.0,
                 lo = qps
             else:
                 hi = qps
-    while hi is not None and hi - lo > tolerance * hi and runs < max_runs:
+    if hi is None:
+        return lo
+    return bisect_edge(holds, lo, hi, tolerance=tolerance, max_runs=max_runs - runs)
+
+
+def bisect_edge(holds: Callable[[float], bool], lo: float, hi: float, *,
+                tolerance: float = 0.03, max_runs: int = 16) -> float:
+    """The edge inside a bracket (`lo` held, `hi` failed), bisected until it is narrower
+    than `tolerance` x its top or `max_runs` ran: the highest rate that held."""
+    runs = 0
+    while hi - lo > tolerance * hi and runs < max_runs:
+        runs += 1
         mid = (lo + hi) / 2
-        if judge(mid):
+        if holds(mid):
             lo = mid
         else:
             hi = mid

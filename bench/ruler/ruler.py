@@ -20,6 +20,7 @@ The protocol (stated in full by `RulerConfig` and printed with every result):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import msgspec
 
@@ -28,7 +29,7 @@ from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import WorkloadSpec, build_requests
 from bench.records.schema import RecordRow
 from bench.records.records_file import record_rows
-from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
+from bench.ruler.capacity import CAPACITY_TARGET, bisect_edge, find_capacity
 from bench.records.request_classes import DEFAULT_FAIR_FLOOR, ClassGoodput, RequestClasses
 from bench.ruler.steady_state import MeasureRule, judge, misses_allowed
 from bench.sim.sim_instances import SimConfig
@@ -202,18 +203,35 @@ def seed_capacity(subject: Subject, config: RulerConfig, seed: int,
     capacity = find_capacity(lambda q: point(q).holds, start_qps=start_qps,
                              tolerance=config.tolerance, growth=growth,
                              max_runs=steps.max_runs)
-    # from the capacity down, in the wide steps of a search from the ceiling: the fair edge
-    # may lie far under the capacity (bursty traffic), and a narrow step would spend the
-    # search's runs before reaching it. Never above the capacity: a fair point holds the
-    # target too, and a rate above it that happens to hold (goodput is noisy near the edge)
-    # would report more fair capacity than capacity.
-    fair = capacity if config.fair_floor == 0 or capacity == 0 else find_capacity(
-        lambda q: q <= capacity and point(q).fair_holds, start_qps=capacity,
-        tolerance=config.tolerance, growth=steps.fair_growth, max_runs=steps.fair_max_runs)
+    fair = capacity if config.fair_floor == 0 or capacity == 0 else _fair_capacity(
+        point, points, capacity, config.tolerance, steps)
     tried = sorted(points.values(), key=lambda p: p.qps)
     return SeedCapacity(seed, round(capacity, 3), tried,
                         _bracketed([(p.qps, p.holds) for p in tried], capacity),
                         round(fair, 3), _bracketed([(p.qps, p.fair_holds) for p in tried], fair))
+
+
+def _fair_capacity(point: Callable[[float], Point], points: dict[float, Point],
+                   capacity: float, tolerance: float, steps: SearchSteps) -> float:
+    """The fair edge, never above the capacity: a fair point holds the target too, and a
+    rate above it that happens to hold (goodput is noisy near the edge) would report more
+    fair capacity than capacity. Where the capacity search's own points already bracket it
+    (one under the capacity held the fair rule, one above that did not), it is bisected
+    from there; else searched from the capacity down in the wide steps of a search from
+    the ceiling: the fair edge may lie far under the capacity (bursty traffic), and a
+    narrow step would spend the search's runs before reaching it."""
+    def fair(q: float) -> bool:
+        return q <= capacity and point(q).fair_holds
+
+    if fair(capacity):
+        return capacity
+    held = [q for q, p in points.items() if q <= capacity and p.fair_holds]
+    if not held:
+        return find_capacity(fair, start_qps=capacity, tolerance=tolerance,
+                             growth=steps.fair_growth, max_runs=steps.fair_max_runs)
+    lo = max(held)
+    hi = min(q for q, p in points.items() if q > lo and not (q <= capacity and p.fair_holds))
+    return bisect_edge(fair, lo, hi, tolerance=tolerance, max_runs=steps.fair_max_runs)
 
 
 def _bracketed(verdicts: list[tuple[float, bool]], capacity: float) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from bench.loadgen.workload_flags import add_workload_flags, workload_spec
-from bench.ruler.ruler import RulerConfig, Subject
+from bench.ruler.ruler import NEAR_GROWTH, START_GROWTH, RulerConfig, Subject
 from daemon.config import FLAT, SIMULATOR_SECTIONS, add_config_flags, load_config
 from daemon.layout import layout_modes
 from engines.executors.profiles.registry import get_profile, profile_names, with_tp
@@ -74,6 +74,14 @@ def sim_profile(name: str, tp: int = 1) -> str:
     full = with_tp(name, tp)
     get_profile(full, tp)
     return full
+
+
+def add_start_growth_flag(p: argparse.ArgumentParser) -> None:
+    """How far a capacity search steps from its start until it brackets the edge."""
+    p.add_argument("--start-growth", type=float, default=START_GROWTH,
+                   help="the search's step up or down from its start until it brackets the "
+                        f"edge (default %(default)s; {NEAR_GROWTH} from a --start-qps near "
+                        "the answer: fewer runs)")
 
 
 def add_fair_floor_flag(p: argparse.ArgumentParser) -> None:

@@ -25,7 +25,9 @@ from bench.ruler.ruler import (
     RulerConfig, SeedCapacity, Subject, point_rows, ruler_classes, seed_capacity, sim_config,
 )
 from bench.sim.fleet_cli import add_fleet_flags, is_fleet, run_fleet_simulate
-from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
+from bench.sim.sim_flags import (
+    add_fair_floor_flag, add_sim_flags, add_start_growth_flag, sim_settings,
+)
 from bench.sim.box_run import simulate
 from daemon.core.controller_config import TenantsConfig
 from daemon.layout import layout_modes
@@ -59,6 +61,7 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--start-qps", type=float, default=None,
                    help="where the search starts (default: 0.8 x the hardware ceiling)")
+    add_start_growth_flag(p)
     add_fair_floor_flag(p)
     p.add_argument("--tolerance", type=float, default=RulerConfig().tolerance,
                    help="stop once the bracket is this narrow, relative (default %(default)s)")
@@ -130,6 +133,10 @@ class CapacityAnswer(msgspec.Struct, kw_only=True):
 
 
 def run_capacity(args: argparse.Namespace) -> int:
+    if not args.start_growth > 1:
+        print(f"ascendra capacity: error: --start-growth must be > 1, got {args.start_growth}",
+              file=sys.stderr)
+        return 2
     subject, config = sim_settings(args)
     seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     config = msgspec.structs.replace(config, seeds=seeds, target=args.target,
@@ -138,7 +145,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     ceiling = workload_ceilings(config, len(layout_modes(subject.layout)))
     start = args.start_qps or 0.8 * ceiling.all_served_qps
     print(readable_config(_printable(subject, config)), file=sys.stderr)
-    jobs = [(subject, config, seed, start) for seed in seeds]
+    jobs = [(subject, config, seed, start, args.start_growth) for seed in seeds]
     results = run_parallel(_seed_job, jobs, args.workers)
     caps = [r.capacity_qps for r in results]
     fair = [r.fair_capacity_qps for r in results]
@@ -255,8 +262,8 @@ def _warn_unbracketed(results: list[SeedCapacity], config: RulerConfig) -> None:
 
 
 def _seed_job(job) -> SeedCapacity:
-    subject, config, seed, start = job
-    result = seed_capacity(subject, config, seed, start)
+    subject, config, seed, start, growth = job
+    result = seed_capacity(subject, config, seed, start, growth)
     for point in result.points:
         worst = min((c for c in point.classes if c.floored), key=lambda c: c.goodput_pct,
                     default=None)

@@ -7,7 +7,7 @@ import sys
 
 from bench.parallel import add_workers_flag
 from bench.studies.reproduce import FIGURES
-from bench.studies.results_tables import TABLES
+from bench.studies.results_tables import STUDIES, TABLES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-requests", type=int, default=None,
                    help="requests per simulated point (default: per figure, a few minutes)")
     p.add_argument("--quick", action="store_true", help="fewer points and requests: a smoke test")
-    p.add_argument("--table", action="append", choices=TABLES, default=None,
+    p.add_argument("--table", action="append", choices=[*STUDIES, *TABLES], default=None,
                    help="results: only this table (repeatable; default: every table)")
     p.add_argument("--seeds", default=None,
                    help="results: comma-separated seeds instead of each table's own (a "
@@ -64,8 +64,8 @@ def run_results(args: argparse.Namespace) -> int:
     from bench.studies.results_run import run_tables
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
-    for path in run_tables(args.table or list(TABLES), args.out, quick=args.quick, seeds=seeds,
-                           measured=args.measured, workers=args.workers,
+    for path in run_tables(args.table or [*STUDIES, *TABLES], args.out, quick=args.quick,
+                           seeds=seeds, measured=args.measured, workers=args.workers,
                            progress=lambda line: print(line, file=sys.stderr)):
         print(f"wrote {path} and {path.with_suffix('.json')}")
     return 0

@@ -3,9 +3,15 @@ and write each as `<out>/<name>.json` (a `TableResult`) and `<out>/<name>.md` (t
 docs/results.md shows), stamped with the commit and the date it ran on.
 
 Every (table, row, seed) is one capacity search (bench/ruler/ruler.py `seed_capacity`),
-all of them over one pool of `workers` processes, in table order: each table is written
-as soon as its own searches are done, so a run cut short still leaves its first tables.
+all of them over one pool of `workers` processes, in table order and in each table seed
+by seed (every row's seed 0, then seed 1, ...): each table is written
+as soon as its own searches are done, so a run cut short still leaves its first tables,
+and every search as soon as it is done (`<out>/searches.jsonl`), so that the same run
+started again on the same commit goes on where it stopped.
 A run with fewer seeds or requests than a table's protocol says so in its markdown.
+The tables that studies of their own make (overload, tenants, live vs simulated:
+bench/studies/results_studies.py) run first, each a few minutes; `--seeds` and
+`--measured` do not change them.
 """
 from __future__ import annotations
 
@@ -17,11 +23,14 @@ from pathlib import Path
 
 import msgspec
 
-from bench.parallel import imap
+from bench.parallel import imap_unordered
 from bench.ruler.ceiling import workload_ceilings
-from bench.ruler.ruler import RulerConfig, SeedCapacity, seed_capacity
-from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
-from bench.studies.results_tables import QUICK, TABLES, Group, Protocol, Row, Table
+from bench.ruler.ruler import NEAR_GROWTH, RulerConfig, SeedCapacity, seed_capacity
+from bench.sim.sim_flags import (
+    add_fair_floor_flag, add_sim_flags, add_start_growth_flag, sim_settings,
+)
+from bench.studies.results_studies import run_study
+from bench.studies.results_tables import QUICK, STUDIES, TABLES, Group, Protocol, Row, Table
 from daemon.layout import layout_modes
 
 
@@ -56,18 +65,23 @@ class TableResult(msgspec.Struct, kw_only=True):
     full_protocol: Protocol     # as the table asks
     quick: bool
     groups: list[GroupResult]
+    fair: bool = True           # fair capacity searched (else `--fair-floor 0`)
 
 
 def table_command(name: str) -> str:
     return f"ascendra reproduce results --table {name} --out DIR"
 
 
-def row_command(row: Row, protocol: Protocol, measured: int | None = None) -> str:
-    """The row's `ascendra capacity` command under `protocol` (`measured`: its group's own)."""
+def row_command(row: Row, protocol: Protocol, measured: int | None = None,
+                quick: bool = False) -> str:
+    """The row's `ascendra capacity` command under `protocol` (`measured`: its group's own),
+    its search started near the row's last capacity where it has one (not in a `quick`
+    run, whose short points hold far higher)."""
     seeds = ",".join(str(s) for s in protocol.seeds)
+    start = (f" --start-qps {row.start:g} --start-growth {NEAR_GROWTH:g}"
+             if row.start and not quick else "")
     return (f"ascendra capacity {row.flags} --measured {measured or protocol.measured} "
-            f"--seeds {seeds} "
-            f"--tolerance {protocol.tolerance:g}")
+            f"--seeds {seeds} --tolerance {protocol.tolerance:g}{start}")
 
 
 def capacity_parser() -> argparse.ArgumentParser:
@@ -80,6 +94,8 @@ def capacity_parser() -> argparse.ArgumentParser:
     parser.add_argument("--measured", type=int, default=RulerConfig().measured)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--tolerance", type=float, default=RulerConfig().tolerance)
+    parser.add_argument("--start-qps", type=float, default=None)
+    add_start_growth_flag(parser)
     return parser
 
 
@@ -90,8 +106,9 @@ def search(job: tuple[str, int]) -> SeedCapacity:
     subject, config = sim_settings(args)
     config = msgspec.structs.replace(config, seeds=(seed,), measured=args.measured,
                                      tolerance=args.tolerance, fair_floor=args.fair_floor)
-    start = 0.8 * workload_ceilings(config, len(layout_modes(subject.layout))).all_served_qps
-    return seed_capacity(subject, config, seed, start)
+    start = (args.start_qps or
+             0.8 * workload_ceilings(config, len(layout_modes(subject.layout))).all_served_qps)
+    return seed_capacity(subject, config, seed, start, args.start_growth)
 
 
 def protocol_for(table: Table, quick: bool, seeds: Sequence[int] | None,
@@ -107,29 +124,68 @@ def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
                seeds: Sequence[int] | None = None, measured: int | None = None,
                workers: int | None = None,
                progress: Callable[[str], None] | None = None) -> list[Path]:
-    """Run the named tables; the markdown files written, in order."""
+    """Run the named tables (the studies' first); the markdown files written, in order."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tables = [TABLES[n] for n in names]
+    stamp = _commit(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    written = []
+    for study in (STUDIES[n] for n in names if n in STUDIES):
+        if progress:
+            progress(f"{study.name}: {study.command(quick, str(out / study.name))}")
+        written.append(run_study(study, out, quick, workers, stamp, table_command(study.name)))
+    tables = [TABLES[n] for n in names if n in TABLES]
     protocols = [protocol_for(t, quick, seeds, measured) for t in tables]
-    wanted = {t.name: [(row_command(row, p, _measured(g, measured, quick)), seed)
-                       for g in t.groups for row in g.rows for seed in p.seeds]
+    # seed by seed: a run cut short has whole comparisons (every row) on its first seeds
+    wanted = {t.name: [(row_command(row, p, _measured(g, measured, quick), quick), seed)
+                       for seed in p.seeds for g in t.groups for row in g.rows]
               for t, p in zip(tables, protocols)}
     jobs = list(dict.fromkeys(job for table_jobs in wanted.values() for job in table_jobs))
-    stamp = _commit(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    done: dict[tuple[str, int], SeedCapacity] = {}
-    written = []
-    for (cmd, seed), result in zip(jobs, imap(search, jobs, workers)):
-        done[(cmd, seed)] = result
-        if progress:
-            progress(f"[{len(done)}/{len(jobs)}] {cmd} seed {seed}: capacity "
-                     f"{result.capacity_qps:.2f}, fair {result.fair_capacity_qps:.2f}")
+    log = out / SEARCHES
+    done = {job: result for job, result in read_searches(log, stamp[0]).items() if job in jobs}
+    todo = [job for job in jobs if job not in done]
+    if progress and done:
+        progress(f"{len(done)} of {len(jobs)} searches already in {log} (commit {stamp[0]})")
+
+    def write_finished() -> None:
         for table, protocol in zip(tables, protocols):
             if table.name in wanted and all(job in done for job in wanted[table.name]):
                 del wanted[table.name]
                 written.append(write(assemble(table, protocol, done, quick, *stamp,
                                               override=measured), out))
+
+    write_finished()
+    for i, result in imap_unordered(search, todo, workers):
+        (cmd, seed) = todo[i]
+        done[todo[i]] = result
+        with open(log, "ab") as f:
+            f.write(msgspec.json.encode(DoneSearch(cmd, seed, stamp[0], result)) + b"\n")
+        if progress:
+            progress(f"[{len(done)}/{len(jobs)}] {cmd} seed {seed}: capacity "
+                     f"{result.capacity_qps:.2f}, fair {result.fair_capacity_qps:.2f}")
+        write_finished()
     return written
+
+
+#: Every finished search of a run, one `DoneSearch` a line, in `--out`: a run cut short
+#: and started again on the same commit runs only the searches not there yet.
+SEARCHES = "searches.jsonl"
+
+
+class DoneSearch(msgspec.Struct, array_like=True):
+    command: str
+    seed: int
+    commit: str
+    result: SeedCapacity
+
+
+def read_searches(path: Path, commit: str) -> dict[tuple[str, int], SeedCapacity]:
+    """The searches `path` holds that ran on `commit` (none on a tree with uncommitted
+    changes: its code is not known)."""
+    if not path.exists() or commit.endswith("+dirty"):
+        return {}
+    lines = (msgspec.json.decode(line, type=DoneSearch)
+             for line in path.read_bytes().splitlines() if line.strip())
+    return {(d.command, d.seed): d.result for d in lines if d.commit == commit}
 
 
 def _measured(group: Group, override: int | None, quick: bool) -> int | None:
@@ -143,12 +199,13 @@ def assemble(table: Table, protocol: Protocol, searches: dict[tuple[str, int], S
     for group in table.groups:
         rows = []
         for row in group.rows:
-            cmd = row_command(row, protocol, _measured(group, override, quick))
+            cmd = row_command(row, protocol, _measured(group, override, quick), quick)
             rows.append(row_result(row.label, cmd, [searches[(cmd, s)] for s in protocol.seeds]))
         groups.append(with_ratios(group.name, rows, _measured(group, override, quick)))
     return TableResult(name=table.name, title=table.title, command=table_command(table.name),
                        commit=commit, date=date, protocol=protocol,
-                       full_protocol=table.protocol, quick=quick, groups=groups)
+                       full_protocol=table.protocol, quick=quick, groups=groups,
+                       fair=table.fair)
 
 
 def row_result(label: str, command: str, seeds: list[SeedCapacity]) -> RowResult:
@@ -192,13 +249,19 @@ def render(doc: TableResult) -> str:
         lines += [f"**Reduced protocol**: {p.measured:,} measured, seeds {seeds} (the table's "
                   f"full protocol: {full.measured:,} measured, seeds "
                   f"{','.join(str(s) for s in full.seeds)}).", ""]
+    if not doc.fair:
+        lines += ["Fair capacity not searched (`--fair-floor 0`): a question of capacity "
+                  "alone.", ""]
     lines += ["| group | row | capacity | fair capacity | first row / best other: capacity, "
               "fair |", "|---|---|---|---|---|"]
     for g in doc.groups:
         for i, r in enumerate(g.rows):
             ratio = (f"{g.ratio:.2f}x, {g.fair_ratio:.2f}x" if i == 0 and g.ratio else "")
+            if not doc.fair:
+                ratio = f"{g.ratio:.3f}x, -" if i == 0 and g.ratio else ""
             capacity = _spread(r.mean_qps, r.min_qps, r.max_qps)
-            fair = _spread(r.fair_mean_qps, r.fair_min_qps, r.fair_max_qps)
+            fair = (_spread(r.fair_mean_qps, r.fair_min_qps, r.fair_max_qps) if doc.fair
+                    else "-")
             name = g.name + (f" ({g.measured:,})" if g.measured else "")
             lines.append(f"| {name if i == 0 else ''} | {r.label} | {capacity} | {fair} "
                          f"| {ratio} |")
