@@ -29,6 +29,7 @@ from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 from bench.sim.box_run import simulate
 from daemon.core.controller_config import TenantsConfig
 from daemon.layout import layout_modes
+from engines.executors.profiles.slo_scale import SloScale
 
 DEFAULT_NUM_REQUESTS = 2000
 
@@ -95,6 +96,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             if args.records else None)
     result = msgspec.structs.replace(result, records=msgspec.UNSET)
     print_summary(result)
+    print(slo_scale_text(config.slo_scale))
     print("(times are simulated seconds, on the simulator's virtual clock)")
     for phase in result.per_phase:
         print(f"phase {phase.phase}: goodput {phase.goodput_pct:.1f} % "
@@ -220,6 +222,7 @@ def readable_config(printable: dict) -> str:
             yield f"{prefix[:-1]} {shown}"
 
     subject, config = printable["subject"], dict(printable["config"])
+    config["slo"] = {**config["slo"], "scale": config.pop("slo_scale", None)}
     workload = config["workload"] = dict(config["workload"])
     if workload.get("arrival") != "onoff":
         workload.pop("onoff", None)
@@ -239,6 +242,12 @@ def readable_config(printable: dict) -> str:
         lines.append(f"  {part:<11} " + ", ".join(flat(config.pop(part))))
     lines.append("  ruler       " + ", ".join(flat(config)))
     return "\n".join(lines)
+
+
+def slo_scale_text(scale: SloScale) -> str:
+    """The SLO scale a run used, as a line."""
+    return (f"SLO scale: TTFT x{scale.ttft:g}, TBT x{scale.tbt:g} "
+            f"({scale.basis or 'the default SLOs'})")
 
 
 def _warn_unbracketed(results: list[SeedCapacity], config: RulerConfig) -> None:
