@@ -29,7 +29,6 @@ from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, sim_settings
 from bench.sim.box_run import simulate
 from daemon.core.controller_config import TenantsConfig
 from daemon.layout import layout_modes
-from engines.executors.profiles.slo_scale import SloScale
 
 DEFAULT_NUM_REQUESTS = 2000
 
@@ -96,7 +95,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             if args.records else None)
     result = msgspec.structs.replace(result, records=msgspec.UNSET)
     print_summary(result)
-    print(slo_scale_text(config.slo_scale))
+    print(config.slo_scale.describe())
     print("(times are simulated seconds, on the simulator's virtual clock)")
     for phase in result.per_phase:
         print(f"phase {phase.phase}: goodput {phase.goodput_pct:.1f} % "
@@ -242,12 +241,6 @@ def readable_config(printable: dict) -> str:
         lines.append(f"  {part:<11} " + ", ".join(flat(config.pop(part))))
     lines.append("  ruler       " + ", ".join(flat(config)))
     return "\n".join(lines)
-
-
-def slo_scale_text(scale: SloScale) -> str:
-    """The SLO scale a run used, as a line."""
-    return (f"SLO scale: TTFT x{scale.ttft:g}, TBT x{scale.tbt:g} "
-            f"({scale.basis or 'the default SLOs'})")
 
 
 def _warn_unbracketed(results: list[SeedCapacity], config: RulerConfig) -> None:

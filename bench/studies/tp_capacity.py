@@ -5,28 +5,29 @@ writes them (one capacity search per row and seed, bench/studies/results_run.py 
 
 * `tp70b` -- Llama-3-70B on 8 A100-80Gs (`a100-llama3-70b`, its own SLOs: the profile's
   SLO scale, engines/executors/profiles/slo_scale.py): 2 instances at tp 4 (Ascendra `2A`
-  and `1L1H`, vLLM V0 / V1 and SGLang at their tuned budgets with drops) and 1 at tp 8
-  (`1A`, vLLM V0 and V1; SGLang left out there for CPU time: on one instance it
-  schedules as vLLM V1 at a larger budget); tp 2 (4 instances) is not a row: at tp 2 a rank holds
+  and `1L1H`, vLLM V0 and V1 at their tuned budgets with drops) and 1 at tp 8 (`1A` and
+  the same baselines); tp 2 (4 instances) is not a row: at tp 2 a rank holds
   21k tokens of KV beside its 65 GiB of weights, not one running batch of the ruler's
   prompts (its hardware ceiling is 0; `ascendra plan` skips it with that reason);
 * `tp8b` -- Llama-3-8B on 8 A100s: 8 instances at tp 1 against 4 at tp 2, Ascendra (`8A`,
   `4A`) and each workload's best baseline of docs/results.md at both degrees.
 
 Workloads poisson, bursty-cv4 and mixed-slo. Each finished search is appended to
-`<out>/<table>.searches.jsonl` as it ends, so a run cut short keeps what it did and a
-rerun does only the rest; `<out>/<table>.json`/`.md` are the results_run table, and
+`<out>/searches.jsonl` as it ends, so a run cut short keeps what it did and a rerun does
+only the rest (seed by seed: every row at seed 0 first); `<out>/<table>.json`/`.md` are
+the results_run table (each row over the seeds it has), and
 `<out>/<table>.report.md` the comparison: per workload the best Ascendra row against the
 best baseline row at any degree (capacity and fair capacity), the best of each degree,
 and the per-class goodput (prompt-length quartile, SLO class) at each row's capacity.
 
-    python -m bench.studies.tp_capacity --table tp70b --out DIR [--measured 1500]
-        [--seeds 0,1,2] [--tolerance 0.05] [--workers 2]
+    python -m bench.studies.tp_capacity --table tp70b --table tp8b --out DIR
+        [--measured 1500] [--seeds 0,1,2] [--tolerance 0.05] [--workers 2] [--only REGEX]
     python -m bench.studies.tp_capacity --table tp70b --out DIR --report   # no searching
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -35,15 +36,16 @@ import msgspec
 from bench.parallel import imap_unordered
 from bench.ruler.ruler import SeedCapacity
 from bench.studies.results_run import (
-    TableResult, _commit, assemble, row_command, search, write,
+    TableResult, _commit, row_command, row_result, search, with_ratios, write,
 )
 from bench.studies.results_tables import Group, Protocol, Row, Table
 
 WORKLOADS = ("poisson", "bursty-cv4", "mixed-slo")
 #: The baselines at their tuned budgets, with drops (bench/studies/results_tables.py).
+#: SGLang is left out for CPU time: at 70B it scheduled as vLLM V1 (at one rate, 600
+#: requests: 73.0 vs 73.3 % goodput on poisson, 10.8 vs 11.0 % on bursty-cv4 at tp 4).
 BASELINES = (("vLLM V0 @8192", "vllm-v0", "--chunk-size 8192 --drop-expired"),
-             ("vLLM V1 @2048", "vllm-v1", "--chunk-size 2048 --drop-expired"),
-             ("SGLang @4096", "sglang", "--chunk-size 4096 --drop-expired"))
+             ("vLLM V1 @2048", "vllm-v1", "--chunk-size 2048 --drop-expired"))
 #: docs/results.md's best baseline on each workload (8B, three instances).
 BEST_8B_BASELINE = {"poisson": ("vLLM V0 @8192", "vllm-v0", "--chunk-size 8192 --drop-expired"),
                     "bursty-cv4": ("SGLang @4096 + RR", "sglang",
@@ -59,10 +61,10 @@ def _group_70b(workload: str) -> Group:
     rows = [Row("2A @tp4", f"--layout 2A {PROFILE_70B} --tp 4 {w}"),
             Row("1L1H @tp4", f"--layout 1L1H {PROFILE_70B} --tp 4 {w}"),
             Row("1A @tp8", f"--layout 1A {PROFILE_70B} --tp 8 {w}")]
-    for tp, n, baselines in ((4, 2, BASELINES), (8, 1, BASELINES[:2])):
+    for tp, n in ((4, 2), (8, 1)):
         rows += [Row(f"{n}x {label} @tp{tp}", f"--layout {n}x{name} {flags} {PROFILE_70B} "
                                              f"--tp {tp} {w}")
-                 for label, name, flags in baselines]
+                 for label, name, flags in BASELINES]
     return Group(workload, tuple(rows))
 
 
@@ -91,56 +93,81 @@ def is_ascendra(label: str) -> bool:
     return "x " not in label.split("@")[0]
 
 
-def jobs_of(table: Table, protocol: Protocol) -> list[tuple[str, int]]:
-    """Every (row command, seed), a row's place before its workload: a run cut short has
-    the first rows of every workload rather than every row of the first workload."""
-    depth = max(len(g.rows) for g in table.groups)
-    return [(row_command(g.rows[i], protocol), seed) for i in range(depth)
-            for g in table.groups if i < len(g.rows) for seed in protocol.seeds]
+class Search(msgspec.Struct, frozen=True):
+    """One finished capacity search, as the cache keeps it."""
+    flags: str
+    measured: int
+    tolerance: float
+    seed: int
+    result: SeedCapacity
 
 
-def run(table: Table, protocol: Protocol, out: Path, workers: int | None) -> TableResult:
-    """Every search of `table` not yet in `out`'s cache, then the table and its report."""
+def jobs_of(tables: list[Table], protocol: Protocol,
+            only: str = "") -> list[tuple[str, int]]:
+    """Every (row command, seed) of `tables` whose label matches `only`, seed by seed, and
+    within a seed a row's place before its workload: a run cut short has every row at the
+    first seed rather than every seed of the first rows."""
+    jobs = []
+    for seed in protocol.seeds:
+        for table in tables:
+            depth = max(len(g.rows) for g in table.groups)
+            jobs += [(row_command(g.rows[i], protocol), seed) for i in range(depth)
+                     for g in table.groups if i < len(g.rows)
+                     and re.search(only, g.rows[i].label)]
+    return jobs
+
+
+def run(tables: list[Table], protocol: Protocol, out: Path, workers: int | None,
+        only: str = "") -> None:
+    """Every search of `tables` not yet in `out`'s cache, each cached as it ends."""
     out.mkdir(parents=True, exist_ok=True)
-    cache = out / f"{table.name}.searches.jsonl"
-    done = load_cache(cache)
-    todo = [job for job in jobs_of(table, protocol) if job not in done]
-    print(f"{table.name}: {len(done)} searches cached, {len(todo)} to run", file=sys.stderr)
+    cache = out / "searches.jsonl"
+    done = load_cache(cache, protocol)
+    todo = [job for job in jobs_of(tables, protocol, only) if job not in done]
+    print(f"{len(done)} searches cached, {len(todo)} to run", file=sys.stderr)
     with cache.open("ab") as f:
         for i, result in imap_unordered(search, todo, workers):
-            done[todo[i]] = result
-            f.write(msgspec.json.encode({"command": todo[i][0], "seed": todo[i][1],
-                                         "result": result}) + b"\n")
+            command, seed = todo[i]
+            flags = command.split(" --measured ")[0].removeprefix("ascendra capacity ")
+            f.write(msgspec.json.encode(Search(flags, protocol.measured, protocol.tolerance,
+                                               seed, result)) + b"\n")
             f.flush()
-            print(f"[{len(done)}] {todo[i][0]} seed {todo[i][1]}: capacity "
-                  f"{result.capacity_qps:.2f}, fair {result.fair_capacity_qps:.2f}",
-                  file=sys.stderr, flush=True)
-    return report(table, protocol, out, done)
+            print(f"{command} seed {seed}: capacity {result.capacity_qps:.2f}, fair "
+                  f"{result.fair_capacity_qps:.2f}", file=sys.stderr, flush=True)
 
 
-def load_cache(path: Path) -> dict[tuple[str, int], SeedCapacity]:
+def load_cache(path: Path, protocol: Protocol) -> dict[tuple[str, int], SeedCapacity]:
+    """The cached searches of `protocol`'s measured count and tolerance, by (row command,
+    seed) as `row_command(row, protocol)` names them."""
     if not path.exists():
         return {}
-
-    class Line(msgspec.Struct):
-        command: str
-        seed: int
-        result: SeedCapacity
-
-    lines = [msgspec.json.decode(b, type=Line) for b in path.read_bytes().splitlines() if b]
-    return {(x.command, x.seed): x.result for x in lines}
+    lines = [msgspec.json.decode(b, type=Search) for b in path.read_bytes().splitlines() if b]
+    return {(row_command(Row("", x.flags), protocol), x.seed): x.result for x in lines
+            if (x.measured, x.tolerance) == (protocol.measured, protocol.tolerance)}
 
 
 def report(table: Table, protocol: Protocol, out: Path,
            done: dict[tuple[str, int], SeedCapacity]) -> TableResult | None:
-    """Write the table and its report from the searches done (the rows with every seed)."""
-    complete = Table(table.name, table.question, table.title, tuple(
-        Group(g.name, rows) for g in table.groups
-        if (rows := tuple(r for r in g.rows if all(
-            (row_command(r, protocol), s) in done for s in protocol.seeds)))), protocol)
-    if not complete.groups:
+    """The table and its report from the searches done, written to `out`: each row over
+    the seeds of `protocol` it has (a row with none is left out)."""
+    groups = []
+    for g in table.groups:
+        rows = []
+        for r in g.rows:
+            command = row_command(r, protocol)
+            seeds = [done[(command, s)] for s in protocol.seeds if (command, s) in done]
+            if seeds:
+                shown = command.replace(f"--seeds {','.join(map(str, protocol.seeds))}",
+                                        "--seeds " + ",".join(str(x.seed) for x in seeds))
+                rows.append(row_result(r.label, shown, seeds))
+        if rows:
+            groups.append(with_ratios(g.name, rows))
+    if not groups:
         return None
-    doc = assemble(complete, protocol, done, False, _commit(), _today())
+    doc = TableResult(name=table.name, title=table.title, command=f"python -m "
+                      f"bench.studies.tp_capacity --table {table.name}", commit=_commit(),
+                      date=_today(), protocol=protocol, full_protocol=Protocol(),
+                      quick=False, groups=groups)
     write(doc, out)
     (out / f"{table.name}.report.md").write_text(comparison(doc))
     return doc
@@ -207,22 +234,26 @@ def _ratio(a: float, b: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.studies.tp_capacity",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--table", choices=sorted(TABLES), required=True)
+    p.add_argument("--table", choices=sorted(TABLES), action="append", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--measured", type=int, default=REDUCED.measured)
     p.add_argument("--seeds", default=",".join(map(str, REDUCED.seeds)))
     p.add_argument("--tolerance", type=float, default=REDUCED.tolerance)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--only", default="", help="run only the rows whose label matches (regex)")
     p.add_argument("--report", action="store_true", help="write the report of what is cached")
     args = p.parse_args(argv)
-    table = TABLES[args.table]
+    tables = [TABLES[name] for name in args.table]
     protocol = Protocol(measured=args.measured, tolerance=args.tolerance,
                         seeds=tuple(int(s) for s in args.seeds.split(",")))
     out = Path(args.out)
-    doc = (report(table, protocol, out, load_cache(out / f"{table.name}.searches.jsonl"))
-           if args.report else run(table, protocol, out, args.workers))
-    if doc is not None:
-        print(comparison(doc))
+    if not args.report:
+        run(tables, protocol, out, args.workers, args.only)
+    done = load_cache(out / "searches.jsonl", protocol)
+    for table in tables:
+        doc = report(table, protocol, out, done)
+        if doc is not None:
+            print(comparison(doc))
     return 0
 
 

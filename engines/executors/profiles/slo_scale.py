@@ -45,6 +45,11 @@ class SloScale(msgspec.Struct, frozen=True, kw_only=True):
     #: how the factors were found ("" for the defaults)
     basis: str = ""
 
+    def describe(self) -> str:
+        """The scale as a line of a run's output."""
+        return (f"SLO scale: TTFT x{self.ttft:g}, TBT x{self.tbt:g} "
+                f"({self.basis or 'the default SLOs'})")
+
 
 def isolated_seconds(profile) -> tuple[float, float]:
     """(one REFERENCE_TOKENS prefill, one decode at that context), seconds, alone."""
