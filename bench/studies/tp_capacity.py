@@ -57,15 +57,18 @@ REDUCED = Protocol(measured=1500, seeds=(0, 1, 2), tolerance=0.05)
 
 
 def _group_70b(workload: str) -> Group:
+    """The rows in the order they are searched (the decisive ones first)."""
     w = f"--workload {workload}"
-    rows = [Row("2A @tp4", f"--layout 2A {PROFILE_70B} --tp 4 {w}"),
-            Row("1L1H @tp4", f"--layout 1L1H {PROFILE_70B} --tp 4 {w}"),
-            Row("1A @tp8", f"--layout 1A {PROFILE_70B} --tp 8 {w}")]
-    for tp, n in ((4, 2), (8, 1)):
-        rows += [Row(f"{n}x {label} @tp{tp}", f"--layout {n}x{name} {flags} {PROFILE_70B} "
-                                             f"--tp {tp} {w}")
-                 for label, name, flags in BASELINES]
-    return Group(workload, tuple(rows))
+    at = {4: f"{PROFILE_70B} --tp 4 {w}", 8: f"{PROFILE_70B} --tp 8 {w}"}
+    (v0, v0_name, v0_flags), (v1, v1_name, v1_flags) = BASELINES
+    return Group(workload, (
+        Row("2A @tp4", f"--layout 2A {at[4]}"),
+        Row("1A @tp8", f"--layout 1A {at[8]}"),
+        Row(f"2x {v1} @tp4", f"--layout 2x{v1_name} {v1_flags} {at[4]}"),
+        Row(f"1x {v1} @tp8", f"--layout 1x{v1_name} {v1_flags} {at[8]}"),
+        Row(f"2x {v0} @tp4", f"--layout 2x{v0_name} {v0_flags} {at[4]}"),
+        Row(f"1x {v0} @tp8", f"--layout 1x{v0_name} {v0_flags} {at[8]}"),
+        Row("1L1H @tp4", f"--layout 1L1H {at[4]}")))
 
 
 def _group_8b(workload: str) -> Group:
@@ -104,17 +107,13 @@ class Search(msgspec.Struct, frozen=True):
 
 def jobs_of(tables: list[Table], protocol: Protocol,
             only: str = "") -> list[tuple[str, int]]:
-    """Every (row command, seed) of `tables` whose label matches `only`, seed by seed, and
-    within a seed a row's place before its workload: a run cut short has every row at the
-    first seed rather than every seed of the first rows."""
-    jobs = []
-    for seed in protocol.seeds:
-        for table in tables:
-            depth = max(len(g.rows) for g in table.groups)
-            jobs += [(row_command(g.rows[i], protocol), seed) for i in range(depth)
-                     for g in table.groups if i < len(g.rows)
-                     and re.search(only, g.rows[i].label)]
-    return jobs
+    """Every (row command, seed) of `tables` whose label matches `only`: seed by seed, and
+    within a seed by the row's place in its group before its table and workload, so a run
+    cut short has the first rows of every table and workload at the first seed."""
+    depth = max(len(g.rows) for t in tables for g in t.groups)
+    return [(row_command(g.rows[i], protocol), seed) for seed in protocol.seeds
+            for i in range(depth) for t in tables for g in t.groups
+            if i < len(g.rows) and re.search(only, g.rows[i].label)]
 
 
 def run(tables: list[Table], protocol: Protocol, out: Path, workers: int | None,
