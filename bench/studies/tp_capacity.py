@@ -113,7 +113,7 @@ def jobs_of(tables: list[Table], protocol: Protocol,
     depth = max(len(g.rows) for t in tables for g in t.groups)
     return [(row_command(g.rows[i], protocol), seed) for seed in protocol.seeds
             for i in range(depth) for t in tables for g in t.groups
-            if i < len(g.rows) and re.search(only, g.rows[i].label)]
+            if i < len(g.rows) and re.search(only, f"{g.name} {g.rows[i].label}")]
 
 
 def run(tables: list[Table], protocol: Protocol, out: Path, workers: int | None,
@@ -217,11 +217,12 @@ def comparison(doc: TableResult) -> str:
 
 
 def _classes_at_capacity(seeds: list[SeedCapacity]) -> dict[str, float]:
-    """Each class's goodput at the highest rate that held, mean over the seeds that have one."""
+    """Each class's goodput at the highest rate that held (the capacity), mean over the
+    seeds that have one."""
     sums: dict[str, list[float]] = {}
     for s in seeds:
-        held = [p for p in s.points if p.holds and abs(p.qps - s.capacity_qps) < 1e-9]
-        for c in (held[0].classes if held else []):
+        held = max((p for p in s.points if p.holds), key=lambda p: p.qps, default=None)
+        for c in (held.classes if held else []):
             sums.setdefault(c.name, []).append(c.goodput_pct)
     return {name: sum(v) / len(v) for name, v in sums.items()}
 
@@ -239,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default=",".join(map(str, REDUCED.seeds)))
     p.add_argument("--tolerance", type=float, default=REDUCED.tolerance)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--only", default="", help="run only the rows whose label matches (regex)")
+    p.add_argument("--only", default="",
+                   help="run only the rows whose \"workload label\" matches (a regex)")
     p.add_argument("--report", action="store_true", help="write the report of what is cached")
     args = p.parse_args(argv)
     tables = [TABLES[name] for name in args.table]
