@@ -161,6 +161,8 @@ def _print(args, config, answer) -> None:
           f"ceiling {answer.ceiling_qps:.2f} QPS (all served), {answer.ceiling_target_qps:.2f} "
           f"QPS (the cheapest {config.target:g} %), {answer.fair_ceiling_qps:.2f} QPS (fair: "
           f"every prompt-length class >= {100 * config.fair_floor:g} %)")
+    print(f"SLOs: TTFT {config.slo.ttft_slo:g} s, TBT {config.slo.tbt_slo:g} s; "
+          + config.slo_scale.describe())
     print(f"ranked by fair capacity (every prompt-length class >= {100 * config.fair_floor:g} "
           f"%), then capacity ({config.target:g} % of requests in their targets), in QPS:")
     print(f"  {'layout':>{width}}  capacity  fair capacity")

@@ -37,6 +37,7 @@ from bench.sim.simulator import Simulation
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.layout import dynamic_roles, layout_modes
 from engines.scheduler_config import SchedulerConfig
+from engines.executors.profiles.slo_scale import SloScale
 from policies.routing import Routing
 
 
@@ -68,6 +69,9 @@ class RulerConfig(msgspec.Struct, frozen=True, kw_only=True):
     workload: WorkloadSpec = WorkloadSpec()
     profile: str = "a100-llama3-8b"
     slo: SloConfig = SloConfig()
+    #: The factors `slo` and the workload's SLO classes carry over the defaults (the
+    #: model's, engines/executors/profiles/slo_scale.py); a record of them, applied already.
+    slo_scale: SloScale = SloScale()
     #: Routing, the global queue and shedding: one choice for every layout of a table.
     controller: ControllerConfig = ControllerConfig()
     #: Tenants' fair shares ([tenants]); a workload's tenant mix adds its weights

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 
+import msgspec
+
 from bench.loadgen.workload_flags import add_workload_flags, workload_spec
+from bench.loadgen.workloads import SloClass, WorkloadSpec
 from bench.ruler.ruler import NEAR_GROWTH, START_GROWTH, RulerConfig, Subject
 from daemon.config import FLAT, SIMULATOR_SECTIONS, add_config_flags, load_config
+from daemon.core.controller_config import SloConfig
 from daemon.layout import layout_modes
 from engines.executors.profiles.registry import get_profile, profile_names, with_tp
+from engines.executors.profiles.slo_scale import SloScale, parse_slo_scale
 
 
 def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
@@ -28,6 +33,11 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel degree of every instance (2, 4, 8): the profile's "
                         "step times and memory over that many GPUs (default %(default)s)")
+    p.add_argument("--slo-scale", default="auto", metavar="auto|X|TTFT,TBT",
+                   help="factors on the default SLOs (--ttft-slo/--tbt-slo when not given, and "
+                        "the SLO classes'): auto = the model's own, from its isolated latency "
+                        "(1 for a model that fits one GPU; engines/executors/profiles/"
+                        "slo_scale.py), X = both, TTFT,TBT = each (default %(default)s)")
     p.add_argument("--trace", default="sharegpt",
                    help="sharegpt, arxiv, azure-conv (with arrival times), or a CSV/JSONL path")
     p.add_argument("--burstiness", type=float, default=1.0,
@@ -61,11 +71,32 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     layout_modes(layout)  # a bad layout is an error now, naming it
     subject = Subject(label=layout, layout=layout, scheduler=shared.scheduler)
     profile = sim_profile(args.profile, getattr(args, "tp", 1) or 1)
-    config = RulerConfig(workload=workload_spec(args), profile=profile, slo=shared.slo,
-                         controller=shared.controller, tenants=shared.tenants,
+    scale = parse_slo_scale(getattr(args, "slo_scale", "auto"), profile)
+    given = {name for name in ("ttft_slo", "tbt_slo") if getattr(args, name, None) is not None}
+    config = RulerConfig(workload=scaled_classes(workload_spec(args), scale),
+                         profile=profile, slo=scaled_slo(shared.slo, scale, given),
+                         slo_scale=scale, controller=shared.controller, tenants=shared.tenants,
                          max_model_len=args.max_model_len,
                          latency=args.sim_latency, num_kv_blocks=args.num_kv_blocks)
     return subject, config
+
+
+def scaled_slo(slo: SloConfig, scale: SloScale, given: set[str]) -> SloConfig:
+    """`slo` with the defaults times `scale`; a target named in `given` (set by a flag) kept."""
+    if (scale.ttft, scale.tbt) == (1.0, 1.0):
+        return slo
+    changes = {"ttft_slo": round(slo.ttft_slo * scale.ttft, 6),
+               "tbt_slo": round(slo.tbt_slo * scale.tbt, 6)}
+    return msgspec.structs.replace(slo, **{k: v for k, v in changes.items() if k not in given})
+
+
+def scaled_classes(spec: WorkloadSpec, scale: SloScale) -> WorkloadSpec:
+    """`spec` with every SLO class's targets times `scale`."""
+    if (scale.ttft, scale.tbt) == (1.0, 1.0):
+        return spec
+    classes = tuple(SloClass(c.name, round(c.ttft_slo * scale.ttft, 6),
+                             round(c.tbt_slo * scale.tbt, 6)) for c in spec.slo_classes)
+    return msgspec.structs.replace(spec, slo_classes=classes)
 
 
 def sim_profile(name: str, tp: int = 1) -> str:

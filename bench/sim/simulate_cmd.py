@@ -98,6 +98,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             if args.records else None)
     result = msgspec.structs.replace(result, records=msgspec.UNSET)
     print_summary(result)
+    print(config.slo_scale.describe())
     print("(times are simulated seconds, on the simulator's virtual clock)")
     for phase in result.per_phase:
         print(f"phase {phase.phase}: goodput {phase.goodput_pct:.1f} % "
@@ -227,6 +228,7 @@ def readable_config(printable: dict) -> str:
             yield f"{prefix[:-1]} {shown}"
 
     subject, config = printable["subject"], dict(printable["config"])
+    config["slo"] = {**config["slo"], "scale": config.pop("slo_scale", None)}
     workload = config["workload"] = dict(config["workload"])
     if workload.get("arrival") != "onoff":
         workload.pop("onoff", None)

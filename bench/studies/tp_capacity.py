@@ -1,0 +1,270 @@
+"""Tensor parallelism on one 8-GPU box: which degree, which layout (docs/tensor_parallel.md).
+
+Two tables, each a list of `ascendra capacity` rows as bench/studies/results_tables.py
+writes them (one capacity search per row and seed, bench/studies/results_run.py `search`):
+
+* `tp70b` -- Llama-3-70B on 8 A100-80Gs (`a100-llama3-70b`, its own SLOs: the profile's
+  SLO scale, engines/executors/profiles/slo_scale.py): 2 instances at tp 4 (Ascendra `2A`
+  and `1L1H`, vLLM V0 and V1 at their tuned budgets with drops) and 1 at tp 8 (`1A` and
+  the same baselines); tp 2 (4 instances) is not a row: at tp 2 a rank holds
+  21k tokens of KV beside its 65 GiB of weights, not one running batch of the ruler's
+  prompts (its hardware ceiling is 0; `ascendra plan` skips it with that reason);
+* `tp8b` -- Llama-3-8B on 8 A100s: 8 instances at tp 1 against 4 at tp 2, Ascendra (`8A`,
+  `4A`) and each workload's best baseline of docs/results.md at both degrees.
+
+Workloads poisson, bursty-cv4 and mixed-slo. Each finished search is appended to
+`<out>/searches.jsonl` as it ends, so a run cut short keeps what it did and a rerun does
+only the rest (seed by seed: every row at seed 0 first); `<out>/<table>.json`/`.md` are
+the results_run table (each row over the seeds it has), and
+`<out>/<table>.report.md` the comparison: per workload the best Ascendra row against the
+best baseline row at any degree (capacity and fair capacity), the best of each degree,
+and the per-class goodput (prompt-length quartile, SLO class) at each row's capacity.
+
+    python -m bench.studies.tp_capacity --table tp70b --table tp8b --out DIR
+        [--measured 1500] [--seeds 0,1,2] [--tolerance 0.05] [--workers 2] [--only REGEX]
+    python -m bench.studies.tp_capacity --table tp70b --out DIR --report   # no searching
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import msgspec
+
+from bench.parallel import imap_unordered
+from bench.ruler.ruler import SeedCapacity
+from bench.studies.results_run import (
+    TableResult, _commit, row_command, row_result, search, with_ratios, write,
+)
+from bench.studies.results_tables import Group, Protocol, Row, Table
+
+WORKLOADS = ("poisson", "bursty-cv4", "mixed-slo")
+#: The baselines at their tuned budgets, with drops (bench/studies/results_tables.py).
+#: SGLang is left out for CPU time: at 70B it scheduled as vLLM V1 (at one rate, 600
+#: requests: 73.0 vs 73.3 % goodput on poisson, 10.8 vs 11.0 % on bursty-cv4 at tp 4).
+BASELINES = (("vLLM V0 @8192", "vllm-v0", "--chunk-size 8192 --drop-expired"),
+             ("vLLM V1 @2048", "vllm-v1", "--chunk-size 2048 --drop-expired"))
+#: docs/results.md's best baseline on each workload (8B, three instances).
+BEST_8B_BASELINE = {"poisson": ("vLLM V0 @8192", "vllm-v0", "--chunk-size 8192 --drop-expired"),
+                    "bursty-cv4": ("SGLang @4096 + RR", "sglang",
+                                   "--chunk-size 4096 --drop-expired --routing round_robin"),
+                    "mixed-slo": ("vLLM V0 @8192", "vllm-v0", "--chunk-size 8192 --drop-expired")}
+PROFILE_70B = "--profile a100-llama3-70b"
+PROFILE_8B = "--profile a100-llama3-8b"
+REDUCED = Protocol(measured=1500, seeds=(0, 1, 2), tolerance=0.05)
+
+
+def _group_70b(workload: str) -> Group:
+    """The rows in the order they are searched (the decisive ones first)."""
+    w = f"--workload {workload}"
+    at = {4: f"{PROFILE_70B} --tp 4 {w}", 8: f"{PROFILE_70B} --tp 8 {w}"}
+    (v0, v0_name, v0_flags), (v1, v1_name, v1_flags) = BASELINES
+    return Group(workload, (
+        Row("2A @tp4", f"--layout 2A {at[4]}"),
+        Row("1A @tp8", f"--layout 1A {at[8]}"),
+        Row(f"2x {v1} @tp4", f"--layout 2x{v1_name} {v1_flags} {at[4]}"),
+        Row(f"1x {v1} @tp8", f"--layout 1x{v1_name} {v1_flags} {at[8]}"),
+        Row(f"2x {v0} @tp4", f"--layout 2x{v0_name} {v0_flags} {at[4]}"),
+        Row(f"1x {v0} @tp8", f"--layout 1x{v0_name} {v0_flags} {at[8]}"),
+        Row("1L1H @tp4", f"--layout 1L1H {at[4]}")))
+
+
+def _group_8b(workload: str) -> Group:
+    w = f"--workload {workload}"
+    label, name, flags = BEST_8B_BASELINE[workload]
+    return Group(workload, (
+        Row("8A @tp1", f"--layout 8A {PROFILE_8B} {w}"),
+        Row("4A @tp2", f"--layout 4A {PROFILE_8B} --tp 2 {w}"),
+        Row(f"8x {label} @tp1", f"--layout 8x{name} {flags} {PROFILE_8B} {w}"),
+        Row(f"4x {label} @tp2", f"--layout 4x{name} {flags} {PROFILE_8B} --tp 2 {w}")))
+
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    Table("tp70b", "Tensor parallelism", "Llama-3-70B on 8 A100s: 2 instances at tp 4 or 1 at "
+          "tp 8, Ascendra against the baselines (the 70B's own SLOs)",
+          tuple(_group_70b(w) for w in WORKLOADS), REDUCED),
+    Table("tp8b", "Tensor parallelism", "Llama-3-8B on 8 A100s: 8 instances at tp 1 against "
+          "4 at tp 2, Ascendra and the best baseline",
+          tuple(_group_8b(w) for w in WORKLOADS), REDUCED),
+)}
+
+
+def is_ascendra(label: str) -> bool:
+    """A row of an Ascendra layout (`<n>A`, `<n>L<m>H`), not a baseline's (`<n>x ...`)."""
+    return "x " not in label.split("@")[0]
+
+
+class Search(msgspec.Struct, frozen=True):
+    """One finished capacity search, as the cache keeps it."""
+    flags: str
+    measured: int
+    tolerance: float
+    seed: int
+    result: SeedCapacity
+
+
+def jobs_of(tables: list[Table], protocol: Protocol,
+            only: str = "") -> list[tuple[str, int]]:
+    """Every (row command, seed) of `tables` whose label matches `only`: seed by seed, and
+    within a seed by the row's place in its group before its table and workload, so a run
+    cut short has the first rows of every table and workload at the first seed."""
+    depth = max(len(g.rows) for t in tables for g in t.groups)
+    return [(row_command(g.rows[i], protocol), seed) for seed in protocol.seeds
+            for i in range(depth) for t in tables for g in t.groups
+            if i < len(g.rows) and re.search(only, f"{g.name} {g.rows[i].label}")]
+
+
+def run(tables: list[Table], protocol: Protocol, out: Path, workers: int | None,
+        only: str = "") -> None:
+    """Every search of `tables` not yet in `out`'s cache, each cached as it ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    cache = out / "searches.jsonl"
+    done = load_cache(cache, protocol)
+    todo = [job for job in jobs_of(tables, protocol, only) if job not in done]
+    print(f"{len(done)} searches cached, {len(todo)} to run", file=sys.stderr)
+    with cache.open("ab") as f:
+        for i, result in imap_unordered(search, todo, workers):
+            command, seed = todo[i]
+            flags = command.split(" --measured ")[0].removeprefix("ascendra capacity ")
+            f.write(msgspec.json.encode(Search(flags, protocol.measured, protocol.tolerance,
+                                               seed, result)) + b"\n")
+            f.flush()
+            print(f"{command} seed {seed}: capacity {result.capacity_qps:.2f}, fair "
+                  f"{result.fair_capacity_qps:.2f}", file=sys.stderr, flush=True)
+
+
+def load_cache(path: Path, protocol: Protocol) -> dict[tuple[str, int], SeedCapacity]:
+    """The cached searches of `protocol`'s measured count and tolerance, by (row command,
+    seed) as `row_command(row, protocol)` names them."""
+    if not path.exists():
+        return {}
+    lines = [msgspec.json.decode(b, type=Search) for b in path.read_bytes().splitlines() if b]
+    return {(row_command(Row("", x.flags), protocol), x.seed): x.result for x in lines
+            if (x.measured, x.tolerance) == (protocol.measured, protocol.tolerance)}
+
+
+def report(table: Table, protocol: Protocol, out: Path,
+           done: dict[tuple[str, int], SeedCapacity]) -> TableResult | None:
+    """The table and its report from the searches done, written to `out`: each row over
+    the seeds of `protocol` it has (a row with none is left out)."""
+    groups = []
+    for g in table.groups:
+        rows = []
+        for r in g.rows:
+            command = row_command(r, protocol)
+            seeds = [done[(command, s)] for s in protocol.seeds if (command, s) in done]
+            if seeds:
+                shown = command.replace(f"--seeds {','.join(map(str, protocol.seeds))}",
+                                        "--seeds " + ",".join(str(x.seed) for x in seeds))
+                rows.append(row_result(r.label, shown, seeds))
+        if rows:
+            groups.append(with_ratios(g.name, rows))
+    if not groups:
+        return None
+    doc = TableResult(name=table.name, title=table.title, command=f"python -m "
+                      f"bench.studies.tp_capacity --table {table.name}", commit=_commit(),
+                      date=_today(), protocol=protocol, full_protocol=Protocol(),
+                      quick=False, groups=groups)
+    write(doc, out)
+    (out / f"{table.name}.report.md").write_text(comparison(doc))
+    return doc
+
+
+def _today() -> str:
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def comparison(doc: TableResult) -> str:
+    """Per workload: best Ascendra row vs best baseline row, the best of each degree, and
+    the classes' goodput at each row's capacity (mean over seeds)."""
+    lines = [f"{doc.title}. {doc.date}, commit {doc.commit}; rows: `ascendra capacity FLAGS "
+             f"--measured {doc.protocol.measured} --seeds "
+             f"{','.join(map(str, doc.protocol.seeds))} --tolerance {doc.protocol.tolerance:g}`"
+             " (a reduced protocol: the ruler's full one is 4,500 measured, tolerance 0.03).",
+             "", "Capacity: the best row's; fair capacity: the best row's by fair capacity, "
+             "which may be another row (named).", "",
+             "| workload | best Ascendra | capacity | fair | best baseline | capacity | fair "
+             "| ratio | fair ratio |", "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+    for g in doc.groups:
+        ours = [r for r in g.rows if is_ascendra(r.label)]
+        theirs = [r for r in g.rows if not is_ascendra(r.label)]
+        if not ours or not theirs:
+            continue
+        a = max(ours, key=lambda r: (r.mean_qps, r.fair_mean_qps))
+        b = max(theirs, key=lambda r: (r.mean_qps, r.fair_mean_qps))
+        fa = max(ours, key=lambda r: (r.fair_mean_qps, r.mean_qps))
+        fb = max(theirs, key=lambda r: (r.fair_mean_qps, r.mean_qps))
+        lines.append(f"| {g.name} | {a.label} | {a.mean_qps:.2f} | {_fair(fa, a)} | {b.label} "
+                     f"| {b.mean_qps:.2f} | {_fair(fb, b)} | {_ratio(a.mean_qps, b.mean_qps)} "
+                     f"| {_ratio(fa.fair_mean_qps, fb.fair_mean_qps)} |")
+    lines += ["", "Per class, at each row's capacity (goodput %, mean over the seeds; prompt "
+              "classes are the workload's prompt-length quartiles):", ""]
+    for g in doc.groups:
+        names = []
+        for r in g.rows:
+            for c in _classes_at_capacity(r.seeds):
+                names += [c] if c not in names else []
+        lines += [f"**{g.name}**", "", "| row | capacity | fair | " + " | ".join(names) + " |",
+                  "|---|---:|---:|" + "---:|" * len(names)]
+        for r in g.rows:
+            per = _classes_at_capacity(r.seeds)
+            cells = " | ".join(f"{per[n]:.1f}" if n in per else "-" for n in names)
+            lines.append(f"| {r.label} | {r.mean_qps:.2f} [{r.min_qps:.2f}-{r.max_qps:.2f}] | "
+                         f"{r.fair_mean_qps:.2f} | {cells} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _classes_at_capacity(seeds: list[SeedCapacity]) -> dict[str, float]:
+    """Each class's goodput at the highest rate that held (the capacity), mean over the
+    seeds that have one."""
+    sums: dict[str, list[float]] = {}
+    for s in seeds:
+        held = max((p for p in s.points if p.holds), key=lambda p: p.qps, default=None)
+        for c in (held.classes if held else []):
+            sums.setdefault(c.name, []).append(c.goodput_pct)
+    return {name: sum(v) / len(v) for name, v in sums.items()}
+
+
+def _fair(best_fair, best) -> str:
+    """The best fair capacity, naming its row when it is not the best-capacity row's."""
+    return f"{best_fair.fair_mean_qps:.2f}" + ("" if best_fair is best else
+                                                f" ({best_fair.label})")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.studies.tp_capacity",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--table", choices=sorted(TABLES), action="append", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--measured", type=int, default=REDUCED.measured)
+    p.add_argument("--seeds", default=",".join(map(str, REDUCED.seeds)))
+    p.add_argument("--tolerance", type=float, default=REDUCED.tolerance)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--only", default="",
+                   help="run only the rows whose \"workload label\" matches (a regex)")
+    p.add_argument("--report", action="store_true", help="write the report of what is cached")
+    args = p.parse_args(argv)
+    tables = [TABLES[name] for name in args.table]
+    protocol = Protocol(measured=args.measured, tolerance=args.tolerance,
+                        seeds=tuple(int(s) for s in args.seeds.split(",")))
+    out = Path(args.out)
+    if not args.report:
+        run(tables, protocol, out, args.workers, args.only)
+    done = load_cache(out / "searches.jsonl", protocol)
+    for table in tables:
+        doc = report(table, protocol, out, done)
+        if doc is not None:
+            print(comparison(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""A model's own SLOs (engines/executors/profiles/slo_scale.py, `--slo-scale`): a model over
+several GPUs is held to the default SLOs times its isolated latency over the 8B's; a model
+that fits one GPU keeps the paper's SLOs, so its runs are what they were.
+
+Covers: engines/executors/profiles/slo_scale.py, bench/sim/sim_flags.py, bench/studies/tp_capacity.py.
+"""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench.loadgen.workloads import SLO_CLASSES
+from bench.sim.sim_flags import add_sim_flags, sim_settings
+from bench.sim.simulate_cmd import _printable, readable_config
+from bench.studies.tp_capacity import TABLES, is_ascendra
+from daemon.core.controller_config import SloConfig
+from engines.executors.profiles import get_profile
+from engines.executors.profiles.registry import PROFILES
+from engines.executors.profiles.slo_scale import SloScale, isolated_seconds, slo_scale
+
+
+def settings(*flags: str):
+    p = argparse.ArgumentParser()
+    add_sim_flags(p)
+    return sim_settings(p.parse_args(list(flags)))
+
+
+def test_a_model_that_fits_one_gpu_keeps_the_default_slos():
+    for name, profile in PROFILES.items():
+        if profile.model.layers < 80:  # every profile but the 70Bs fits one 80 GB GPU
+            assert slo_scale(name) == SloScale(), name
+    _, config = settings("--profile", "a100-llama3-8b", "--tp", "2", "--workload", "mixed-slo")
+    assert config.slo == SloConfig() and config.workload.slo_classes == SLO_CLASSES
+
+
+def test_a_70b_is_held_to_its_isolated_latency_over_the_8bs_at_every_degree():
+    scale = slo_scale("a100-llama3-70b")
+    # timed alone at tp 4, the smallest degree holding a batch (tp 2 holds 21k tokens)
+    prefill, decode = isolated_seconds(get_profile("a100-llama3-70b@tp4"))
+    ref_prefill, ref_decode = isolated_seconds(get_profile("a100-llama3-8b"))
+    assert scale.ttft == round(prefill / ref_prefill, 2) and 2 < scale.ttft < 3
+    assert scale.tbt == round(decode / ref_decode, 2) and 2 < scale.tbt < 3
+    assert "at tp 4" in scale.basis
+    assert all(slo_scale(f"a100-llama3-70b@tp{k}") == scale for k in (2, 4, 8))
+    # never tighter than the paper's: an H100 prefills a 70B faster than an A100 an 8B
+    assert slo_scale("h100-llama2-70b").ttft == 1.0
+
+
+def test_the_run_uses_the_scaled_slos_and_classes_unless_told():
+    scale = slo_scale("a100-llama3-70b")
+    _, config = settings("--profile", "a100-llama3-70b", "--tp", "8", "--workload", "mixed-slo")
+    assert config.slo.ttft_slo == pytest.approx(SloConfig().ttft_slo * scale.ttft)
+    assert config.slo.tbt_slo == pytest.approx(SloConfig().tbt_slo * scale.tbt)
+    interactive = config.workload.slo_classes[0]
+    assert interactive.ttft_slo == pytest.approx(SLO_CLASSES[0].ttft_slo * scale.ttft)
+    assert config.slo_scale == scale
+    # a target given on the command line is kept; --slo-scale 1 is the 8B's SLOs
+    _, told = settings("--profile", "a100-llama3-70b", "--tp", "4", "--ttft-slo", "3")
+    assert told.slo.ttft_slo == 3 and told.slo.tbt_slo == pytest.approx(0.15 * scale.tbt)
+    _, plain = settings("--profile", "a100-llama3-70b", "--tp", "4", "--slo-scale", "1")
+    assert plain.slo == SloConfig()
+    _, each = settings("--profile", "a100-llama3-8b", "--slo-scale", "2,3")
+    assert (each.slo.ttft_slo, each.slo.tbt_slo) == pytest.approx((2.0, 0.45))
+
+
+def test_a_bad_scale_is_an_error_naming_the_flag():
+    with pytest.raises(ValueError, match="--slo-scale"):
+        settings("--slo-scale", "fast")
+    with pytest.raises(ValueError, match="--slo-scale"):
+        settings("--slo-scale", "0")
+
+
+def test_the_printed_configuration_names_the_scale_and_why():
+    subject, config = settings("--layout", "2A", "--profile", "a100-llama3-70b", "--tp", "4")
+    slo_line = next(line for line in readable_config(_printable(subject, config)).splitlines()
+                    if line.strip().startswith("slo "))
+    assert "ttft_slo 2.55" in slo_line and "scale.ttft 2.55" in slo_line
+    assert "a100-llama3-70b at tp 4 alone" in slo_line
+
+
+def test_the_tp_tables_compare_ascendra_rows_with_baseline_rows_at_every_degree():
+    for table in TABLES.values():
+        for group in table.groups:
+            labels = [r.label for r in group.rows]
+            assert any(is_ascendra(x) for x in labels) and not all(map(is_ascendra, labels))
+            assert {x.rsplit("@")[-1] for x in labels} == {x.rsplit("@")[-1] for x in labels
+                                                         if is_ascendra(x)}
