@@ -7,5 +7,6 @@ from pathlib import Path
 import msgspec
 
 
-def write_json(path: str | Path, value) -> None:
-    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(value), indent=2) + b"\n")
+def write_json(path: str | Path, value, indent: int = 2) -> None:
+    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(value), indent=indent)
+                           + b"\n")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import msgspec
 
+from bench.json_file import write_json
 from bench.parallel import imap_unordered
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import NEAR_GROWTH, RulerConfig, SeedCapacity, seed_capacity
@@ -227,8 +228,7 @@ def with_ratios(name: str, rows: list[RowResult], measured: int | None = None) -
 
 
 def write(doc: TableResult, out: Path) -> Path:
-    (out / f"{doc.name}.json").write_bytes(
-        msgspec.json.format(msgspec.json.encode(doc), indent=1) + b"\n")
+    write_json(out / f"{doc.name}.json", doc, indent=1)
     md = out / f"{doc.name}.md"
     md.write_text(render(doc))
     return md

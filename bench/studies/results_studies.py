@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from bench.json_file import write_json
 from bench.ruler.capacity_table import SWEEPS
 from bench.studies.results_tables import StudyTable
 
@@ -45,8 +46,7 @@ def run_study(study: StudyTable, out: Path, quick: bool, workers: int | None,
     doc = StudyResult(name=study.name, title=study.title, command=table_command,
                       study_command=command, commit=stamp[0], date=stamp[1], quick=quick,
                       returncode=returncode, data=msgspec.Raw(data))
-    (out / f"{study.name}.json").write_bytes(
-        msgspec.json.format(msgspec.json.encode(doc), indent=1) + b"\n")
+    write_json(out / f"{study.name}.json", doc, indent=1)
     md = out / f"{study.name}.md"
     md.write_text(render_study(doc))
     return md
