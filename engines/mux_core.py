@@ -122,14 +122,9 @@ class MuxCore:
         return part.find_request(request_id) if part is not None else None
 
     # ---- commands ----------------------------------------------------------------------
-    def take(self, commands: list[ToInstance], now: float, num_bad_frames: int = 0,
-             ) -> list[Output]:
-        outputs: list[Output] = []
-        for command in commands:
-            outputs += self.handle(command, now, num_bad_frames)
-            if self.stopped:
-                break
-        return outputs
+    #: The turn's first part, InstanceCore's own: each command through `self.handle`, in
+    #: order, until a Shutdown (it reads only `handle` and `stopped`, which this core has).
+    take = InstanceCore.take
 
     def handle(self, command: ToInstance, now: float, num_bad_frames: int = 0,
                ) -> list[Output]:
