@@ -124,7 +124,8 @@ def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
                               max_model_len=config.model.max_model_len,
                               cuda_graph_max_batch=min(instances.cuda_graph_max_batch,
                                                        scheduler.resolved_max_num_seqs()),
-                              tp=tp, perf_profile=instances.perf_profile)
+                              tp=tp, perf_profile=instances.perf_profile,
+                              esp=config.controller.esp_max_degree > 1)
     return InstanceConfig(instance_id=spec.index, endpoint=endpoint, scheduler=scheduler.validate(),
                           executor=executor, gpus=list(spec.gpus) if spec.gpus else None,
                           heartbeat_interval=config.process.heartbeat_interval,

@@ -38,7 +38,7 @@ def build_executor(config: ExecutorConfig):
     return TorchExecutor(model_dir, block_size=config.block_size,
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None,
                          max_model_len=config.max_model_len,
-                         cuda_graph_max_batch=config.cuda_graph_max_batch)
+                         cuda_graph_max_batch=config.cuda_graph_max_batch, esp=config.esp)
 
 
 def _sim_grammars(model_dir: str):

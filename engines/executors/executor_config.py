@@ -44,3 +44,6 @@ class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: torch: a measured profile (`ascendra profile`'s file) of this executor that the
     #: performance model starts from instead of timing batches at start; "" = calibrate.
     perf_profile: str = ""
+    #: torch: this instance may join ESP groups (controller.esp_max_degree > 1), so its
+    #: attention also runs ESP steps; off, the step's attention is the backend alone.
+    esp: bool = False

@@ -63,7 +63,7 @@ class TorchExecutor:
                  cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
                  num_threads: int | None = None, max_model_len: int | None = None,
                  cuda_graph_max_batch: int = DEFAULT_CUDA_GRAPH_MAX_BATCH,
-                 shard: Shard = Shard(), ranks=None) -> None:
+                 shard: Shard = Shard(), ranks=None, esp: bool = False) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -75,7 +75,7 @@ class TorchExecutor:
         self.shard, self.ranks = shard, ranks
         self.num_kv_heads = len(shard.kv_heads(config))
         self.attention = select_attention(self.device, self.dtype, block_size)
-        if self.device.type == "cpu" and not shard.parallel:  # ESP groups are gloo (CPU)
+        if esp and self.device.type == "cpu" and not shard.parallel:  # ESP groups: gloo
             self.attention = EspAttention(self.attention)
         self.model = load_model(model_dir, self.attention, config=config, device=self.device,
                                 dtype=self.dtype, shard=shard)
@@ -184,7 +184,9 @@ class TorchExecutor:
         its stripe of the prompt, into the step's blocks. Raises RuntimeError when a
         member is gone or silent past the group's timeout (gloo)."""
         if not isinstance(self.attention, EspAttention):
-            raise RuntimeError("ESP groups run on a CPU instance without tensor parallelism")
+            raise RuntimeError("this instance was not built for ESP groups (esp: "
+                               "controller.esp_max_degree > 1, on CPU, without tensor "
+                               "parallelism)")
         sequence = EspSequence(group, step.block_table, self.block_size)
         sequence.prefill(self.model, self.kv_caches, step.token_ids)
         return sequence
