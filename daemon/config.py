@@ -29,7 +29,7 @@ from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsCo
 from daemon.layout import DEFAULT_LAYOUT, layout_modes, parse_layout
 from daemon.model_plan import ModelPlan, instance_gpus, per_model, plan_models
 from engines.scheduler_config import SchedulerConfig
-from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH
+from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH, DEFAULT_TORCH_THREADS
 from engines.executors.latency import make_latency
 
 PositiveInt = Annotated[int, Meta(ge=1)]
@@ -120,6 +120,13 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         "torch on CUDA: decode steps of up to this many sequences (and at most the mode's "
         "max_num_seqs) replay CUDA graphs captured at start; 0 = always eager (vLLM's "
         "--enforce-eager).")] = DEFAULT_CUDA_GRAPH_MAX_BATCH
+    torch_threads: Annotated[int, Meta(ge=0), doc(
+        "torch: threads each instance process runs its operators on (torch.set_num_threads; "
+        "a tensor-parallel rank's too); 0 = torch's default, one per core (or "
+        "OMP_NUM_THREADS), and at tp > 1 on CPU the cores shared out over the ranks. On "
+        "a CPU shared by several processes, 1 keeps an instance's steps from waiting at "
+        "every operator for a thread the others have taken (docs/measured_profiles.md).")
+    ] = DEFAULT_TORCH_THREADS
     perf_profile: Annotated[str, doc(
         "torch: a profile file `ascendra profile` wrote of this executor and model; the "
         "performance model (LP/HP modes) starts from its step times instead of timing "
@@ -149,6 +156,9 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
             raise ValueError(f"{field}: only the sim executor waits out a step latency; with "
                              f"executor {self.executor!r} the model runs at this machine's "
                              "speed (add --executor sim, or drop the setting)")
+        if self.torch_threads and self.executor != "torch":
+            raise ValueError("torch_threads: only the torch executor runs operators on threads "
+                             "(a sim executor runs none)")
         if self.perf_profile and self.executor != "torch":
             raise ValueError("perf_profile: only the torch executor calibrates its performance "
                              "model at start (a sim executor's model is its profile's)")

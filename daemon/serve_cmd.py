@@ -125,6 +125,7 @@ def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
                               cuda_graph_max_batch=min(instances.cuda_graph_max_batch,
                                                        scheduler.resolved_max_num_seqs()),
                               tp=tp, perf_profile=instances.perf_profile,
+                              torch_threads=instances.torch_threads,
                               esp=config.controller.esp_max_degree > 1)
     return InstanceConfig(instance_id=spec.index, endpoint=endpoint, scheduler=scheduler.validate(),
                           executor=executor, gpus=list(spec.gpus) if spec.gpus else None,

@@ -148,7 +148,8 @@ def start_ranks(config, model_dir: str):
 
 
 def _executor_kwargs(config, size: int, device: torch.device) -> dict:
-    threads = max(1, (os.cpu_count() or 1) // size) if device.type == "cpu" else None
+    threads = config.torch_threads or (max(1, (os.cpu_count() or 1) // size)
+                                       if device.type == "cpu" else None)
     return dict(block_size=config.block_size, num_kv_blocks=config.num_kv_blocks,
                 device=device, max_model_len=config.max_model_len,
                 cuda_graph_max_batch=config.cuda_graph_max_batch, num_threads=threads)

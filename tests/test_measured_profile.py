@@ -20,7 +20,7 @@ from bench.profiling.profile_cmd import timed_steps
 from engines.calibration import stated_latency
 from engines.executors.profiles.measured import (
     PROFILE_FORMAT, HostCosts, HostSample, ProfileFile, check_model, features, load_measured,
-    read_profile, write_profile,
+    padding, read_profile, write_profile,
 )
 from policies.batch_shape import BatchShape
 from engines.executors.profiles.profile_grid import profile_grid
@@ -56,7 +56,7 @@ def test_a_profile_file_round_trips(tmp_path):
     path = tmp_path / "p.json"
     written = fake_profile(path)
     assert read_profile(path) == written
-    assert {s.kind for s in written.steps} == {"prefill", "decode", "mixed"}
+    assert {s.kind for s in written.steps} == {"prefill", "decode", "spread", "mixed"}
     assert all(len(s.seconds) == 2 for s in written.steps)
 
 
@@ -80,6 +80,46 @@ def test_a_simulation_on_a_profile_charges_the_profiled_step_times(tmp_path):
     assert simulation.instances[0].core.kv.num_blocks == 4096  # the profiled KV cache
 
 
+#: What a decode costs per position short of its batch's longest (a padding backend).
+PAD = 5e-8
+
+
+def padded_seconds(batch) -> float:
+    return known_seconds(batch) + PAD * padding(batch.shape()) if batch else 0.0
+
+
+def test_spread_steps_teach_the_profile_what_decodes_of_differing_contexts_cost(tmp_path):
+    """An executor that pays for decode padding: the grid's spread steps show it, the fit
+    (format 3) prices it, and a traffic-like batch is charged what the executor takes."""
+    executor = SimExecutor(padded_seconds, num_kv_blocks=4096, block_size=16,
+                           max_model_len=4096)
+    grid = profile_grid(512, 4096, 64, 4096 * 16 - 64 * 16, quick=True)
+    assert any(kind == "spread" and len(set(shape.decodes)) > 1 for kind, shape in grid)
+    steps, _ = timed_steps(executor, grid, repeats=2, timer=stated_latency)
+    path = tmp_path / "padded.json"
+    fake_profile(path, steps=steps)
+    profile = load_measured(path)
+    assert profile.pads and profile.fit_mape < 1e-9
+    traffic = BatchShape.of(prefills=[(100, 0)], decodes=[900, 400, 37, 12])
+    assert profile.step_time(traffic) == pytest.approx(
+        float(features(traffic) @ KNOWN) + PAD * padding(traffic), rel=1e-9)
+    uniform = BatchShape.of(decodes=[300] * 8)
+    assert padding(uniform) == 0
+    assert profile.step_time(uniform) == pytest.approx(float(features(uniform) @ KNOWN))
+
+
+def test_a_file_without_spread_steps_fits_the_five_costs_as_before(tmp_path):
+    """A format 1 or 2 file (no spread steps) is priced as it always was: no sixth cost,
+    so its simulations are unchanged."""
+    whole = fake_profile(tmp_path / "whole.json")
+    older = tmp_path / "older.json"
+    fake_profile(older, format=2, steps=[s for s in whole.steps if s.kind != "spread"])
+    profile = load_measured(older)
+    assert not profile.pads and len(profile.coefficients) == len(KNOWN)
+    traffic = BatchShape.of(decodes=[900, 400, 37, 12])
+    assert profile.step_time(traffic) == float(features(traffic) @ profile.coefficients)
+
+
 def test_a_malformed_profile_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
@@ -87,7 +127,7 @@ def test_a_malformed_profile_is_a_clear_error(tmp_path):
         get_profile(str(bad))
     old = tmp_path / "old.json"
     old.write_text('{"format": 99}')
-    with pytest.raises(ValueError, match=r"format 99.*reads formats \(1, 2\)"):
+    with pytest.raises(ValueError, match=r"format 99.*reads formats \(1, 2, 3\)"):
         get_profile(str(old))
     partial = tmp_path / "partial.json"
     partial.write_text(f'{{"format": {PROFILE_FORMAT}, "device": "cpu"}}')

@@ -5,10 +5,11 @@ A real daemon (`ascendra serve`, one instance of the profiled executor, mode sar
 profile's KV cache, chunk and sequence limits) is started, and the load generator of
 `ascendra bench` (the same client) sends it groups of `batch` requests at once -- a
 prompt of `prompt_len` tokens of its own each (no prefix is shared: nothing is cached),
-`output_len` tokens asked -- `repeats` groups of each batch size, after one untimed
-group, each group once the one before has ended (one client session
-a group: its connections are new, as a load generator's first ones are). Each group's
-time to first token and mean time between tokens per request is a `HostSample`
+`output_len` tokens asked -- `repeats` groups of each batch size (of a lone request
+`LONE_REPEATS` at least), after one untimed group, each group once the one before has
+ended (one client session a group: its connections are new, as a load generator's
+first ones are). Each group's time to first token and mean time between tokens per
+request is a `HostSample`
 (engines/executors/profiles/measured.py), which reads the per-request and per-step costs
 off them against the step-time fit.
 """
@@ -24,6 +25,8 @@ from engines.executors.profiles.measured import HostSample
 #: A request's prompt and output (tokens): short, so that steps are the host's smallest.
 PROMPT_LEN = 16
 OUTPUT_LEN = 32
+#: Lone requests timed at least (the per-request cost is their median).
+LONE_REPEATS = 10
 #: Seconds a group may take to be answered (a tiny model's group takes well under one).
 GROUP_TIMEOUT_S = 120.0
 
@@ -40,12 +43,22 @@ def host_batches(max_num_seqs: int, chunk_size: int, prompt_len: int = PROMPT_LE
 
 def serve_args(model_dir: str, device: str, block_size: int, num_kv_blocks: int,
                max_model_len: int, chunk_size: int, max_num_seqs: int,
-               tp: int = 1) -> list[str]:
-    """The daemon that runs the profiled executor as one instance (over `tp` ranks)."""
+               tp: int = 1, torch_threads: int = 0) -> list[str]:
+    """The daemon that runs the profiled executor as one instance (over `tp` ranks, on
+    `torch_threads` threads each: 0 = torch's default)."""
     return ["--executor", "torch", "--device", device, "--model", model_dir, "--tp", str(tp),
+            "--torch-threads", str(torch_threads),
             "--layout", "1xsarathi", "--block-size", str(block_size),
             "--num-kv-blocks", str(num_kv_blocks), "--max-model-len", str(max_model_len),
             "--chunk-size", str(chunk_size), "--max-num-seqs", str(max_num_seqs)]
+
+
+def host_plan(batches: list[int], repeats: int) -> list[int]:
+    """The groups' sizes in order: one untimed lone request (a warm-up), then `repeats`
+    groups of each size, of a lone request `LONE_REPEATS` at least (the cost of a request
+    is read off lone requests alone: one slow answer must not be their median)."""
+    return [1] + [b for b in batches
+                  for _ in range(max(repeats, LONE_REPEATS) if b == 1 else repeats)]
 
 
 def time_host(args: list[str], batches: list[int], repeats: int,
@@ -53,7 +66,7 @@ def time_host(args: list[str], batches: list[int], repeats: int,
               progress=None) -> list[HostSample]:
     """Start a daemon with `args` (serve_args), time `repeats` groups of each batch size
     through it, end it; one sample per group. `progress()` after each group."""
-    plan = [1] + [b for b in batches for _ in range(repeats)]  # the first group: warm-up
+    plan = host_plan(batches, repeats)
     with ServeProcess(args, start_timeout=300) as daemon:
         groups = asyncio.run(_send_groups(daemon.url, plan, prompt_len, output_len, progress))
     return [HostSample(len(group), prompt_len, output_len, [r.ttft() for r in group],

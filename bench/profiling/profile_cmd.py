@@ -28,6 +28,7 @@ from engines.executors.profiles.measured import (
 )
 from bench.launch.daemon_launcher import DaemonStartError
 from bench.profiling import host_timing
+from engines.executors.executor_config import DEFAULT_TORCH_THREADS
 from engines.executors.profiles.registry import get_profile
 from engines.scheduler_config import SchedulerConfig
 
@@ -51,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV cache size in blocks (default: what the device's memory holds)")
     p.add_argument("--block-size", type=int, default=16, help="KV block size (default 16)")
+    p.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
+                   help="torch threads of the profiled executor and of the live phase's "
+                        "instance (serve's instances.torch_threads); 0 = torch's default "
+                        "(default %(default)s)")
     p.add_argument("--no-host", action="store_true",
                    help="skip the live phase (a daemon on this executor, timed through its "
                         "HTTP path): the file then holds no host costs")
@@ -68,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--out FILE is needed (or --compare FILE)")
         if args.tp < 1:
             raise ValueError(f"--tp must be >= 1, got {args.tp}")
+        if args.torch_threads < 0:
+            raise ValueError(f"--torch-threads must be >= 0, got {args.torch_threads}")
         return measure_profile(args)
     except (ValueError, DaemonStartError) as exc:
         print(f"ascendra profile: error: {exc}", file=sys.stderr)
@@ -84,7 +91,7 @@ def measure_profile(args: argparse.Namespace) -> int:
     executor = build_executor(ExecutorConfig(
         kind="torch", model_dir=str(model_dir), block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks, device=args.device or "",
-        max_model_len=args.max_model_len, tp=args.tp))
+        max_model_len=args.max_model_len, tp=args.tp, torch_threads=args.torch_threads))
     try:
         profile = _measure(args, executor, model_dir)
         device = executor.device.type
@@ -158,8 +165,9 @@ def _time_host(args, profile: ProfileFile, device: str):
     serve = host_timing.serve_args(profile.model_dir, args.device or device,
                                    profile.block_size, profile.num_kv_blocks,
                                    profile.max_model_len, args.chunk_size, args.max_num_seqs,
-                                   args.tp)
-    with tqdm(total=1 + len(batches) * profile.repeats, desc="timing the daemon's path",
+                                   args.tp, args.torch_threads)
+    with tqdm(total=len(host_timing.host_plan(batches, profile.repeats)),
+              desc="timing the daemon's path",
               unit="group", file=sys.stderr) as bar:
         return host_timing.time_host(serve, batches, profile.repeats, progress=bar.update)
 

@@ -45,6 +45,7 @@ def check(args, rate: float, out: Path) -> dict:
             "--seed", str(args.seed), "--max-prompt-len", str(args.max_prompt_len)]
     live_json, sim_json = out / f"live_{rate}.json", out / f"sim_{rate}.json"
     serve = ["--executor", "torch", "--device", "cpu", *shared,
+             "--torch-threads", str(args.torch_threads),
              *(["--model", args.model] if args.model else []),
              "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
     with ServeProcess(serve, start_timeout=300, log_path=out / f"daemon_{rate}.log") as daemon:
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="trim ShareGPT's prompts to this (default %(default)s: a CPU)")
     parser.add_argument("--instances", type=int, default=1,
                         help="instances of the daemon and the simulation (default 1)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch threads of each live instance (serve's "
+                             "instances.torch_threads; default %(default)s: one core each)")
     parser.add_argument("--out", default="measured_loop")
     args = parser.parse_args(argv)
     out = Path(args.out)

@@ -38,7 +38,8 @@ def build_executor(config: ExecutorConfig):
     return TorchExecutor(model_dir, block_size=config.block_size,
                          num_kv_blocks=config.num_kv_blocks, device=config.device or None,
                          max_model_len=config.max_model_len,
-                         cuda_graph_max_batch=config.cuda_graph_max_batch, esp=config.esp)
+                         cuda_graph_max_batch=config.cuda_graph_max_batch, esp=config.esp,
+                         num_threads=config.torch_threads or None)
 
 
 def _sim_grammars(model_dir: str):

@@ -14,6 +14,9 @@ SIM_DEFAULT_KV_BLOCKS = 4096
 #: torch on CUDA: decode steps of up to this many sequences replay captured CUDA graphs
 #: (vLLM captures up to 512 by default; 256 is our default max_num_seqs' ceiling).
 DEFAULT_CUDA_GRAPH_MAX_BATCH = 256
+#: torch: threads of the executor's process (torch.set_num_threads); 0 = torch's own choice
+#: (OMP_NUM_THREADS if set, else one per core).
+DEFAULT_TORCH_THREADS = 0
 #: Context limit of a sim executor that has no model folder to read it from.
 SIM_DEFAULT_MAX_MODEL_LEN = 4096
 
@@ -41,6 +44,9 @@ class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: process and (on CUDA) one GPU each (engines/tp_ranks.py). sim: the profile's
     #: step times at this degree.
     tp: PositiveInt = 1
+    #: torch: this process's threads (a TP rank's too); 0 = torch's default (one per
+    #: core, or OMP_NUM_THREADS), or at tp > 1 on CPU the cores shared out over the ranks.
+    torch_threads: Annotated[int, Meta(ge=0)] = DEFAULT_TORCH_THREADS
     #: torch: a measured profile (`ascendra profile`'s file) of this executor that the
     #: performance model starts from instead of timing batches at start; "" = calibrate.
     perf_profile: str = ""

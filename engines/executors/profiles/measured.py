@@ -28,6 +28,14 @@ decode step), and a cost per request (time to first token beyond its first step)
 simulator charges them (bench/sim: an arrival reaches the controller that much later,
 each step lasts that much longer); a sim daemon does not (it pays its own). A format 1
 file reads as one without them.
+
+Format 3 adds steps of kind "spread": decode batches whose contexts differ, as traffic
+makes them (requests at every stage of their answers), where the grid's other decodes
+all share one context. A backend may cost more than the sum of its contexts for them --
+on CPU, SDPA pads each run of decodes to its longest and masks the rest, and a masked
+call is slower per position -- so a file that has them fits a sixth cost, the decode
+padding (`padding`: positions short of the batch's longest decode context, 0 when they
+are all one length). A file without them (format 1, 2) fits the five, as before.
 """
 from __future__ import annotations
 
@@ -46,10 +54,12 @@ from engines.perf.model_shape import ModelShape
 from engines.perf.nnls import nnls
 
 #: The file format this code writes; it reads these, and refuses any other.
-PROFILE_FORMAT = 2
-READ_FORMATS = (1, 2)
-STEP_KINDS = ("prefill", "decode", "mixed")
+PROFILE_FORMAT = 3
+READ_FORMATS = (1, 2, 3)
+STEP_KINDS = ("prefill", "decode", "mixed", "spread")
 FEATURE_NAMES = ("constant", "tokens", "sequences", "prefill_attention", "decode_attention")
+#: The sixth cost, fitted only on a file with "spread" steps (format 3).
+PADDING_FEATURE = "decode_padding"
 
 
 class TimedStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -178,6 +188,13 @@ def features(shape: BatchShape) -> np.ndarray:
                      shape.decode_context_sum], np.float64)
 
 
+def padding(shape: BatchShape) -> int:
+    """Decode positions short of the step's longest decode context: what padding every
+    decode to the longest would add (0 when they are all one length)."""
+    decodes = shape.decodes
+    return len(decodes) * max(decodes) - shape.decode_context_sum if decodes else 0
+
+
 class MeasuredProfile:
     """A profile file as the simulator, capacity and plan read a `GpuProfile`."""
 
@@ -187,7 +204,9 @@ class MeasuredProfile:
         self.model: ModelShape = data.model
         self.hardware: HardwareSpec = data.hardware
         self.description = f"measured: {data.device}, {data.model_dir}, {data.dtype}, {data.date}"
-        rows = np.stack([features(s.shape()) for s in data.steps])
+        #: fit the decode padding too (a file with "spread" steps: format 3)
+        self.pads = any(step.kind == "spread" for step in data.steps)
+        rows = np.stack([self._features(s.shape()) for s in data.steps])
         medians = np.array([s.median for s in data.steps])
         scale = 1.0 / medians  # relative error: a 5 ms decode matters as a 500 ms prefill
         self.coefficients = nnls(rows * scale[:, None], np.ones_like(medians))
@@ -205,7 +224,13 @@ class MeasuredProfile:
         per-sequence cost it measured)."""
         if not shape.num_tokens:
             return 0.0
-        return float(features(shape) @ self.coefficients)
+        return float(self._features(shape) @ self.coefficients)
+
+    def _features(self, shape: BatchShape) -> np.ndarray:
+        """The costs this file fits: `features`, and `padding` when it has spread steps."""
+        if not self.pads:
+            return features(shape)
+        return np.append(features(shape), float(padding(shape)))
 
     @property
     def kv_bytes_per_token(self) -> int:
