@@ -204,7 +204,9 @@ def compare(files: list[str], model: str | None) -> int:
     print(head + (f"{'other ms':>10}{'other/meas':>11}" if other else ""))
     for step in measured.data.steps:
         shape = step.shape()
-        decodes = f"{len(step.decodes)} x {max(step.decodes)}" if step.decodes else "-"
+        low, high = (min(step.decodes), max(step.decodes)) if step.decodes else (0, 0)
+        decodes = (f"{len(step.decodes)} x {high}" if low == high else
+                   f"{len(step.decodes)} x {low}-{high}") if step.decodes else "-"
         prefills = " ".join(f"{c},{l}" for c, l in step.prefills) or "-"
         line = (f"{step.kind:<8}{prefills:<22}{decodes:<16}{step.median * 1e3:>12.2f}"
                 f"{step.spread:>8.0%}{measured.step_time(shape) * 1e3:>9.2f}")

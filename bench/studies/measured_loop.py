@@ -4,16 +4,19 @@ profiled by `ascendra profile`) on the same requests, at a few rates.
 
     python -m bench.studies.measured_loop --profile tiny-cpu.json [--rates 0.5,1.5]
         [--num-requests 60] [--max-prompt-len 128] [--model DIR] [--out DIR]
-        [--instances 2]
+        [--instances 2] [--torch-threads 1]
 
 Both sides get the same layout (`--instances` x sarathi), model length, chunk size,
 sequence limit, KV cache size and SLOs. What differs is time: the daemon's steps are the
 executor's real ones (and the machine's other load), plus the scheduler's own CPU time,
 the event loops and the client; the simulator's are the profile's fit plus the host
-costs the profile measured on the daemon's path (when it did). It prints goodput,
-p50/p90 TTFT and mean TBT side by side, each instance's p50 TTFT and mean TBT (several
-instances: how far they drift apart), and the load average before and after each side
-(this machine is shared), and writes both result JSONs and `summary.json`.
+costs the profile measured on the daemon's path (when it did). Each live instance runs
+on `--torch-threads` torch threads (default 1: on a small CPU shared with the controller
+and the client, more threads wait at every operator for a core another process holds).
+It prints goodput, p50/p90 TTFT and mean TBT side by side, each instance's p50 TTFT and
+mean TBT (several instances: how far they drift apart), and the load average before and
+after each side (this machine is shared), and writes both result JSONs and
+`summary.json`.
 """
 from __future__ import annotations
 
