@@ -20,7 +20,7 @@ import asyncio
 from bench.launch.daemon_launcher import ServeProcess
 from bench.loadgen.loadgen import run_load
 from bench.loadgen.workload import WorkloadRequest
-from engines.executors.profiles.measured import HostSample, host_step_shapes
+from engines.executors.profiles.measured import HostSample
 
 #: A request's prompt and output (tokens): short, so that steps are the host's smallest.
 PROMPT_LEN = 16
@@ -39,13 +39,6 @@ def host_batches(max_num_seqs: int, chunk_size: int, prompt_len: int = PROMPT_LE
         batches.append(b)
         b *= 2
     return batches
-
-
-def host_grid(max_num_seqs: int, chunk_size: int, grid: list) -> list:
-    """("host", shape) for each of the live phase's batches that `grid` does not time."""
-    have = {shape for _, shape in grid}
-    return [("host", shape) for shape in host_step_shapes(
-        host_batches(max_num_seqs, chunk_size), PROMPT_LEN, OUTPUT_LEN) if shape not in have]
 
 
 def serve_args(model_dir: str, device: str, block_size: int, num_kv_blocks: int,

@@ -128,8 +128,6 @@ def _measure(args: argparse.Namespace, executor, model_dir) -> ProfileFile:
     grid = profile_grid(args.chunk_size, max_context, args.max_num_seqs,
                         (executor.num_kv_blocks - args.max_num_seqs) * executor.block_size,
                         quick=args.quick)
-    if not args.no_host:  # the live phase's own batches, timed here too: its costs' base
-        grid += host_timing.host_grid(args.max_num_seqs, args.chunk_size, grid)
     with tqdm(total=len(grid), desc="profiling", unit="step", file=sys.stderr) as bar:
         steps, skipped = timed_steps(executor, grid, repeats, progress=bar.update)
     if skipped:

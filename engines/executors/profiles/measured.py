@@ -35,11 +35,7 @@ all share one context. A backend may cost more than the sum of its contexts for 
 on CPU, SDPA pads each run of decodes to its longest and masks the rest, and a masked
 call is slower per position -- so a file that has them fits a sixth cost, the decode
 padding (`padding`: positions short of the batch's longest decode context, 0 when they
-are all one length). A file without them (format 1, 2) fits the five, as before. Its
-steps of kind "host" are the live phase's own batches (a lone prompt, each group's
-decodes at its tokens' mean context), timed in process: the host costs are read off
-against their measured times, not the fit's (which a few shapes of one context need not
-match), so the cost of a step is the daemon's, not the fit's error.
+are all one length). A file without them (format 1, 2) fits the five, as before.
 """
 from __future__ import annotations
 
@@ -60,7 +56,7 @@ from engines.perf.nnls import nnls
 #: The file format this code writes; it reads these, and refuses any other.
 PROFILE_FORMAT = 3
 READ_FORMATS = (1, 2, 3)
-STEP_KINDS = ("prefill", "decode", "mixed", "spread", "host")
+STEP_KINDS = ("prefill", "decode", "mixed", "spread")
 FEATURE_NAMES = ("constant", "tokens", "sequences", "prefill_attention", "decode_attention")
 #: The sixth cost, fitted only on a file with "spread" steps (format 3).
 PADDING_FEATURE = "decode_padding"
@@ -263,54 +259,29 @@ class MeasuredProfile:
 def host_costs(samples: list[HostSample], profile: MeasuredProfile) -> HostCosts:
     """The daemon's costs beyond `profile`'s fitted steps, from live `samples`.
 
-    Per step: each batch's median mean-TBT less the decode step of that batch over the
-    contexts its tokens saw (prompt + 1 .. prompt + output - 1), fitted non-negative as
-    `step_s + step_per_seq_s x batch`. Per request: a lone request's median TTFT less its
-    prefill step and that step's host cost. The steps are the file's timings of these
-    very batches when it has them (kind "host", format 3), else the fit's; with the
-    fit's, what it gets wrong at these shapes lands in the costs too."""
+    Per step: each batch's median mean-TBT less the fitted decode step of that batch over
+    the contexts its tokens saw (prompt + 1 .. prompt + output - 1), fitted non-negative
+    as `step_s + step_per_seq_s x batch`. Per request: a lone request's median TTFT less
+    its fitted prefill step and that step's host cost. What the fit gets wrong at these
+    shapes lands in them too: they are what the simulator needs added to match the
+    daemon, measured, not a breakdown of where the time goes."""
     by_batch: dict[int, list[float]] = {}
-    timed = _timed_host_steps(profile)
     for sample in samples:
         by_batch.setdefault(sample.batch, []).extend(
-            tbt - _decode_seconds(profile, sample, timed) for tbt in sample.tbt_s)
+            tbt - _decode_seconds(profile, sample) for tbt in sample.tbt_s)
     batches = sorted(by_batch)
     extra = np.array([max(0.0, statistics.median(by_batch[b])) for b in batches])
     rows = np.array([[1.0, float(b)] for b in batches])
     step_s, per_seq = nnls(rows, extra) if len(batches) > 1 else (extra[0], 0.0)
     alone = [s for s in samples if s.batch == 1]
-    prefill = BatchShape.prefill_only(alone[0].prompt_len)
-    first = timed.get(prefill) or profile.step_time(prefill)
+    first = profile.step_time(BatchShape.prefill_only(alone[0].prompt_len))
     ttft = statistics.median(t for s in alone for t in s.ttft_s)
     request_s = max(0.0, ttft - first - (step_s + per_seq))
     return HostCosts(float(request_s), float(step_s), float(per_seq))
 
 
-def _timed_host_steps(profile: MeasuredProfile) -> dict[BatchShape, float]:
-    """Median seconds of each step shape, when the file timed the live phase's own
-    batches (steps of kind "host"); empty otherwise (the fit prices them)."""
-    steps = profile.data.steps
-    if not any(step.kind == "host" for step in steps):
-        return {}
-    return {step.shape(): step.median for step in steps}
-
-
-def host_step_shapes(batches: list[int], prompt_len: int, output_len: int,
-                     ) -> list[BatchShape]:
-    """The live phase's own batches, to time in process: a lone prompt's prefill, and
-    each group's decodes at the mean context its tokens saw."""
-    middle = prompt_len + output_len // 2
-    return [BatchShape.prefill_only(prompt_len),
-            *(BatchShape.of(decodes=[middle] * batch) for batch in batches)]
-
-
-def _decode_seconds(profile: MeasuredProfile, sample: HostSample,
-                    timed: dict[BatchShape, float]) -> float:
-    """`sample`'s batch's decode step: timed in process at its tokens' mean context when
-    the file has it, else fitted, averaged over its tokens' contexts."""
-    middle = BatchShape.of(decodes=[sample.prompt_len + sample.output_len // 2] * sample.batch)
-    if middle in timed:
-        return timed[middle]
+def _decode_seconds(profile: MeasuredProfile, sample: HostSample) -> float:
+    """The fitted decode step of `sample`'s batch, averaged over its tokens' contexts."""
     contexts = range(sample.prompt_len + 1, sample.prompt_len + sample.output_len)
     return statistics.fmean(profile.step_time(BatchShape.of(decodes=[c] * sample.batch))
                             for c in contexts)
