@@ -250,7 +250,8 @@ def test_profile_times_the_tiny_model_and_its_daemon(tmp_path, capsys):
                  "--num-kv-blocks", "256", "--out", str(out)])
     assert code == 0
     profile = load_measured(out)
-    assert [s.batch for s in profile.data.host] == [1, 2, 4]
+    assert [s.batch for s in profile.data.host] == [1] * 10 + [2, 4]  # LONE_REPEATS
+    assert "spread" in {s.kind for s in profile.data.steps}
     assert all(s.output_len == 32 and len(s.tbt_s) == s.batch for s in profile.data.host)
     assert profile.host is not None and profile.host.request_s >= 0
     assert "host costs" in capsys.readouterr().out
