@@ -2,8 +2,7 @@
 threads, set in the instance's executor config and applied when its executor is built
 (and by `ascendra profile`); a bad value is a config error naming the field.
 
-Covers: daemon/config.py, daemon/serve_cmd.py, engines/executors/build.py,
-engines/executors/executor_config.py, bench/profiling/host_timing.py.
+Covers: daemon/config.py, daemon/serve_cmd.py, engines/executors/build.py, engines/executors/executor_config.py, bench/profiling/host_timing.py.
 """
 from __future__ import annotations
 
