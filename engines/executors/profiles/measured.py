@@ -58,8 +58,6 @@ PROFILE_FORMAT = 3
 READ_FORMATS = (1, 2, 3)
 STEP_KINDS = ("prefill", "decode", "mixed", "spread")
 FEATURE_NAMES = ("constant", "tokens", "sequences", "prefill_attention", "decode_attention")
-#: The sixth cost, fitted only on a file with "spread" steps (format 3).
-PADDING_FEATURE = "decode_padding"
 
 
 class TimedStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

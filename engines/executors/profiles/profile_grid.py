@@ -4,10 +4,10 @@ Prefill chunks of several sizes after several cached contexts; decode batches of
 sizes at several contexts; "spread" decode batches whose contexts differ, evenly from a
 low to a high one (traffic's batches: requests at every stage of their answers; a
 backend may pay for the difference, engines/executors/profiles/measured.py `padding`);
-and mixed steps (a prefill chunk beside a batch of decodes),
-up to the step's token budget, the sequence limit and the context limit. Log-spaced, so
-both the small steps (per-step costs dominate) and the full ones are seen; `quick` takes
-fewer points on each axis. The same list for the same arguments.
+and mixed steps (a prefill chunk beside a batch of decodes), up to the step's token
+budget, the sequence limit and the context limit. Log-spaced, so both the small steps
+(per-step costs dominate) and the full ones are seen; `quick` takes fewer points on each
+axis. The same list for the same arguments.
 """
 from __future__ import annotations
 
