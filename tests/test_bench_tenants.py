@@ -295,7 +295,7 @@ def test_the_tenants_study_runs_quick(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["config"]["quick"] and doc["config"]["seeds"] == [0]
     assert [r["label"] for r in doc["flood"]][:2] == ["2L1H",
-                                                      "2L1H --no-fair-share (today's default)"]
+                                                      "2L1H --no-fair-share (costliest late first)"]
     for row in doc["flood"]:
         assert 0 <= row["light_goodput_pct"] <= 100 and row["one_tenant_goodput_pct"] >= 0
     assert {r["weights"] for r in doc["weights"]} == {"2:1", "1:1"}

@@ -12,8 +12,8 @@ Goodput is over the measured middle of a run (the ruler's warm-up and cool-down 
 bench/ruler/steady_state.py). Phases (`--phases`, default all):
 
 * `flood`: tenant `heavy` at 3 x C and `light` at 0.2 x C, equal weights, on 2L1H with
-  fair shares on, 2L1H with `--no-fair-share` (today's default: the costliest late request
-  is shed first, whoever sent it), and the tuned baselines 3xvllm-v1 (budget 8192) and
+  fair shares on, 2L1H with `--no-fair-share` (the rule before fair shares: the costliest
+  late request is shed first, whoever sent it), and the tuned baselines 3xvllm-v1 (budget 8192) and
   3xsarathi (chunk 2048), both with drops. Per tenant goodput, and total goodput beside
   the same requests sent as one tenant (at the same offered load, 3.2 x C).
 * `weights`: two backlogged tenants `a` and `b`, each at 1.5 x C, weights 2:1 then 1:1,
@@ -81,7 +81,7 @@ class Setup(msgspec.Struct, frozen=True, kw_only=True):
 
 FLOOD_SETUPS = (
     Setup(label="2L1H", layout="2L1H"),
-    Setup(label="2L1H --no-fair-share (today's default)", layout="2L1H", fair_share=False),
+    Setup(label="2L1H --no-fair-share (costliest late first)", layout="2L1H", fair_share=False),
     Setup(label="3xvllm-v1@8192+drops", layout="3xvllm-v1",
           scheduler=SchedulerConfig(chunk_size=8192, drop_expired=True)),
     Setup(label="3xsarathi@2048+drops", layout="3xsarathi",
