@@ -188,6 +188,21 @@ def test_a_second_group_leaves_out_the_master_decoding_the_first():
     assert len(second) == 2 and master not in second
 
 
+def test_a_members_pending_group_step_counts_as_work_ahead_for_its_time_left():
+    core = controller(min_tokens=50)
+    [(master, submit), (holder, _)] = sends(arrive(core))     # arrived at 1.0
+    group = core.esp.groups["long"]
+    assert group.seconds > 0 and group.done_by == pytest.approx(1.0 + group.seconds)
+    half = 1.0 + group.seconds / 2
+    assert core.esp.busy_seconds(holder, half) == pytest.approx(group.seconds / 2)
+    assert core.esp.busy_seconds(holder, 1.0 + 2 * group.seconds) == 0.0   # overdue: none
+    free = ({0, 1, 2} - {master, holder}).pop()
+    assert core.esp.busy_seconds(free, half) == 0.0
+    joined_all(core, submit.esp.group)
+    core.handle(token(master))                           # its prefill is over
+    assert core.esp.busy_seconds(holder, half) == 0.0
+
+
 def test_a_group_forms_when_all_joined_and_dissolves_when_its_request_ends():
     core = controller(min_tokens=50)
     [(master, submit), *joins] = sends(arrive(core))
