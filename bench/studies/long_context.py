@@ -28,9 +28,9 @@ Llama-3.1's):
    deployment's given; the question is how much chat fits beside it), searched by the
    ruler's `find_capacity`; at the capacity, each class's goodput (who pays).
 
-    python -m bench.studies.long_context --capacity --seeds 0,1 --duration 300 \
-        --layouts 2L1H+esp3,2L1H,3A,3A+esp3,2P1D,3xvllm-v0@8192+drops,3xsarathi \
-        --out docs/figures/long_context_capacity.json
+    python -m bench.studies.long_context --capacity --seeds 0 --duration 300 --max-runs 4 \
+        --tolerance 0.15 --workers 2 --out docs/figures/long_context_capacity.json \
+        --layouts 2L1H+esp3,2L1H,3xvllm-v0@8192+drops,2P1D,3xsarathi,3A,3A+esp3
 """
 from __future__ import annotations
 
