@@ -6,9 +6,9 @@ its first token in time (by the prefill curve its performance model reports; an 
 without one, a baseline's, is never predicted), or its prompt is at least the operator's
 `min_tokens`; its degree is `policies.esp_degree`'s (the smallest that meets the deadline
 among the free instances). Free: ready, not a P/D instance, and KV room reported for a
-stripe. Members are chosen (`policies.esp_degree.esp_members`) so that a group's step stalls as little as
-it can, for the step stops every member's own work: first the instances that are no
-group's master (a master decodes its long request after the group's step, and another
+stripe. Members are chosen (`policies.esp_degree.esp_members`) so that a group's step
+stalls as little as it can, for the step stops every member's own work: first those not
+a group's master (a master decodes its long request after the group's step, and another
 group's step would stall that decode for its whole length: on the long-context study the
 misses left were such stalls of 8-15 s, over the request's TBT budget), then those with
 the least work ahead of them (the prefill queued there, which would wait behind the
