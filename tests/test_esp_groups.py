@@ -173,6 +173,36 @@ def test_a_prompt_that_misses_its_deadline_alone_gets_the_smallest_group_that_me
     assert prefill_seconds(ready(0).prefill_curve, 256) == 1.6
 
 
+def test_a_second_group_leaves_out_the_master_decoding_the_first():
+    core = controller(min_tokens=50)
+    [(master, submit), _] = sends(arrive(core))
+    joined_all(core, submit.esp.group)
+    core.handle(token(master))                   # the first long request now decodes there
+    for i, name in enumerate(("chat1", "chat2")):   # short requests, one on each other instance
+        core.handle(Arrived(1.5 + i, name, [1, 2, 3], SamplingParams(max_tokens=2)))
+    assert sorted(len(v.held) for v in core.ledger.instances.values()) == [1, 1, 1]
+    actions = core.handle(Arrived(3.0, "second", list(range(200, 300)),
+                                  SamplingParams(max_tokens=2)))
+    [second] = [m.esp.group for _, m in sends(actions) if isinstance(m, Submit)]
+    # its step would stall the first request's decode on its master for the whole step
+    assert len(second) == 2 and master not in second
+
+
+def test_a_members_pending_group_step_counts_as_work_ahead_for_its_time_left():
+    core = controller(min_tokens=50)
+    [(master, submit), (holder, _)] = sends(arrive(core))     # arrived at 1.0
+    group = core.esp.groups["long"]
+    assert group.seconds > 0 and group.done_by == pytest.approx(1.0 + group.seconds)
+    half = 1.0 + group.seconds / 2
+    assert core.esp.busy_seconds(holder, half) == pytest.approx(group.seconds / 2)
+    assert core.esp.busy_seconds(holder, 1.0 + 2 * group.seconds) == 0.0   # overdue: none
+    free = ({0, 1, 2} - {master, holder}).pop()
+    assert core.esp.busy_seconds(free, half) == 0.0
+    joined_all(core, submit.esp.group)
+    core.handle(token(master))                           # its prefill is over
+    assert core.esp.busy_seconds(holder, half) == 0.0
+
+
 def test_a_group_forms_when_all_joined_and_dissolves_when_its_request_ends():
     core = controller(min_tokens=50)
     [(master, submit), *joins] = sends(arrive(core))

@@ -1,6 +1,7 @@
 """What an ESP prefill is predicted to cost (engines/executors/profiles/esp_time.py: the
 stripe's compute on the GPU profile, the per-layer all-gather priced from the NCCL
-all-reduce table) and over how many instances one is split (policies/esp_degree.py).
+all-reduce table), over how many instances one is split and over which
+(policies/esp_degree.py).
 
 Covers: engines/executors/profiles/esp_time.py, policies/esp_degree.py.
 """
@@ -11,7 +12,7 @@ import pytest
 from engines.executors.profiles.all_reduce import load_all_reduce
 from engines.executors.profiles.esp_time import all_gather_seconds, esp_prefill_time
 from engines.executors.profiles.registry import get_profile
-from policies.esp_degree import esp_degree
+from policies.esp_degree import EspCandidate, esp_degree, esp_members
 
 PROFILE = "a100-llama3-8b"
 
@@ -60,3 +61,14 @@ def test_no_group_when_off_or_alone_all_free_when_late_and_an_operators_length_f
     assert esp_degree(100_000, 5.0, predict, free=3, max_degree=4) == 3    # late: all free
     assert esp_degree(2_000, 40.0, predict, free=3, max_degree=3, min_tokens=1_000) == 2
     assert esp_degree(900, 40.0, predict, free=3, max_degree=3, min_tokens=1_000) == 1
+
+
+def test_a_group_takes_members_it_stalls_least_and_never_a_decoding_master_first():
+    idle_master = EspCandidate(0, masters=1, wait=0.0, running=1)   # decodes a long request
+    queued = EspCandidate(1, masters=0, wait=4.0, running=3)        # 4 s of prefill queued
+    idle = EspCandidate(2, masters=0, wait=0.0, running=5)
+    busy_in_group = EspCandidate(3, masters=0, wait=9.0, running=0)  # a pending group's step
+    assert esp_members([idle_master, queued, idle, busy_in_group]) == [2, 1, 3, 0]
+    # equal waits: the fewest running requests, then the lower id
+    assert esp_members([EspCandidate(5, 0, 0.0, 2), EspCandidate(4, 0, 0.0, 2),
+                        EspCandidate(6, 0, 0.0, 1)]) == [6, 4, 5]

@@ -20,11 +20,22 @@ Llama-3.1's):
    a prompt predicted to miss its TTFT alone, daemon/core/esp_groups.py, and the
    simulator runs the group's prefill step at esp_time's price; `+esp<k>:<n>`: and for
    every prompt of at least n tokens, an operator's setting); goodput per class, per
-   seed and over the seeds.
+   seed and over the seeds. A layout is any ruler setting (bench/ruler/capacity_table.py
+   `parse_setting`: `3xvllm-v0@8192+drops`, `3A`, ...) with an optional `+esp<k>[:<n>]`.
+3. **the capacity of the mix** (`--capacity`, `mixed_capacity`): the highest short-request
+   rate at which the short class's goodput over the seeds together stays at or above
+   `--target` %, the long prompts kept at `long_qps` (the documents' load is the
+   deployment's given; the question is how much chat fits beside it), searched by the
+   ruler's `find_capacity`; at the capacity, each class's goodput (who pays).
+
+    python -m bench.studies.long_context --capacity --seeds 0 --duration 300 --max-runs 4 \
+        --tolerance 0.15 --workers 2 --out docs/figures/long_context_capacity.json \
+        --layouts 2L1H+esp3,2L1H,3xvllm-v0@8192+drops,2P1D,3xsarathi,3A,3A+esp3
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import time
 
@@ -35,15 +46,15 @@ from bench.parallel import add_workers_flag, imap
 from bench.loadgen.workload import WorkloadRequest
 from bench.loadgen.workloads import build_requests, workload
 from bench.records.results import is_good
-from bench.sim.sim_instances import SimConfig
 from bench.sim.box_run import simulate
+from bench.ruler.capacity import CAPACITY_TARGET, find_capacity
+from bench.ruler.capacity_table import parse_setting
+from bench.ruler.ruler import RulerConfig, sim_config
 from daemon.core.controller_config import SloConfig
 from daemon.core.esp_groups import EspSettings
-from daemon.layout import layout_modes
 from engines.executors.profiles.esp_time import esp_prefill_time
 from engines.executors.profiles.interconnect import get_interconnect
 from engines.executors.profiles.registry import get_profile
-from engines.scheduler_config import SchedulerConfig
 from policies.batch_shape import BatchShape
 
 PROFILE = "a100-llama3-8b"
@@ -51,6 +62,8 @@ LENGTHS = (16_384, 32_768, 65_536, 100_000)
 MAX_MODEL_LEN = 131_072
 #: A layout's suffix that turns ESP groups on, with their largest degree: "2L1H+esp3".
 ESP_SUFFIX = "+esp"
+#: The capacity search's step up (or down) from its first rate before it bisects.
+CAPACITY_GROWTH = 1.5
 
 
 def single_gpu_prefill(profile, length: int, chunk: int) -> float:
@@ -123,8 +136,9 @@ def mixed_row(job: tuple) -> dict:
     requests = mixed_workload(short_qps, long_qps, duration, long_ttft, seed)
     slo = SloConfig()
     base, esp = esp_settings(layout)
-    sim = SimConfig(layout_modes=tuple(layout_modes(base)), profile=PROFILE,
-                    scheduler=SchedulerConfig(), slo=slo, max_model_len=MAX_MODEL_LEN, esp=esp)
+    sim = dataclasses.replace(
+        sim_config(parse_setting(base), RulerConfig(profile=PROFILE, slo=slo,
+                                                    max_model_len=MAX_MODEL_LEN)), esp=esp)
     records = simulate(sim, requests, keep_records=True).records
     row = {"layout": layout, "seed": seed,
            "esp_groups": sum(1 for r in records if r.esp_group),
@@ -172,6 +186,47 @@ def over_seeds(rows: list[dict]) -> list[dict]:
     return out
 
 
+def mixed_capacity(job: tuple) -> dict:
+    """One layout's capacity of the mix: the highest short rate whose short goodput over
+    `seeds` together is at least `target` %, long prompts at `long_qps`; every rate tried,
+    with each class's goodput there (who pays)."""
+    layout, long_qps, duration, long_ttft, seeds, target, start, tolerance, max_runs = job
+    points = []
+
+    def holds(short_qps: float) -> bool:
+        rows = [mixed_row((layout, short_qps, long_qps, duration, long_ttft, seed))
+                for seed in seeds]
+        pooled = over_seeds(rows)[0]
+        points.append({"short_qps": round(short_qps, 4),
+                       "short_goodput_pct": pooled["short"]["goodput_pct"],
+                       "long_goodput_pct": pooled["long"]["goodput_pct"],
+                       "long_requests": pooled["long"]["requests"],
+                       "esp_groups": pooled["esp_groups"], "lost": pooled["lost"]})
+        return pooled["short"]["goodput_pct"] >= target
+
+    capacity = find_capacity(holds, start_qps=start, tolerance=tolerance, max_runs=max_runs,
+                             growth=CAPACITY_GROWTH)
+    points.sort(key=lambda p: p["short_qps"])
+    at = next((p for p in points if p["short_qps"] == round(capacity, 4)), None)
+    return {"layout": layout, "capacity_short_qps": round(capacity, 3), "at_capacity": at,
+            "points": points}
+
+
+def run_capacity(layouts, long_qps: float, duration: float, long_ttft: float, seeds,
+                 target: float, start: float, tolerance: float, max_runs: int,
+                 workers: int | None = None, progress=print) -> list[dict]:
+    """Every layout's `mixed_capacity`, a layout a job over `workers` processes."""
+    jobs = [(layout, long_qps, duration, long_ttft, tuple(seeds), target, start, tolerance,
+             max_runs) for layout in layouts]
+    rows = []
+    for row in imap(mixed_capacity, jobs, workers):
+        rows.append(row)
+        if progress:
+            progress(f"{row['layout']:>22}: capacity {row['capacity_short_qps']} short QPS; "
+                     f"there: {row['at_capacity']}")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layouts",
@@ -182,13 +237,22 @@ def main(argv=None) -> int:
     p.add_argument("--long-ttft", type=float, default=15.0)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--out", default="")
+    p.add_argument("--capacity", action="store_true",
+                   help="search each layout's capacity of the mix (short QPS) instead")
+    p.add_argument("--target", type=float, default=CAPACITY_TARGET,
+                   help="the short class's goodput (%%) a rate must hold")
+    p.add_argument("--start-qps", type=float, default=4.0)
+    p.add_argument("--tolerance", type=float, default=0.1)
+    p.add_argument("--max-runs", type=int, default=6)
     add_workers_flag(p)
     args = p.parse_args(argv)
     started = time.perf_counter()
+    seeds = [int(x) for x in args.seeds.split(",")]
+    if args.capacity:
+        return capacity_main(args, seeds, started)
     table = prefill_table()
     for row in table:
         print(row)
-    seeds = [int(x) for x in args.seeds.split(",")]
     mixed = run_mixed(args.layouts.split(","), args.short_qps, args.long_qps, args.duration,
                       args.long_ttft, seeds, args.workers)
     overall = over_seeds(mixed)
@@ -199,6 +263,23 @@ def main(argv=None) -> int:
                      "duration_s": args.duration, "long_ttft_slo_s": args.long_ttft,
                      "seeds": seeds, "rows": mixed, "over_seeds": overall},
            "wall_s": round(time.perf_counter() - started, 1)}
+    if args.out:
+        write_json(args.out, doc)
+    return 0
+
+
+def capacity_main(args, seeds: list[int], started: float) -> int:
+    protocol = {"long_qps": args.long_qps, "duration_s": args.duration,
+                "long_ttft_slo_s": args.long_ttft, "seeds": seeds, "target_pct": args.target,
+                "judged_on": "the short class's goodput over the seeds together",
+                "start_qps": args.start_qps, "growth": CAPACITY_GROWTH,
+                "tolerance": args.tolerance, "max_runs": args.max_runs}
+    print("capacity of the long-context mix:", protocol)
+    rows = run_capacity(args.layouts.split(","), args.long_qps, args.duration, args.long_ttft,
+                        seeds, args.target, args.start_qps, args.tolerance, args.max_runs,
+                        args.workers)
+    doc = {"figure": "long_context_capacity", "profile": PROFILE, "protocol": protocol,
+           "rows": rows, "wall_s": round(time.perf_counter() - started, 1)}
     if args.out:
         write_json(args.out, doc)
     return 0

@@ -6,9 +6,15 @@ its first token in time (by the prefill curve its performance model reports; an 
 without one, a baseline's, is never predicted), or its prompt is at least the operator's
 `min_tokens`; its degree is `policies.esp_degree`'s (the smallest that meets the deadline
 among the free instances). Free: ready, not a P/D instance, and KV room reported for a
-stripe; those with the least group prefill ahead of them come first, then the least
-loaded. The first is the master (it decodes the request after the prefill), the next ones
-hold the other stripes. The protocol (ipc/messages.py):
+stripe. Members are chosen (`policies.esp_degree.esp_members`) so that a group's step
+stalls as little as it can, for the step stops every member's own work: first those not
+a group's master (a master decodes its long request after the group's step, and another
+group's step would stall that decode for its whole length: on the long-context study the
+misses left were such stalls of 8-15 s, over the request's TBT budget), then those with
+the least work ahead of them (the prefill queued there, which would wait behind the
+step, and the pending group prefills they are in, counted as the time left of each,
+`busy_seconds`), then the least loaded. The first is the master (it decodes the request
+after the prefill), the next ones hold the other stripes. The protocol (ipc/messages.py):
 
     Submit(esp) to the master, EspJoin to the others  ->  each answers EspJoined
     all joined            ->  EspGo to every member: they run the group's prefill step
@@ -38,7 +44,7 @@ from daemon.core.ledger import Ledger
 from daemon.core.request_state import Tracked
 from engines.perf.prefill_curve import curve_seconds
 from ipc.messages import EspGo, EspJoin, EspJoined, EspLeave, EspPart, Role, Submit
-from policies.esp_degree import esp_degree
+from policies.esp_degree import EspCandidate, esp_degree, esp_members
 
 #: How much slower than 1/k of one instance's prefill an ESP prefill over k is predicted
 #: to be: one unchunked step per stripe, and the per-layer KV all-gather
@@ -62,6 +68,7 @@ class Group:
     members: list[int]                       # the master first
     reason: str
     seconds: float                           # its prefill step, predicted
+    done_by: float                           # when its prefill is predicted to end
     joined: set[int] = field(default_factory=set)
     going: bool = False                      # EspGo sent
 
@@ -73,26 +80,26 @@ class EspGroups:
         self.groups: dict[str, Group] = {}
 
     # ---- planning ----------------------------------------------------------------------
-    def _free(self, num_tokens: int) -> list[int]:
-        """Ready instances with KV room for a stripe, those with the least group prefill
-        ahead of them first, then the least loaded. An instance may be in several pending
-        groups: it runs their steps in the order their Go's came, the same on every
-        instance, so no two wait for each other."""
-        ledger = self.ledger
-        free = []
-        for i, view in ledger.instances.items():
+    def _free(self, num_tokens: int, wait: Callable[[int], float]) -> list[int]:
+        """Ready instances with KV room for a stripe, in the order a group takes them
+        (`policies.esp_degree.esp_members`; `wait(i)`: the work ahead of i). An instance
+        may be in several pending groups: it runs their steps in the order their Go's
+        came, the same on every instance, so no two wait for each other."""
+        candidates = []
+        for i, view in self.ledger.instances.items():
             ready = view.ready
             if ready is None or view.role in SPLIT_ROLES:
                 continue   # P/D: a prompt's instances are chosen by its phase, not here
             stripe_blocks = -(-num_tokens // 2 // ready.block_size)
             if ready.num_kv_blocks - view.num_kv_blocks_used > stripe_blocks:
-                free.append(i)
-        return sorted(free, key=lambda i: (self._ahead(i), len(ledger.instances[i].held), i))
+                masters = sum(1 for g in self.groups.values() if g.members[0] == i)
+                candidates.append(EspCandidate(i, masters, wait(i), len(view.held)))
+        return esp_members(candidates)
 
-    def _ahead(self, instance_id: int) -> float:
-        """Predicted seconds of the pending group prefills it is in (its reported backlog
-        leaves them out: they are not in its scheduler's queue)."""
-        return sum(g.seconds for g in self.groups.values()
+    def busy_seconds(self, instance_id: int, now: float) -> float:
+        """Predicted seconds left of the pending group prefills `instance_id` is in (its
+        reported backlog leaves them out: they are not in its scheduler's queue)."""
+        return sum(min(g.seconds, max(0.0, g.done_by - now)) for g in self.groups.values()
                    if instance_id in g.members and self._prefilling(g))
 
     def _prefilling(self, group: Group) -> bool:
@@ -100,15 +107,19 @@ class EspGroups:
         return tracked is not None and tracked.first_token_time is None
 
     def plan(self, now: float, submit: Submit, backlog: Callable[[int], float] | None = None,
-             ) -> tuple[list[int], str, float] | None:
-        """The members of a group for a new request, why, and its prefill's predicted
-        seconds; None: served alone.
+             ) -> tuple[list[int], str, float, float] | None:
+        """The members of a group for a new request, why, its prefill's predicted seconds
+        and when that is predicted to end; None: served alone.
         `backlog(i)`: seconds of prefill queued on instance i (the waiting room's), which
         every member must get through before the group's step."""
         settings, n = self.settings, len(submit.prompt_token_ids)
         if settings.max_degree < 2 or n < 3:
             return None
-        free = self._free(n)
+
+        def wait(i: int) -> float:
+            return (backlog(i) if backlog is not None else 0.0) + self.busy_seconds(i, now)
+
+        free = self._free(n, wait)
         if len(free) < 2:
             return None
         curve = self.ledger.instances[free[0]].ready.prefill_curve
@@ -116,7 +127,7 @@ class EspGroups:
         if not curve and not forced:
             return None   # no performance model (sarathi, vllm): only an operator's length
         alone = prefill_seconds(curve, n)
-        waits = [(backlog(i) if backlog is not None else 0.0) + self._ahead(i) for i in free]
+        waits = [wait(i) for i in free]
 
         def predict(k: int) -> float:
             return max(waits[:k]) + (SHARED_SLOWDOWN * alone if k == 1
@@ -133,14 +144,15 @@ class EspGroups:
                if 0 < settings.min_tokens <= n else
                f"predicted {predict(1):.2f} s alone, {predict(degree):.2f} s over {degree}, "
                f"{left:.2f} s left")
-        return free[:degree], why, ESP_SLOWDOWN * alone / degree
+        seconds = ESP_SLOWDOWN * alone / degree
+        return free[:degree], why, seconds, now + max(waits[:degree]) + seconds
 
     def start(self, tracked: Tracked, members: list[int], reason: str, seconds: float,
-              out: list[Action]) -> None:
+              done_by: float, out: list[Action]) -> None:
         """Send the request to its master and the joins to the others; `seconds`: its
-        group's predicted prefill."""
+        group's predicted prefill, `done_by`: when it is predicted to end."""
         request_id, submit = tracked.request_id, tracked.submit
-        self.groups[request_id] = Group(request_id, members, reason, seconds)
+        self.groups[request_id] = Group(request_id, members, reason, seconds, done_by)
         self.ledger.send_to(tracked, members[0],
                             msgspec.structs.replace(submit, esp=EspPart(members, 0)), out)
         for rank, member in enumerate(members[1:], start=1):
