@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+import msgspec
 import pytest
 
 from bench.loadgen.workloads import SLO_CLASSES
@@ -132,3 +133,26 @@ def test_the_tp_tables_compare_ascendra_rows_with_baseline_rows_at_every_degree(
             assert any(is_ascendra(x) for x in labels) and not all(map(is_ascendra, labels))
             assert {x.rsplit("@")[-1] for x in labels} == {x.rsplit("@")[-1] for x in labels
                                                          if is_ascendra(x)}
+
+
+def test_a_tp_search_started_near_its_answer_is_cached_and_reported_as_its_row(tmp_path):
+    """Later seeds start at seed 0's capacity (`Row.start`): where a search starts changes
+    its runs, not its answer, so the cache and the report name the row's plain command."""
+    from bench.ruler.ruler import SeedCapacity
+    from bench.studies.results_tables import Protocol
+    from bench.studies.tp_capacity import Search, _key, jobs_of, load_cache, report
+
+    table = TABLES["tp70b"]
+    protocol = Protocol(measured=1500, seeds=(0, 1), tolerance=0.05)
+    jobs = jobs_of([table], protocol, only="^poisson 2A @tp4$")
+    assert [seed for _, seed in jobs] == [0, 1] and all("--start-qps 3.95" in c for c, _ in jobs)
+    flags = "--layout 2A --profile a100-llama3-70b --tp 4 --workload poisson"
+    cache = tmp_path / "searches.jsonl"
+    cache.write_bytes(b"".join(msgspec.json.encode(Search(flags, 1500, 0.05, seed, SeedCapacity(
+        seed, 3.9 + seed / 10, [], fair_capacity_qps=3.3))) + b"\n" for seed in (0, 1)))
+    done = load_cache(cache, protocol)
+    assert all(_key(job) in done for job in jobs)
+    doc = report(table, protocol, tmp_path, done)
+    (row,) = [r for g in doc.groups if g.name == "poisson" for r in g.rows]
+    assert (row.label, row.mean_qps, row.min_qps, row.max_qps) == ("2A @tp4", 3.95, 3.9, 4.0)
+    assert "--start-qps" not in row.command
