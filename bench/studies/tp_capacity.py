@@ -216,10 +216,12 @@ def comparison(doc: TableResult) -> str:
              f"--measured {doc.protocol.measured} --seeds "
              f"{','.join(map(str, doc.protocol.seeds))} --tolerance {doc.protocol.tolerance:g}`"
              " (a reduced protocol: the ruler's full one is 4,500 measured, tolerance 0.03).",
-             "", "Capacity: the best row's; fair capacity: the best row's by fair capacity, "
-             "which may be another row (named).", "",
+             "", "Capacity: the best row's (mean over its seeds, how many in brackets); fair "
+             "capacity: the best row's by fair capacity, which may be another row (named). "
+             "Per seed: the same two rows' ratio on each seed both have.", "",
              "| workload | best Ascendra | capacity | fair | best baseline | capacity | fair "
-             "| ratio | fair ratio |", "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+             "| ratio | per seed | fair ratio | per seed |",
+             "|---|---|---:|---:|---|---:|---:|---:|---|---:|---|"]
     for g in doc.groups:
         ours = [r for r in g.rows if is_ascendra(r.label)]
         theirs = [r for r in g.rows if not is_ascendra(r.label)]
@@ -229,9 +231,11 @@ def comparison(doc: TableResult) -> str:
         b = max(theirs, key=lambda r: (r.mean_qps, r.fair_mean_qps))
         fa = max(ours, key=lambda r: (r.fair_mean_qps, r.mean_qps))
         fb = max(theirs, key=lambda r: (r.fair_mean_qps, r.mean_qps))
-        lines.append(f"| {g.name} | {a.label} | {a.mean_qps:.2f} | {_fair(fa, a)} | {b.label} "
-                     f"| {b.mean_qps:.2f} | {_fair(fb, b)} | {_ratio(a.mean_qps, b.mean_qps)} "
-                     f"| {_ratio(fa.fair_mean_qps, fb.fair_mean_qps)} |")
+        lines.append(f"| {g.name} | {_named(a)} | {a.mean_qps:.2f} | {_fair(fa, a)} | "
+                     f"{_named(b)} | {b.mean_qps:.2f} | {_fair(fb, b)} | "
+                     f"{_ratio(a.mean_qps, b.mean_qps)} | {_per_seed(a, b, 'capacity_qps')} | "
+                     f"{_ratio(fa.fair_mean_qps, fb.fair_mean_qps)} | "
+                     f"{_per_seed(fa, fb, 'fair_capacity_qps')} |")
     lines += ["", "Per class, at each row's capacity (goodput %, mean over the seeds; prompt "
               "classes are the workload's prompt-length quartiles):", ""]
     for g in doc.groups:
@@ -264,7 +268,20 @@ def _classes_at_capacity(seeds: list[SeedCapacity]) -> dict[str, float]:
 def _fair(best_fair, best) -> str:
     """The best fair capacity, naming its row when it is not the best-capacity row's."""
     return f"{best_fair.fair_mean_qps:.2f}" + ("" if best_fair is best else
-                                                f" ({best_fair.label})")
+                                                f" ({_named(best_fair)})")
+
+
+def _named(row) -> str:
+    """A row's label and how many seeds its mean is over."""
+    return f"{row.label} [{len(row.seeds)}]"
+
+
+def _per_seed(a, b, field: str) -> str:
+    """`a`'s over `b`'s `field` on each seed both rows have ("s0 1.44x, ...")."""
+    ours = {s.seed: getattr(s, field) for s in a.seeds}
+    theirs = {s.seed: getattr(s, field) for s in b.seeds}
+    return ", ".join(f"s{seed} {_ratio(ours[seed], theirs[seed])}"
+                     for seed in sorted(ours.keys() & theirs.keys())) or "-"
 
 
 def _ratio(a: float, b: float) -> str:
