@@ -216,9 +216,9 @@ def comparison(doc: TableResult) -> str:
              f"--measured {doc.protocol.measured} --seeds "
              f"{','.join(map(str, doc.protocol.seeds))} --tolerance {doc.protocol.tolerance:g}`"
              " (a reduced protocol: the ruler's full one is 4,500 measured, tolerance 0.03).",
-             "", "Capacity: the best row's (mean over its seeds, how many in brackets; of each "
-             "side's rows those searched on the most seeds); fair capacity: the best row's by "
-             "fair capacity, which may be another row (named). "
+             "", "Capacity: the best row's (chosen on the seeds every row has; its mean over all "
+             "its seeds, how many in brackets); fair capacity: the best row's by fair "
+             "capacity, which may be another row (named). "
              "Per seed: the same two rows' ratio on each seed both have.", "",
              "| workload | best Ascendra | capacity | fair | best baseline | capacity | fair "
              "| ratio | per seed | fair ratio | per seed |",
@@ -228,11 +228,15 @@ def comparison(doc: TableResult) -> str:
         theirs = [r for r in g.rows if not is_ascendra(r.label)]
         if not ours or not theirs:
             continue
-        # the rows searched on the most seeds first: a mean over other arrivals is no match
-        a = max(ours, key=lambda r: (len(r.seeds), r.mean_qps, r.fair_mean_qps))
-        b = max(theirs, key=lambda r: (len(r.seeds), r.mean_qps, r.fair_mean_qps))
-        fa = max(ours, key=lambda r: (len(r.seeds), r.fair_mean_qps, r.mean_qps))
-        fb = max(theirs, key=lambda r: (len(r.seeds), r.fair_mean_qps, r.mean_qps))
+        # chosen on the seeds every row has (rows searched on more seeds are no better
+        # for it), ties by the mean over all of a row's seeds
+        common = set.intersection(*({s.seed for s in r.seeds} for r in g.rows))
+
+        def best(rows, field, mean):
+            return max(rows, key=lambda r: (sum(getattr(s, field) for s in r.seeds
+                                                if s.seed in common), getattr(r, mean)))
+        a, b = (best(x, "capacity_qps", "mean_qps") for x in (ours, theirs))
+        fa, fb = (best(x, "fair_capacity_qps", "fair_mean_qps") for x in (ours, theirs))
         lines.append(f"| {g.name} | {_named(a)} | {_qps(a.mean_qps)} | {_fair(fa, a)} | "
                      f"{_named(b)} | {_qps(b.mean_qps)} | {_fair(fb, b)} | "
                      f"{_ratio(a.mean_qps, b.mean_qps)} | {_per_seed(a, b, 'capacity_qps')} | "
