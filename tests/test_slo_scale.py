@@ -5,8 +5,7 @@ that fits one GPU keeps the paper's SLOs, so its runs are what they were.
 `serve` takes the same defaults from the same place (daemon/slo_defaults.py): its sim
 executor's profile is served at the SLOs it is simulated at.
 
-Covers: engines/executors/profiles/slo_scale.py, daemon/slo_defaults.py, daemon/config.py,
-bench/sim/sim_flags.py, bench/studies/tp_capacity.py.
+Covers: engines/executors/profiles/slo_scale.py, daemon/slo_defaults.py, daemon/config.py, bench/sim/sim_flags.py, bench/studies/tp_capacity.py.
 """
 from __future__ import annotations
 
