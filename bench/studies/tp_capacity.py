@@ -6,7 +6,9 @@ writes them (one capacity search per row and seed, bench/studies/results_run.py 
 * `tp70b` -- Llama-3-70B on 8 A100-80Gs (`a100-llama3-70b`, its own SLOs: the profile's
   SLO scale, engines/executors/profiles/slo_scale.py): 2 instances at tp 4 (Ascendra `2A`
   and `1L1H`, vLLM V0 and V1 at their tuned budgets with drops) and 1 at tp 8 (`1A` and
-  the same baselines); tp 2 (4 instances) is not a row: at tp 2 a rank holds
+  the same baselines), on mixed-slo also 2A and 1A with the operator's class floor
+  (`--class-floor 0.8`, docs/fairness.md); bursty-cv4's baselines search from 0.06 QPS
+  down by halves (`LOW_START`); tp 2 (4 instances) is not a row: at tp 2 a rank holds
   21k tokens of KV beside its 65 GiB of weights, not one running batch of the ruler's
   prompts (its hardware ceiling is 0; `ascendra plan` skips it with that reason);
 * `tp8b` -- Llama-3-8B on 8 A100s: 8 instances at tp 1 against 4 at tp 2, Ascendra (`8A`,
