@@ -28,6 +28,9 @@ from msgspec import Meta
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from daemon.layout import DEFAULT_LAYOUT, layout_modes, parse_layout
 from daemon.model_plan import ModelPlan, instance_gpus, per_model, plan_models
+from daemon.slo_defaults import (
+    DEFAULT_SLO_SCALE, SLO_SCALE_HELP, latency_slo_scale, scaled_slo,
+)
 from engines.scheduler_config import SchedulerConfig
 from engines.executors.executor_config import DEFAULT_CUDA_GRAPH_MAX_BATCH, DEFAULT_TORCH_THREADS
 from engines.executors.latency import make_latency
@@ -98,6 +101,10 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         'Shorthand for sim_latency = "profile:NAME": a100-llama3-8b, a100-mistral-7b, '
         "a100-llama2-7b, h100-llama2-7b, a100-qwen14b (GPU operator profiles packaged from "
         "Vidur's data; $ASCENDRA_PROFILES may name a folder of the raw files instead).")] = ""
+    slo_scale: Annotated[str, doc(
+        f"The sim executor's {SLO_SCALE_HELP}; as `simulate`/`capacity`/`plan --slo-scale` "
+        "(daemon/slo_defaults.py). A 70B's profile serves at its own SLOs, as it is "
+        "simulated.")] = DEFAULT_SLO_SCALE
     device: Annotated[str, doc('"cpu", "cuda" or "cuda:N"; "" = cuda when available.')] = ""
     gpus: Annotated[list[int], doc(
         "GPU ids dealt out to the instances in order, `gpus_per_instance` each (pinned with "
@@ -162,6 +169,7 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         if self.perf_profile and self.executor != "torch":
             raise ValueError("perf_profile: only the torch executor calibrates its performance "
                              "model at start (a sim executor's model is its profile's)")
+        latency_slo_scale(self.resolved_sim_latency, self.slo_scale)  # "instances.slo_scale: ..."
 
     @property
     def resolved_sim_latency(self) -> str:
@@ -290,9 +298,20 @@ def load_config(path: str | None = None, overrides: dict | None = None) -> Serve
         if value is not None:
             data.setdefault(FLAT[name], {})[name] = value
     try:
-        return msgspec.convert(data, ServeConfig, strict=False)
+        config = msgspec.convert(data, ServeConfig, strict=False)
     except msgspec.ValidationError as exc:
         raise ValueError(f"config: {exc}") from None
+    return with_model_slo(config, given=set(data.get("slo", {})))
+
+
+def with_model_slo(config: ServeConfig, given: set[str]) -> ServeConfig:
+    """`config` with its default SLOs times the served model's scale (`instances.slo_scale`,
+    daemon/slo_defaults.py), as the simulator holds the model to them; a target named in
+    `given` (set in the file or by a flag) is kept."""
+    instances = config.instances
+    scale = latency_slo_scale(instances.resolved_sim_latency, instances.slo_scale)
+    slo = scaled_slo(config.slo, scale, given)
+    return config if slo == config.slo else msgspec.structs.replace(config, slo=slo)
 
 
 def _check_sections(data: dict, path: str) -> None:

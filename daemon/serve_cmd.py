@@ -29,6 +29,7 @@ from daemon.http_guard import ConnectionGuard
 from daemon.layout import InstanceSpec, dynamic_roles
 from daemon.model_plan import ModelPlan
 from daemon.served_models import ServedModels
+from daemon.slo_defaults import latency_slo_scale
 from daemon.systemd import Notifier
 from engines.executors.executor_config import ExecutorConfig
 from engines.models.model_config import ModelConfig as ModelShape
@@ -60,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
             _check_tp(plan, _model_dir(plan))
     logging.basicConfig(level=config.process.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    scale = latency_slo_scale(config.instances.resolved_sim_latency, config.instances.slo_scale)
+    if scale.basis:  # the model's own SLOs (daemon/slo_defaults.py), said once at start
+        log.info("%s: default ttft_slo %g s, tbt_slo %g s", scale.describe(),
+                 config.slo.ttft_slo, config.slo.tbt_slo)
     return uvloop.run(serve(config))
 
 

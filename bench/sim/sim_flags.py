@@ -14,7 +14,7 @@ from bench.loadgen.workload_flags import add_workload_flags, workload_spec
 from bench.loadgen.workloads import SloClass, WorkloadSpec
 from bench.ruler.ruler import NEAR_GROWTH, START_GROWTH, RulerConfig, Subject
 from daemon.config import FLAT, SIMULATOR_SECTIONS, add_config_flags, load_config
-from daemon.core.controller_config import SloConfig
+from daemon.slo_defaults import DEFAULT_SLO_SCALE, SLO_SCALE_HELP, scaled_slo
 from daemon.layout import layout_modes
 from engines.executors.profiles.registry import get_profile, profile_names, with_tp
 from engines.executors.profiles.slo_scale import SloScale, parse_slo_scale
@@ -33,11 +33,9 @@ def add_sim_flags(p: argparse.ArgumentParser, layout: bool = True) -> None:
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel degree of every instance (2, 4, 8): the profile's "
                         "step times and memory over that many GPUs (default %(default)s)")
-    p.add_argument("--slo-scale", default="auto", metavar="auto|X|TTFT,TBT",
-                   help="factors on the default SLOs (--ttft-slo/--tbt-slo when not given, and "
-                        "the SLO classes'): auto = the model's own, from its isolated latency "
-                        "(1 for a model that fits one GPU; engines/executors/profiles/"
-                        "slo_scale.py), X = both, TTFT,TBT = each (default %(default)s)")
+    p.add_argument("--slo-scale", default=DEFAULT_SLO_SCALE, metavar="auto|X|TTFT,TBT",
+                   help=f"{SLO_SCALE_HELP} (default %(default)s; `serve --slo-scale` the same "
+                        "for its sim executor's profile)")
     p.add_argument("--trace", default="sharegpt",
                    help="sharegpt, arxiv, azure-conv (with arrival times), or a CSV/JSONL path")
     p.add_argument("--burstiness", type=float, default=1.0,
@@ -71,7 +69,7 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     layout_modes(layout)  # a bad layout is an error now, naming it
     subject = Subject(label=layout, layout=layout, scheduler=shared.scheduler)
     profile = sim_profile(args.profile, getattr(args, "tp", 1) or 1)
-    scale = parse_slo_scale(getattr(args, "slo_scale", "auto"), profile)
+    scale = parse_slo_scale(getattr(args, "slo_scale", DEFAULT_SLO_SCALE), profile)
     given = {name for name in ("ttft_slo", "tbt_slo") if getattr(args, name, None) is not None}
     config = RulerConfig(workload=scaled_classes(workload_spec(args), scale),
                          profile=profile, slo=scaled_slo(shared.slo, scale, given),
@@ -79,15 +77,6 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
                          max_model_len=args.max_model_len,
                          latency=args.sim_latency, num_kv_blocks=args.num_kv_blocks)
     return subject, config
-
-
-def scaled_slo(slo: SloConfig, scale: SloScale, given: set[str]) -> SloConfig:
-    """`slo` with the defaults times `scale`; a target named in `given` (set by a flag) kept."""
-    if (scale.ttft, scale.tbt) == (1.0, 1.0):
-        return slo
-    changes = {"ttft_slo": round(slo.ttft_slo * scale.ttft, 6),
-               "tbt_slo": round(slo.tbt_slo * scale.tbt, 6)}
-    return msgspec.structs.replace(slo, **{k: v for k, v in changes.items() if k not in given})
 
 
 def scaled_classes(spec: WorkloadSpec, scale: SloScale) -> WorkloadSpec:

@@ -6,7 +6,9 @@ writes them (one capacity search per row and seed, bench/studies/results_run.py 
 * `tp70b` -- Llama-3-70B on 8 A100-80Gs (`a100-llama3-70b`, its own SLOs: the profile's
   SLO scale, engines/executors/profiles/slo_scale.py): 2 instances at tp 4 (Ascendra `2A`
   and `1L1H`, vLLM V0 and V1 at their tuned budgets with drops) and 1 at tp 8 (`1A` and
-  the same baselines); tp 2 (4 instances) is not a row: at tp 2 a rank holds
+  the same baselines), on mixed-slo also 2A and 1A with the operator's class floor
+  (`--class-floor 0.8`, docs/fairness.md); bursty-cv4's baselines search from 0.06 QPS
+  down by halves (`LOW_START`); tp 2 (4 instances) is not a row: at tp 2 a rank holds
   21k tokens of KV beside its 65 GiB of weights, not one running batch of the ruler's
   prompts (its hardware ceiling is 0; `ascendra plan` skips it with that reason);
 * `tp8b` -- Llama-3-8B on 8 A100s: 8 instances at tp 1 against 4 at tp 2, Ascendra (`8A`,
@@ -56,19 +58,43 @@ PROFILE_8B = "--profile a100-llama3-8b"
 REDUCED = Protocol(measured=1500, seeds=(0, 1, 2), tolerance=0.05)
 
 
+#: Seed 0's capacity of each 70B row (docs/tensor_parallel.md, 2026-11-28): later seeds'
+#: searches start there and step 5 % (`Row.start`), bracketing the edge in a few runs.
+START_70B = {("poisson", "2A @tp4"): 3.95, ("poisson", "1A @tp8"): 3.01,
+             ("poisson", "2x vLLM V1 @2048 @tp4"): 2.75, ("poisson", "1x vLLM V1 @2048 @tp8"): 2.28,
+             ("poisson", "2x vLLM V0 @8192 @tp4"): 2.75, ("poisson", "1x vLLM V0 @8192 @tp8"): 2.48,
+             ("poisson", "1L1H @tp4"): 3.54, ("bursty-cv4", "2A @tp4"): 0.147,
+             ("mixed-slo", "2A @tp4"): 3.26, ("mixed-slo", "1A @tp8"): 2.95,
+             ("mixed-slo", "2x vLLM V1 @2048 @tp4"): 2.46,
+             ("mixed-slo", "1x vLLM V1 @2048 @tp8"): 2.23,
+             ("mixed-slo", "2x vLLM V0 @8192 @tp4"): 2.83,
+             ("mixed-slo", "1x vLLM V0 @8192 @tp8"): 2.50,
+             ("mixed-slo", "2A --class-floor 0.8 @tp4"): 3.1,
+             ("mixed-slo", "1A --class-floor 0.8 @tp8"): 2.8}
+#: bursty-cv4's baselines held 90 % at no rate a search from the hardware ceiling reached
+#: (16 rates, 1.25x apart, down to 0.073-0.084 QPS: 86.8-87.3 %), so theirs start under
+#: that and halve (down to 1/64 of the start) until one holds.
+LOW_START = "--start-qps 0.06 --start-growth 2"
+
+
 def _group_70b(workload: str) -> Group:
     """The rows in the order they are searched (the decisive ones first)."""
     w = f"--workload {workload}"
     at = {4: f"{PROFILE_70B} --tp 4 {w}", 8: f"{PROFILE_70B} --tp 8 {w}"}
+    low = f" {LOW_START}" if workload == "bursty-cv4" else ""
     (v0, v0_name, v0_flags), (v1, v1_name, v1_flags) = BASELINES
-    return Group(workload, (
-        Row("2A @tp4", f"--layout 2A {at[4]}"),
-        Row("1A @tp8", f"--layout 1A {at[8]}"),
-        Row(f"2x {v1} @tp4", f"--layout 2x{v1_name} {v1_flags} {at[4]}"),
-        Row(f"1x {v1} @tp8", f"--layout 1x{v1_name} {v1_flags} {at[8]}"),
-        Row(f"2x {v0} @tp4", f"--layout 2x{v0_name} {v0_flags} {at[4]}"),
-        Row(f"1x {v0} @tp8", f"--layout 1x{v0_name} {v0_flags} {at[8]}"),
-        Row("1L1H @tp4", f"--layout 1L1H {at[4]}")))
+    rows = [Row("2A @tp4", f"--layout 2A {at[4]}"),
+            Row("1A @tp8", f"--layout 1A {at[8]}"),
+            Row(f"2x {v1} @tp4", f"--layout 2x{v1_name} {v1_flags} {at[4]}{low}"),
+            Row(f"1x {v1} @tp8", f"--layout 1x{v1_name} {v1_flags} {at[8]}{low}"),
+            Row(f"2x {v0} @tp4", f"--layout 2x{v0_name} {v0_flags} {at[4]}{low}"),
+            Row(f"1x {v0} @tp8", f"--layout 1x{v0_name} {v0_flags} {at[8]}{low}"),
+            Row("1L1H @tp4", f"--layout 1L1H {at[4]}")]
+    if workload == "mixed-slo":     # the operator's class floor (docs/fairness.md)
+        rows += [Row("2A --class-floor 0.8 @tp4", f"--layout 2A {at[4]} --class-floor 0.8"),
+                 Row("1A --class-floor 0.8 @tp8", f"--layout 1A {at[8]} --class-floor 0.8")]
+    return Group(workload, tuple(msgspec.structs.replace(r, start=START_70B.get((workload, r.label)))
+                                 for r in rows))
 
 
 def _group_8b(workload: str) -> Group:
@@ -122,17 +148,25 @@ def run(tables: list[Table], protocol: Protocol, out: Path, workers: int | None,
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "searches.jsonl"
     done = load_cache(cache, protocol)
-    todo = [job for job in jobs_of(tables, protocol, only) if job not in done]
+    todo = [job for job in jobs_of(tables, protocol, only) if _key(job) not in done]
     print(f"{len(done)} searches cached, {len(todo)} to run", file=sys.stderr)
     with cache.open("ab") as f:
         for i, result in imap_unordered(search, todo, workers):
             command, seed = todo[i]
-            flags = command.split(" --measured ")[0].removeprefix("ascendra capacity ")
+            flags = _key((command, seed))[0].split(" --measured ")[0].removeprefix(
+                "ascendra capacity ")
             f.write(msgspec.json.encode(Search(flags, protocol.measured, protocol.tolerance,
                                                seed, result)) + b"\n")
             f.flush()
-            print(f"{command} seed {seed}: capacity {result.capacity_qps:.2f}, fair "
-                  f"{result.fair_capacity_qps:.2f}", file=sys.stderr, flush=True)
+            print(f"{command} seed {seed}: capacity {_qps(result.capacity_qps)}, fair "
+                  f"{_qps(result.fair_capacity_qps)}", file=sys.stderr, flush=True)
+
+
+def _key(job: tuple[str, int]) -> tuple[str, int]:
+    """A job as the cache names it: its command without where the search started (a start
+    changes the runs a search takes, not what it finds)."""
+    command, seed = job
+    return re.sub(r"( --tolerance \S+) --start-qps \S+ --start-growth \S+$", r"\1", command), seed
 
 
 def load_cache(path: Path, protocol: Protocol) -> dict[tuple[str, int], SeedCapacity]:
@@ -153,7 +187,7 @@ def report(table: Table, protocol: Protocol, out: Path,
     for g in table.groups:
         rows = []
         for r in g.rows:
-            command = row_command(r, protocol)
+            command = _key((row_command(r, protocol), 0))[0]
             seeds = [done[(command, s)] for s in protocol.seeds if (command, s) in done]
             if seeds:
                 shown = command.replace(f"--seeds {','.join(map(str, protocol.seeds))}",
@@ -184,24 +218,34 @@ def comparison(doc: TableResult) -> str:
              f"--measured {doc.protocol.measured} --seeds "
              f"{','.join(map(str, doc.protocol.seeds))} --tolerance {doc.protocol.tolerance:g}`"
              " (a reduced protocol: the ruler's full one is 4,500 measured, tolerance 0.03).",
-             "", "Capacity: the best row's; fair capacity: the best row's by fair capacity, "
-             "which may be another row (named).", "",
+             "", "Capacity: the best row's (chosen on the seeds every row has; its mean over all "
+             "its seeds, how many in brackets); fair capacity: the best row's by fair "
+             "capacity, which may be another row (named). "
+             "Per seed: the same two rows' ratio on each seed both have.", "",
              "| workload | best Ascendra | capacity | fair | best baseline | capacity | fair "
-             "| ratio | fair ratio |", "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+             "| ratio | per seed | fair ratio | per seed |",
+             "|---|---|---:|---:|---|---:|---:|---:|---|---:|---|"]
     for g in doc.groups:
         ours = [r for r in g.rows if is_ascendra(r.label)]
         theirs = [r for r in g.rows if not is_ascendra(r.label)]
         if not ours or not theirs:
             continue
-        a = max(ours, key=lambda r: (r.mean_qps, r.fair_mean_qps))
-        b = max(theirs, key=lambda r: (r.mean_qps, r.fair_mean_qps))
-        fa = max(ours, key=lambda r: (r.fair_mean_qps, r.mean_qps))
-        fb = max(theirs, key=lambda r: (r.fair_mean_qps, r.mean_qps))
-        lines.append(f"| {g.name} | {a.label} | {a.mean_qps:.2f} | {_fair(fa, a)} | {b.label} "
-                     f"| {b.mean_qps:.2f} | {_fair(fb, b)} | {_ratio(a.mean_qps, b.mean_qps)} "
-                     f"| {_ratio(fa.fair_mean_qps, fb.fair_mean_qps)} |")
+        # chosen on the seeds every row has (rows searched on more seeds are no better
+        # for it), ties by the mean over all of a row's seeds
+        common = set.intersection(*({s.seed for s in r.seeds} for r in g.rows))
+
+        def best(rows, field, mean):
+            return max(rows, key=lambda r: (sum(getattr(s, field) for s in r.seeds
+                                                if s.seed in common), getattr(r, mean)))
+        a, b = (best(x, "capacity_qps", "mean_qps") for x in (ours, theirs))
+        fa, fb = (best(x, "fair_capacity_qps", "fair_mean_qps") for x in (ours, theirs))
+        lines.append(f"| {g.name} | {_named(a)} | {_qps(a.mean_qps)} | {_fair(fa, a)} | "
+                     f"{_named(b)} | {_qps(b.mean_qps)} | {_fair(fb, b)} | "
+                     f"{_ratio(a.mean_qps, b.mean_qps)} | {_per_seed(a, b, 'capacity_qps')} | "
+                     f"{_ratio(fa.fair_mean_qps, fb.fair_mean_qps)} | "
+                     f"{_per_seed(fa, fb, 'fair_capacity_qps')} |")
     lines += ["", "Per class, at each row's capacity (goodput %, mean over the seeds; prompt "
-              "classes are the workload's prompt-length quartiles):", ""]
+              "Q1-Q4 are the workload's prompt-length quartiles, Q1 the shortest):", ""]
     for g in doc.groups:
         names = []
         for r in g.rows:
@@ -212,27 +256,51 @@ def comparison(doc: TableResult) -> str:
         for r in g.rows:
             per = _classes_at_capacity(r.seeds)
             cells = " | ".join(f"{per[n]:.1f}" if n in per else "-" for n in names)
-            lines.append(f"| {r.label} | {r.mean_qps:.2f} [{r.min_qps:.2f}-{r.max_qps:.2f}] | "
-                         f"{r.fair_mean_qps:.2f} | {cells} |")
+            lines.append(f"| {r.label} | {_qps(r.mean_qps)} [{_qps(r.min_qps)}-"
+                         f"{_qps(r.max_qps)}] | {_qps(r.fair_mean_qps)} | {cells} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def _classes_at_capacity(seeds: list[SeedCapacity]) -> dict[str, float]:
     """Each class's goodput at the highest rate that held (the capacity), mean over the
-    seeds that have one."""
+    seeds that have one. Prompt-length quartiles are named by rank (Q1 the shortest):
+    each seed's requests draw their own bounds."""
     sums: dict[str, list[float]] = {}
     for s in seeds:
         held = max((p for p in s.points if p.holds), key=lambda p: p.qps, default=None)
+        quartile = 0
         for c in (held.classes if held else []):
-            sums.setdefault(c.name, []).append(c.goodput_pct)
+            name = c.name
+            if name.startswith("prompt "):
+                quartile += 1
+                name = f"prompt Q{quartile}"
+            sums.setdefault(name, []).append(c.goodput_pct)
     return {name: sum(v) / len(v) for name, v in sums.items()}
 
 
 def _fair(best_fair, best) -> str:
     """The best fair capacity, naming its row when it is not the best-capacity row's."""
-    return f"{best_fair.fair_mean_qps:.2f}" + ("" if best_fair is best else
-                                                f" ({best_fair.label})")
+    return _qps(best_fair.fair_mean_qps) + ("" if best_fair is best else
+                                                f" ({_named(best_fair)})")
+
+
+def _named(row) -> str:
+    """A row's label and how many seeds its mean is over."""
+    return f"{row.label} [{len(row.seeds)}]"
+
+
+def _per_seed(a, b, field: str) -> str:
+    """`a`'s over `b`'s `field` on each seed both rows have ("s0 1.44x, ...")."""
+    ours = {s.seed: getattr(s, field) for s in a.seeds}
+    theirs = {s.seed: getattr(s, field) for s in b.seeds}
+    return ", ".join(f"s{seed} {_ratio(ours[seed], theirs[seed])}"
+                     for seed in sorted(ours.keys() & theirs.keys())) or "-"
+
+
+def _qps(x: float) -> str:
+    """A rate at two decimals, or three under 1 QPS (bursty-cv4's 70B rates: 0.043)."""
+    return f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
 def _ratio(a: float, b: float) -> str:
