@@ -128,7 +128,7 @@ def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
     """Run the named tables (the studies' first); the markdown files written, in order."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = _commit(), datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = _commit(), utc_date()
     written = []
     for study in (STUDIES[n] for n in names if n in STUDIES):
         if progress:
@@ -273,6 +273,11 @@ def _spread(mean: float, lo: float, hi: float) -> str:
 
 
 _HERE = Path(__file__).parent
+
+
+def utc_date() -> str:
+    """Now, as a table's stamp gives its date: "2026-11-29 03:15 UTC"."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _commit() -> str:

@@ -38,7 +38,7 @@ import msgspec
 from bench.parallel import imap_unordered
 from bench.ruler.ruler import SeedCapacity
 from bench.studies.results_run import (
-    TableResult, _commit, row_command, row_result, search, with_ratios, write,
+    TableResult, _commit, row_command, row_result, search, utc_date, with_ratios, write,
 )
 from bench.studies.results_tables import Group, Protocol, Row, Table
 
@@ -199,16 +199,11 @@ def report(table: Table, protocol: Protocol, out: Path,
         return None
     doc = TableResult(name=table.name, title=table.title, command=f"python -m "
                       f"bench.studies.tp_capacity --table {table.name}", commit=_commit(),
-                      date=_today(), protocol=protocol, full_protocol=Protocol(),
+                      date=utc_date(), protocol=protocol, full_protocol=Protocol(),
                       quick=False, groups=groups)
     write(doc, out)
     (out / f"{table.name}.report.md").write_text(comparison(doc))
     return doc
-
-
-def _today() -> str:
-    import datetime
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def comparison(doc: TableResult) -> str:
