@@ -138,6 +138,11 @@ class InstancesConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         "torch: a profile file `ascendra profile` wrote of this executor and model; the "
         "performance model (LP/HP modes) starts from its step times instead of timing "
         'batches at start (which takes up to 5 s an instance); "" = calibrate at start.')] = ""
+    step_log: Annotated[str, doc(
+        "A debugging record: a folder where each instance process writes `steps-N.jsonl`, one "
+        "line per step it runs (the batch's prefill chunks and decode contexts, the "
+        "executor's wall and CPU seconds, the scheduler's; engines/step_log.py), to compare "
+        'a live run\'s steps with a profile\'s; "" = none (no cost).')] = ""
 
     def __post_init__(self) -> None:
         # Checked with the config, not later in serve() or an instance process.

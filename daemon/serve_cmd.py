@@ -135,7 +135,13 @@ def _instance_config(config: ServeConfig, spec: InstanceSpec, endpoint: str,
     return InstanceConfig(instance_id=spec.index, endpoint=endpoint, scheduler=scheduler.validate(),
                           executor=executor, gpus=list(spec.gpus) if spec.gpus else None,
                           heartbeat_interval=config.process.heartbeat_interval,
-                          log_level=config.process.log_level)
+                          log_level=config.process.log_level,
+                          step_log=_step_log(instances.step_log, spec.index))
+
+
+def _step_log(folder: str, index: int) -> str:
+    """Instance `index`'s step log in `folder` (instances.step_log); "" when off."""
+    return str(Path(folder).absolute() / f"steps-{index}.jsonl") if folder else ""
 
 
 async def serve(config: ServeConfig) -> int:

@@ -30,6 +30,7 @@ from engines.executors.base import Executor
 from engines.handoff import ExportKv, ImportKv
 from engines.instance_config import InstanceConfig
 from engines.instance_core import InstanceCore, Output
+from engines.step_log import StepLog
 from engines.timed_step import timed_step
 from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
@@ -82,6 +83,8 @@ class Instance:
         #: P/D decode instance: the KV frames of prefilled requests waiting for a seat, by
         #: request id, till the core asks for them (ImportKv).
         self._kv_frames: dict[str, list] = {}
+        #: every step recorded (instances.step_log); None: steps run untimed beyond the core's
+        self._step_log = StepLog(config.step_log) if config.step_log else None
         now = clock()
         self._next_heartbeat = now + config.heartbeat_interval
         self._last_command = now
@@ -98,6 +101,9 @@ class Instance:
             self.channel.send(InstanceFailed(instance_id=self.instance_id,
                                              message=f"{type(exc).__name__}: {exc}"))
             return EXIT_FAILED
+        finally:
+            if self._step_log is not None:
+                self._step_log.close()
         return self._exit_code
 
     def _serve_once(self) -> None:
@@ -111,7 +117,8 @@ class Instance:
         if core.esp_step_due:
             self._carry_out(self._esp_step())
         else:
-            self._carry_out(timed_step(core, self.executor, self.clock))
+            step = self._step_log.timed_step if self._step_log else timed_step
+            self._carry_out(step(core, self.executor, self.clock))
         if self._kv_frames:  # frames of requests no longer waiting (aborted, recomputed)
             self._kv_frames = {request_id: frames for request_id, frames
                                in self._kv_frames.items() if request_id in core.prefilled}

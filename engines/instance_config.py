@@ -42,6 +42,8 @@ class InstanceConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     #: `model_dir` theirs), `executor.num_kv_blocks` sizing their shared pool in the
     #: costliest model's blocks. Empty: one model, `executor.model_dir`.
     models: list[MuxModelConfig] = []
+    #: A file to write one record per step to (engines/step_log.py); "" = none.
+    step_log: str = ""
 
     @property
     def resolved_role(self) -> Role:

@@ -14,9 +14,11 @@ costs the profile measured on the daemon's path (when it did). Each live instanc
 on `--torch-threads` torch threads (default 1: on a small CPU shared with the controller
 and the client, more threads wait at every operator for a core another process holds).
 It prints goodput, p50/p90 TTFT and mean TBT side by side, each instance's p50 TTFT and
-mean TBT (several instances: how far they drift apart), and the load average before and
-after each side (this machine is shared), and writes both result JSONs and
-`summary.json`.
+mean TBT (several instances: how far they drift apart), the load average before and
+after each side and the share of CPU time the hypervisor stole during the live side
+(/proc/stat; this machine is shared), and writes both result JSONs and `summary.json`.
+`--step-log` has each live instance record its steps (`serve --step-log`,
+engines/step_log.py) in `<out>/steps_<rate>/`, for bench/profiling/step_log_study.py.
 """
 from __future__ import annotations
 
@@ -50,21 +52,23 @@ def check(args, rate: float, out: Path) -> dict:
     serve = ["--executor", "torch", "--device", "cpu", *shared,
              "--torch-threads", str(args.torch_threads),
              *(["--model", args.model] if args.model else []),
+             *(["--step-log", str(out / f"steps_{rate}")] if args.step_log else []),
              "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000"]
     with ServeProcess(serve, start_timeout=300, log_path=out / f"daemon_{rate}.log") as daemon:
-        load_live = os.getloadavg()[0]
+        load_live, cpu_before = os.getloadavg()[0], cpu_times()
         subprocess.run([sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.url, *load,
                         "--max-model-len", str(args.max_model_len), "--json", str(live_json),
                         "--records", str(out / f"live_{rate}.records.jsonl"),
                         "--disable-tqdm", "--max-error-rate", "1"],
                        check=True, stdout=subprocess.DEVNULL)
-        load_live = (load_live, os.getloadavg()[0])
+        load_live, cpu_after = (load_live, os.getloadavg()[0]), cpu_times()
     subprocess.run([sys.executable, "-m", "daemon.cli", "simulate", *shared, *load,
                     "--profile", args.profile, "--json", str(sim_json),
                     "--records", str(out / f"sim_{rate}.records.jsonl")],
                    check=True, stdout=subprocess.DEVNULL)
     live, sim = read_result(live_json), read_result(sim_json)
     row = {"rate": rate, "load_live": [round(x, 2) for x in load_live],
+           "steal_pct_live": steal_pct(cpu_before, cpu_after),
            **{f"{k}_{side}": v for side, r in (("live", live), ("sim", sim))
               for k, v in (("goodput_pct", round(r.goodput_pct, 1)),
                            ("p50_ttft_s", r.ttft_s.p50), ("p90_ttft_s", r.ttft_s.p90),
@@ -73,6 +77,25 @@ def check(args, rate: float, out: Path) -> dict:
         for side in ("live", "sim"):
             row[f"by_instance_{side}"] = by_instance(out / f"{side}_{rate}.records.jsonl")
     return row
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU time so far by kind, in ticks (/proc/stat's `cpu` line: user,
+    nice, system, idle, iowait, irq, softirq, steal, ...); [] where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+def steal_pct(before: list[int], after: list[int]) -> float | None:
+    """The share of the CPU time between two `cpu_times` the hypervisor gave to others
+    (steal, the 8th field), in %; None where not known."""
+    if len(before) < 8 or len(after) < 8:
+        return None
+    spent = [b - a for a, b in zip(before, after)]
+    return round(100 * spent[7] / sum(spent[:8]), 2) if sum(spent[:8]) else None
 
 
 def by_instance(records_path: Path) -> dict:
@@ -109,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch threads of each live instance (serve's "
                              "instances.torch_threads; default %(default)s: one core each)")
+    parser.add_argument("--step-log", action="store_true",
+                        help="each live instance records its steps in <out>/steps_<rate>/")
     parser.add_argument("--out", default="measured_loop")
     args = parser.parse_args(argv)
     out = Path(args.out)

@@ -1,0 +1,66 @@
+"""`serve --step-log DIR` (instances.step_log): each instance process records every step
+it runs -- the batch and the executor's time -- for comparing a live run's steps at equal
+batch composition; off, nothing is written.
+
+Covers: engines/step_log.py, engines/instance.py, engines/instance_config.py, daemon/serve_cmd.py.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import pytest
+
+from daemon.config import add_config_flags, config_from_args
+from daemon.serve_cmd import instance_configs
+from engines.scheduler_config import SchedulerConfig
+from engines.step_log import StepLog, read_step_log
+from ipc.messages import Role, StepOutputs
+from tests.fakes import FakeExecutor, FakeInstance
+from tests.test_instance_core import submit
+
+
+def _configs(tmp_path, *flags: str):
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    config = config_from_args(parser.parse_args(["--layout", "2xsarathi", *flags]))
+    (plan,) = config.model_plans()
+    return instance_configs(config, plan, "ipc:///tmp/x.sock", tmp_path)
+
+
+def test_the_flag_gives_each_instance_its_own_file_and_unset_none(tmp_path):
+    logged = _configs(tmp_path, "--step-log", str(tmp_path / "steps"))
+    assert [c.step_log for c in logged] == [str(tmp_path / "steps" / f"steps-{i}.jsonl")
+                                            for i in (0, 1)]
+    assert [c.step_log for c in _configs(tmp_path)] == ["", ""]
+
+
+def test_every_step_is_recorded_with_its_batch_and_times(tmp_path):
+    driver = FakeInstance(0, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=8),
+                          FakeExecutor(num_kv_blocks=64))
+    driver.core.take([submit("a", prompt=range(1, 13), max_tokens=3),
+                      submit("b", prompt=(5, 6), max_tokens=2)], now=0.0)
+    ticks = itertools.count()
+    clock = lambda: 0.5 * next(ticks)  # noqa: E731 -- each reading half a second on
+    log = StepLog(tmp_path / "steps.jsonl")
+    steps = 0
+    while driver.core.has_work:
+        outputs = log.timed_step(driver.core, driver.executor, clock)
+        steps += any(isinstance(m, StepOutputs) for m in outputs)
+    log.close()
+    records = read_step_log(tmp_path / "steps.jsonl")
+    assert len(records) == steps >= 3
+    first = records[0]  # 8 of a's 12 prompt tokens and b's 2: the chunk size
+    assert first.prefills == [(8, 0), (2, 0)] or first.prefills == [(8, 0)]
+    assert sum(c for r in records for c, _ in r.prefills) == 12 + 2
+    assert sum(len(r.decodes) for r in records) >= (3 - 1) + (2 - 1)
+    # each reading is 0.5 s after the last: begin_step, execute and finish_step each one
+    assert all((r.core_s, r.execute_s, r.finish_s) == (0.5, 0.5, 0.5) for r in records)
+    assert all(r.cpu_s >= 0 for r in records)
+
+
+def test_a_line_that_is_not_a_record_is_an_error_naming_the_file(tmp_path):
+    bad = tmp_path / "steps-0.jsonl"
+    bad.write_text('{"start": 0}\n')
+    with pytest.raises(ValueError, match="steps-0.jsonl.*line 1"):
+        read_step_log(bad)
