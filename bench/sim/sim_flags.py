@@ -79,6 +79,18 @@ def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     return subject, config
 
 
+def on_profile(config: RulerConfig, profile: str,
+               max_model_len: int | None = None) -> RulerConfig:
+    """`config` on `profile` at that profile's own SLOs (`--slo-scale auto`: the targets
+    and the workload's SLO classes times its scale; 1 for a model on one GPU and for a
+    measured file), and at `max_model_len` when given: what a study's `--profile` does."""
+    scale = parse_slo_scale(DEFAULT_SLO_SCALE, profile)
+    return msgspec.structs.replace(
+        config, profile=profile, slo=scaled_slo(config.slo, scale, set()),
+        workload=scaled_classes(config.workload, scale), slo_scale=scale,
+        max_model_len=max_model_len or config.max_model_len)
+
+
 def scaled_classes(spec: WorkloadSpec, scale: SloScale) -> WorkloadSpec:
     """`spec` with every SLO class's targets times `scale`."""
     if (scale.ttft, scale.tbt) == (1.0, 1.0):

@@ -34,29 +34,36 @@ from bench.launch.daemon_launcher import ServeProcess
 from bench.records.results import read_result
 
 PROFILE = "a100-llama3-8b"
+MAX_MODEL_LEN = 8192
 
 
-def _serve_args(layout: str, scheduler: list[str]) -> list[str]:
-    return ["--executor", "sim", "--profile", PROFILE, "--layout", layout, "--max-model-len",
-            "8192", "--max-queued-requests", "100000", "--max-queued-tokens", "1000000000",
-            *scheduler]
+def _serve_args(layout: str, scheduler: list[str], profile: str = PROFILE,
+                max_model_len: int = MAX_MODEL_LEN) -> list[str]:
+    return ["--executor", "sim", "--profile", profile, "--layout", layout, "--max-model-len",
+            str(max_model_len), "--max-queued-requests", "100000", "--max-queued-tokens",
+            "1000000000", *scheduler]
 
 
 def check(layout: str, workload: str, qps: float, n: int, out: Path, port: int,
-          scheduler: list[str] = (), tenant_mix: str = "", seed: int = 0) -> tuple:
+          scheduler: list[str] = (), tenant_mix: str = "", seed: int = 0,
+          profile: str = PROFILE, max_model_len: int = MAX_MODEL_LEN) -> tuple:
     """`scheduler`: flags both the daemon and the simulator take (--chunk-size N,
-    --drop-expired)."""
+    --drop-expired); `profile`, `max_model_len`: both sides' (the daemon's sim executor
+    at the profile's own SLOs, as the simulator)."""
     flags = ["--workload", workload, "--qps", str(qps), "--num-requests", str(n), "--seed", str(seed),
              *(["--tenant-mix", tenant_mix] if tenant_mix else [])]
     live_json, sim_json = out / f"live_{layout}_{workload}.json", out / f"sim_{layout}_{workload}.json"
-    with ServeProcess(_serve_args(layout, list(scheduler)), port=port, start_timeout=120,
+    with ServeProcess(_serve_args(layout, list(scheduler), profile, max_model_len), port=port,
+                      start_timeout=120,
                       log_path=out / f"daemon_{layout}_{workload}.log") as daemon:
         subprocess.run([sys.executable, "-m", "daemon.cli", "bench", "--url", daemon.url, *flags,
-                        "--max-model-len", "8192", "--json", str(live_json), "--disable-tqdm",
+                        "--max-model-len", str(max_model_len), "--json", str(live_json),
+                        "--disable-tqdm",
                         "--max-error-rate", "1"], check=True, stdout=subprocess.DEVNULL)
         changes = role_changes(daemon.url)
     subprocess.run([sys.executable, "-m", "daemon.cli", "simulate", "--layout", layout,
-                    "--profile", PROFILE, *flags, *scheduler, "--json", str(sim_json)], check=True,
+                    "--profile", profile, "--max-model-len", str(max_model_len), *flags,
+                    *scheduler, "--json", str(sim_json)], check=True,
                    stdout=subprocess.DEVNULL)
     return read_result(live_json), read_result(sim_json), changes
 
@@ -93,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
                              "goodput compared per tenant")
     parser.add_argument("--seed", type=int, default=0,
                         help="the workload's seed, for both sides (default %(default)s)")
+    parser.add_argument("--profile", default=PROFILE,
+                        help="both sides' GPU profile or profile file (default %(default)s)")
+    parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN,
+                        help="both sides' context limit (default %(default)s)")
     parser.add_argument("--port", type=int, default=0,
                         help="the daemon's port (default 0: any free one)")
     args = parser.parse_args(argv)
@@ -106,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     for point in args.points.split(","):
         workload, qps = point.split(":")
         live, sim, live_changes = check(args.layout, workload, float(qps), args.num_requests, out, args.port,
-                          scheduler, args.tenant_mix, args.seed)
+                          scheduler, args.tenant_mix, args.seed, args.profile,
+                          args.max_model_len)
         diff = live.goodput_pct - sim.goodput_pct
         worst = max(worst, abs(diff))
         rows.append({"workload": workload, "qps": float(qps), "requests": args.num_requests,

@@ -31,6 +31,7 @@ from bench.ruler.capacity_table import SWEEPS, parse_settings
 from bench.records.request_classes import RequestClasses, class_goodput
 from bench.ruler.ruler import RulerConfig, Subject, ruler_classes, sim_config
 from bench.sim.box_run import simulate
+from bench.sim.sim_flags import on_profile, profile_argument
 from daemon.core.controller_config import ControllerConfig
 
 #: Ascendra's layouts, and each faithful baseline at its best poisson setting with drops
@@ -78,9 +79,15 @@ def overload_row(layout: str, qps: float, load: float | None, r: RunResult,
             records, classes, r.ttft_slo_s, r.tbt_slo_s)})
 
 
-def _run(job: tuple[Subject, float, int, int]) -> RunResult:
-    subject, qps, n, seed = job
-    config = RulerConfig(controller=ControllerConfig(shed="drop"))
+def overload_config(profile: str = RulerConfig().profile,
+                    max_model_len: int | None = None) -> RulerConfig:
+    """Every run's settings: drops on, the profile at its own SLOs."""
+    return on_profile(RulerConfig(controller=ControllerConfig(shed="drop")), profile,
+                      max_model_len)
+
+
+def _run(job: tuple[Subject, float, int, int, RulerConfig]) -> RunResult:
+    subject, qps, n, seed, config = job
     requests = build_requests(workload("poisson"), rate=qps, num_requests=n, seed=seed,
                               max_model_len=config.max_model_len)
     return simulate(sim_config(subject, config), requests, seed=seed,
@@ -88,12 +95,15 @@ def _run(job: tuple[Subject, float, int, int]) -> RunResult:
 
 
 def overload(subjects: list[Subject], rates: list[tuple[float, float | None]], minutes: float,
-             seed: int, workers: int | None = None) -> list[OverloadRow]:
-    """Every subject at every (qps, load), each rate's rows against its best baseline."""
-    jobs = [(subject, qps, round(qps * minutes * 60), seed)
+             seed: int, workers: int | None = None,
+             config: RulerConfig | None = None) -> list[OverloadRow]:
+    """Every subject at every (qps, load), each rate's rows against its best baseline
+    (`config`: `overload_config()`'s unless given)."""
+    config = config or overload_config()
+    jobs = [(subject, qps, round(qps * minutes * 60), seed, config)
             for qps, _ in rates for subject in subjects]
     results = run_parallel(_run, jobs, workers)
-    classes = ruler_classes(RulerConfig())
+    classes = ruler_classes(config)
     rows = []
     for k, (qps, load) in enumerate(rates):
         mine = results[k * len(subjects):(k + 1) * len(subjects)]
@@ -131,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settings", default=DEFAULT_SETTINGS,
                         help="layouts, and baselines as layout@chunk[+drops]")
+    parser.add_argument("--profile", default=RulerConfig().profile, type=profile_argument,
+                        help="a GPU profile or a profile file, at its own SLOs "
+                             "(default %(default)s)")
+    parser.add_argument("--max-model-len", type=int, default=RulerConfig().max_model_len)
     parser.add_argument("--json", help="write the rows (OverloadRow) here")
     add_workers_flag(parser)
     args = parser.parse_args(argv)
@@ -142,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     rates = ([(args.capacity * load, load) for load in loads] if args.capacity
              else [(args.qps, None)])
     print(f"overload: ShareGPT, Poisson at {', '.join(f'{q:.2f}' for q, _ in rates)} QPS for "
-          f"{args.minutes:g} simulated minutes each, a100-llama3-8b, seed {args.seed}; "
+          f"{args.minutes:g} simulated minutes each, {args.profile}, seed {args.seed}; "
           f"drops on everywhere")
-    rows = overload(subjects, rates, args.minutes, args.seed, args.workers)
+    rows = overload(subjects, rates, args.minutes, args.seed, args.workers,
+                    overload_config(args.profile, args.max_model_len))
     print_rows(rows)
     if args.json:
         write_json(args.json, {"rates": rates, "minutes": args.minutes, "seed": args.seed,

@@ -32,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured", type=int, default=None,
                    help="results: measured requests per point instead of each table's own "
                         "(a reduced run, labelled so)")
+    p.add_argument("--profile", default=None, metavar="FILE|NAME",
+                   help="results: the tables on this profile (a file `ascendra profile` wrote, "
+                        "or a built-in name) instead of a100-llama3-8b: its own SLOs "
+                        "(--slo-scale auto), every fixed rate scaled by its poisson ShareGPT "
+                        "ceiling over a100-llama3-8b's, each table stamped with it "
+                        "(bench/studies/results_profile.py)")
     add_workers_flag(p)
     p.set_defaults(run=run_reproduce)
 
@@ -44,6 +50,10 @@ MISSING_BENCH_EXTRA = ("ascendra reproduce: error: the figures need matplotlib, 
 def run_reproduce(args: argparse.Namespace) -> int:
     if args.figure == "results":
         return run_results(args)
+    if args.profile:
+        print("ascendra reproduce: error: --profile: only `reproduce results` takes it (the "
+              "figures are the paper's, on a100-llama3-8b)", file=sys.stderr)
+        return 2
     try:  # checked before simulating anything: the PNGs come last
         import matplotlib  # noqa: F401
     except ImportError:
@@ -64,8 +74,16 @@ def run_results(args: argparse.Namespace) -> int:
     from bench.studies.results_run import run_tables
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
+    target = None
+    if args.profile:
+        from bench.studies.results_profile import profile_target
+        try:
+            target = profile_target(args.profile)
+        except ValueError as exc:  # unreadable, malformed, or no rate fits it
+            print(f"ascendra reproduce: error: --profile: {exc}", file=sys.stderr)
+            return 2
     for path in run_tables(args.table or [*STUDIES, *TABLES], args.out, quick=args.quick,
                            seeds=seeds, measured=args.measured, workers=args.workers,
-                           progress=lambda line: print(line, file=sys.stderr)):
+                           progress=lambda line: print(line, file=sys.stderr), target=target):
         print(f"wrote {path} and {path.with_suffix('.json')}")
     return 0

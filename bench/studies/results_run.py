@@ -9,6 +9,8 @@ as soon as its own searches are done, so a run cut short still leaves its first 
 and every search as soon as it is done (`<out>/searches.jsonl`), so that the same run
 started again on the same commit goes on where it stopped.
 A run with fewer seeds or requests than a table's protocol says so in its markdown.
+`profile`: the tables on another profile (bench/studies/results_profile.py): every row and
+study runs on it, its fixed rates scaled, and every table's stamp names it.
 The tables that studies of their own make (overload, tenants, live vs simulated:
 bench/studies/results_studies.py) run first, each a few minutes; `--seeds` and
 `--measured` do not change them.
@@ -30,6 +32,7 @@ from bench.ruler.ruler import NEAR_GROWTH, RulerConfig, SeedCapacity, seed_capac
 from bench.sim.sim_flags import (
     add_fair_floor_flag, add_sim_flags, add_start_growth_flag, sim_settings,
 )
+from bench.studies.results_profile import ProfileTarget
 from bench.studies.results_studies import run_study
 from bench.studies.results_tables import QUICK, STUDIES, TABLES, Group, Protocol, Row, Table
 from daemon.layout import layout_modes
@@ -69,19 +72,27 @@ class TableResult(msgspec.Struct, kw_only=True):
     fair: bool = True           # fair capacity searched (else `--fair-floor 0`)
 
 
-def table_command(name: str) -> str:
-    return f"ascendra reproduce results --table {name} --out DIR"
+class ProfiledTableResult(TableResult, kw_only=True):
+    """A table run on another profile than the one it was set for (`--profile`)."""
+    target: ProfileTarget
+
+
+def table_command(name: str, target: ProfileTarget | None = None) -> str:
+    profile = f" --profile {target.profile}" if target else ""
+    return f"ascendra reproduce results --table {name}{profile} --out DIR"
 
 
 def row_command(row: Row, protocol: Protocol, measured: int | None = None,
-                quick: bool = False) -> str:
+                quick: bool = False, target: ProfileTarget | None = None) -> str:
     """The row's `ascendra capacity` command under `protocol` (`measured`: its group's own),
     its search started near the row's last capacity where it has one (not in a `quick`
-    run, whose short points hold far higher)."""
+    run, whose short points hold far higher); on `target`'s profile, that start scaled."""
     seeds = ",".join(str(s) for s in protocol.seeds)
-    start = (f" --start-qps {row.start:g} --start-growth {NEAR_GROWTH:g}"
-             if row.start and not quick else "")
-    return (f"ascendra capacity {row.flags} --measured {measured or protocol.measured} "
+    start = row.start and (target.rate(row.start) if target else row.start)
+    start = (f" --start-qps {start:g} --start-growth {NEAR_GROWTH:g}"
+             if start and not quick else "")
+    flags = f"{row.flags} {target.flags()}" if target else row.flags
+    return (f"ascendra capacity {flags} --measured {measured or protocol.measured} "
             f"--seeds {seeds} --tolerance {protocol.tolerance:g}{start}")
 
 
@@ -124,20 +135,25 @@ def protocol_for(table: Table, quick: bool, seeds: Sequence[int] | None,
 def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
                seeds: Sequence[int] | None = None, measured: int | None = None,
                workers: int | None = None,
-               progress: Callable[[str], None] | None = None) -> list[Path]:
-    """Run the named tables (the studies' first); the markdown files written, in order."""
+               progress: Callable[[str], None] | None = None,
+               target: ProfileTarget | None = None) -> list[Path]:
+    """Run the named tables (the studies' first); the markdown files written, in order.
+    `target`: on another profile (`results_profile.profile_target`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = _commit(), utc_date()
     written = []
+    if progress and target:
+        progress(target.describe().replace("**", ""))
     for study in (STUDIES[n] for n in names if n in STUDIES):
         if progress:
-            progress(f"{study.name}: {study.command(quick, str(out / study.name))}")
-        written.append(run_study(study, out, quick, workers, stamp, table_command(study.name)))
+            progress(f"{study.name}: {study.command(quick, str(out / study.name), target)}")
+        written.append(run_study(study, out, quick, workers, stamp,
+                                 table_command(study.name, target), target))
     tables = [TABLES[n] for n in names if n in TABLES]
     protocols = [protocol_for(t, quick, seeds, measured) for t in tables]
     # seed by seed: a run cut short has whole comparisons (every row) on its first seeds
-    wanted = {t.name: [(row_command(row, p, _measured(g, measured, quick), quick), seed)
+    wanted = {t.name: [(row_command(row, p, _measured(g, measured, quick), quick, target), seed)
                        for seed in p.seeds for g in t.groups for row in g.rows]
               for t, p in zip(tables, protocols)}
     jobs = list(dict.fromkeys(job for table_jobs in wanted.values() for job in table_jobs))
@@ -152,7 +168,7 @@ def run_tables(names: Sequence[str], out: str | Path, *, quick: bool = False,
             if table.name in wanted and all(job in done for job in wanted[table.name]):
                 del wanted[table.name]
                 written.append(write(assemble(table, protocol, done, quick, *stamp,
-                                              override=measured), out))
+                                              override=measured, target=target), out))
 
     write_finished()
     for i, result in imap_unordered(search, todo, workers):
@@ -195,18 +211,19 @@ def _measured(group: Group, override: int | None, quick: bool) -> int | None:
 
 
 def assemble(table: Table, protocol: Protocol, searches: dict[tuple[str, int], SeedCapacity],
-             quick: bool, commit: str, date: str, override: int | None = None) -> TableResult:
+             quick: bool, commit: str, date: str, override: int | None = None,
+             target: ProfileTarget | None = None) -> TableResult:
     groups = []
     for group in table.groups:
         rows = []
         for row in group.rows:
-            cmd = row_command(row, protocol, _measured(group, override, quick), quick)
+            cmd = row_command(row, protocol, _measured(group, override, quick), quick, target)
             rows.append(row_result(row.label, cmd, [searches[(cmd, s)] for s in protocol.seeds]))
         groups.append(with_ratios(group.name, rows, _measured(group, override, quick)))
-    return TableResult(name=table.name, title=table.title, command=table_command(table.name),
-                       commit=commit, date=date, protocol=protocol,
-                       full_protocol=table.protocol, quick=quick, groups=groups,
-                       fair=table.fair)
+    fields = dict(name=table.name, title=table.title, command=table_command(table.name, target),
+                  commit=commit, date=date, protocol=protocol, full_protocol=table.protocol,
+                  quick=quick, groups=groups, fair=table.fair)
+    return ProfiledTableResult(**fields, target=target) if target else TableResult(**fields)
 
 
 def row_result(label: str, command: str, seeds: list[SeedCapacity]) -> RowResult:
@@ -242,6 +259,8 @@ def render(doc: TableResult) -> str:
              f"(rows: `ascendra capacity FLAGS --measured {p.measured} --seeds {seeds} "
              f"--tolerance {p.tolerance:g}`). Capacity / fair capacity, QPS, mean [min-max] "
              f"over seeds {seeds}.", ""]
+    if isinstance(doc, ProfiledTableResult):
+        lines += [doc.target.describe(), ""]
     if doc.quick:
         lines += ["**Quick run (`--quick`): a smoke test, not a measurement.**", ""]
     elif p != doc.full_protocol:

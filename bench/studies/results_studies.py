@@ -15,6 +15,7 @@ import msgspec
 
 from bench.json_file import write_json
 from bench.ruler.capacity_table import SWEEPS
+from bench.studies.results_profile import ProfileTarget
 from bench.studies.results_tables import StudyTable
 
 
@@ -30,12 +31,19 @@ class StudyResult(msgspec.Struct, kw_only=True):
     data: msgspec.Raw           # the study's own JSON, as it wrote it
 
 
+class ProfiledStudyResult(StudyResult, kw_only=True):
+    """A study run on another profile than the one it was set for (`--profile`)."""
+    target: ProfileTarget
+
+
 def run_study(study: StudyTable, out: Path, quick: bool, workers: int | None,
-              stamp: tuple[str, str], table_command: str) -> Path:
-    """Run the study into `out/<name>/` (its printout in `log.txt`), then write its table."""
+              stamp: tuple[str, str], table_command: str,
+              target: ProfileTarget | None = None) -> Path:
+    """Run the study into `out/<name>/` (its printout in `log.txt`), then write its table
+    (`target`: on another profile)."""
     folder = out / study.name
     folder.mkdir(parents=True, exist_ok=True)
-    command = study.command(quick, str(folder))
+    command = study.command(quick, str(folder), target)
     argv = [sys.executable, *shlex.split(command)[1:]]
     if workers and study.takes_workers:
         argv += ["--workers", str(workers)]
@@ -43,9 +51,11 @@ def run_study(study: StudyTable, out: Path, quick: bool, workers: int | None,
         returncode = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode
     data = folder / study.data_file
     data = data.read_bytes() if data.exists() else b"null"
-    doc = StudyResult(name=study.name, title=study.title, command=table_command,
-                      study_command=command, commit=stamp[0], date=stamp[1], quick=quick,
-                      returncode=returncode, data=msgspec.Raw(data))
+    fields = dict(name=study.name, title=study.title, command=table_command,
+                  study_command=command, commit=stamp[0], date=stamp[1], quick=quick,
+                  returncode=returncode, data=msgspec.Raw(data))
+    doc = (ProfiledStudyResult(**fields, target=target) if target
+           else StudyResult(**fields))
     write_json(out / f"{study.name}.json", doc, indent=1)
     md = out / f"{study.name}.md"
     md.write_text(render_study(doc))
@@ -55,6 +65,8 @@ def run_study(study: StudyTable, out: Path, quick: bool, workers: int | None,
 def render_study(doc: StudyResult) -> str:
     lines = [f"{doc.title}. Measured {doc.date} on commit {doc.commit}: `{doc.command}` "
              f"(runs `{doc.study_command}`).", ""]
+    if isinstance(doc, ProfiledStudyResult):
+        lines += [doc.target.describe(), ""]
     if doc.quick:
         lines += ["**Quick run (`--quick`): a smoke test, not a measurement.**", ""]
     if doc.returncode:

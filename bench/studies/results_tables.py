@@ -161,10 +161,17 @@ class StudyTable(msgspec.Struct, frozen=True):
     out_flags: str
     data_file: str
     takes_workers: bool = True      # the study has `--workers`
+    #: the study's own `--capacity` default when its flags name none (a run on another
+    #: profile scales it: bench/studies/results_profile.py)
+    default_capacity: float | None = None
 
-    def command(self, quick: bool = False, out: str = "DIR") -> str:
-        """The study's own command line, as the run calls it (`out`: the table's folder)."""
+    def command(self, quick: bool = False, out: str = "DIR", target=None) -> str:
+        """The study's own command line, as the run calls it (`out`: the table's folder;
+        `target`: another profile's `ProfileTarget`, its rates and flags)."""
         flags = self.quick_flags if quick else self.flags
+        if target is not None:
+            from bench.studies.results_profile import retarget_study_flags
+            flags = retarget_study_flags(flags, target, self.default_capacity)
         return " ".join(w for w in ("python -m", self.module, flags,
                                     self.out_flags.format(dir=out)) if w)
 
@@ -179,7 +186,8 @@ STUDIES: dict[str, StudyTable] = {s.name: s for s in (
                "overload_curve.json"),
     StudyTable("tenants", "Tenants", "Tenants sharing one box: a flood from one tenant, "
                "sheddable traffic (tenants.md)", "bench.studies.tenants", "", "--quick",
-               "--out {dir}/tenants.json --figures {dir}", "tenants.json"),
+               "--out {dir}/tenants.json --figures {dir}", "tenants.json",
+               default_capacity=11.3),  # bench/studies/tenants.py DEFAULT_CAPACITY
     StudyTable("live", "Live vs simulated", "The real daemon (`ascendra serve --executor sim`) "
                "under `ascendra bench` against `ascendra simulate` on the same requests, 2L1H",
                "bench.studies.live_check",

@@ -56,6 +56,7 @@ from bench.records.schema import RequestRecord, TenantResult
 from bench.records.results import is_good, per_tenant, token_goodput_pct
 from bench.ruler.ruler import RulerConfig, Subject, sim_config
 from bench.ruler.steady_state import MeasureRule
+from bench.sim.sim_flags import on_profile, profile_argument
 from bench.sim.simulator import Simulation
 from daemon.core.controller_config import TenantsConfig
 from engines.scheduler_config import SchedulerConfig
@@ -104,6 +105,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     #: "only:<tenant>" (that tenant's requests alone).
     send: str = "tenants"
     window: float = 60.0
+    #: the profile (`--profile`, at its own SLOs) and context limit of every run
+    profile: str = RulerConfig().profile
+    max_model_len: int = RulerConfig().max_model_len
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -129,16 +133,17 @@ class Run(msgspec.Struct, kw_only=True):
     wall_s: float = 0.0
 
 
-def _config(setup: Setup, mix: Sequence[TenantShare] | None) -> RulerConfig:
-    return RulerConfig(workload=workload("poisson", tenant_mix=tuple(mix) if mix else None),
-                       tenants=TenantsConfig(fair_share=setup.fair_share))
+def _config(job: Job, mix: Sequence[TenantShare] | None) -> RulerConfig:
+    return on_profile(RulerConfig(
+        workload=workload("poisson", tenant_mix=tuple(mix) if mix else None),
+        tenants=TenantsConfig(fair_share=job.setup.fair_share)), job.profile, job.max_model_len)
 
 
 def _requests(job: Job) -> list[WorkloadRequest]:
     """The mix's requests, as `job.send` says they are sent."""
-    requests = build_requests(_config(job.setup, job.mix).workload, rate=job.qps,
+    requests = build_requests(_config(job, job.mix).workload, rate=job.qps,
                               num_requests=job.num_requests, duration=job.duration,
-                              seed=job.seed, max_model_len=RulerConfig().max_model_len)
+                              seed=job.seed, max_model_len=job.max_model_len)
     if job.send == "one tenant":
         return [msgspec.structs.replace(r, tenant=None, priority=0) for r in requests]
     if job.send == "no priorities":
@@ -151,7 +156,7 @@ def _requests(job: Job) -> list[WorkloadRequest]:
 def run_job(job: Job) -> Run:
     started = time.perf_counter()
     requests = _requests(job)
-    config = _config(job.setup, job.mix if job.send != "one tenant" else None)
+    config = _config(job, job.mix if job.send != "one tenant" else None)
     subject = Subject(label=job.setup.label, layout=job.setup.layout,
                       scheduler=job.setup.scheduler)
     records = Simulation(sim_config(subject, config), requests).run()
@@ -514,6 +519,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="one seed, short runs: a smoke test, not a measurement")
     parser.add_argument("--figures", type=Path, default=Path("docs/figures/tenants"),
                         help="folder of the weights figure (default %(default)s)")
+    parser.add_argument("--profile", default=RulerConfig().profile, type=profile_argument,
+                        help="a GPU profile or a profile file, at its own SLOs "
+                             "(default %(default)s)")
+    parser.add_argument("--max-model-len", type=int, default=RulerConfig().max_model_len)
     add_workers_flag(parser)
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -537,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         jobs += sheddable_jobs(args.capacity, seeds, n)
     if phases == ["starvation"]:
         jobs += starvation_jobs(args.capacity, seeds, n)
+    jobs = [msgspec.structs.replace(j, profile=args.profile, max_model_len=args.max_model_len)
+            for j in jobs]
     print(f"{len(jobs)} runs (capacity C = {args.capacity:g} QPS, seeds {list(seeds)})",
           file=sys.stderr)
     for key in dict.fromkeys((j.phase, j.variant if j.phase == "weights" else "") for j in jobs):
@@ -548,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     study = TenantsStudy(config={"capacity_qps": args.capacity, "num_requests": n,
                                  "weights_seconds": seconds, "window_s": window,
                                  "seeds": list(seeds), "phases": phases, "quick": args.quick,
-                                 "profile": RulerConfig().profile, "workload": "poisson",
+                                 "profile": args.profile, "workload": "poisson",
                                  "trace": "sharegpt"}, runs=runs)
     study.flood = flood_summary(runs)
     study.weights = weights_summary(runs)
