@@ -291,3 +291,38 @@ def test_perf_profile_is_refused_on_the_sim_executor():
     from daemon.config import InstancesConfig
     with pytest.raises(ValueError, match="perf_profile: only the torch executor"):
         InstancesConfig(executor="sim", perf_profile="tiny.json")
+
+
+def test_compare_sets_each_measured_step_beside_its_fit_and_the_other_profile(tmp_path, capsys):
+    """`ascendra profile --compare FILE OTHER`: a step per line, its measured median, the
+    fit's prediction and OTHER's, and OTHER over measured."""
+    from daemon.cli import main
+    path, slower = tmp_path / "p.json", tmp_path / "slower.json"
+    written = fake_profile(path)
+    fake_profile(slower, steps=[msgspec.structs.replace(s, seconds=[2 * x for x in s.seconds])
+                                for s in written.steps])
+    assert main(["profile", "--compare", str(path), str(slower)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "fit off by 0.0% on average" in lines[0] and "other/meas" in lines[1]
+    rows = lines[2:]
+    assert len(rows) == len(written.steps)
+    for row, step in zip(rows, written.steps):
+        measured, _, fit, other, ratio = row.split()[-5:]
+        assert float(measured) == pytest.approx(step.median * 1e3, abs=0.006)
+        assert float(fit) == pytest.approx(float(measured), abs=0.011)
+        assert float(ratio) == pytest.approx(2.0, abs=0.011)
+    assert main(["profile", "--compare", str(path), "a", "b"]) == 2  # FILE and one OTHER
+
+
+@pytest.mark.slow
+def test_profile_at_tp_2_writes_a_file_of_that_degree(tmp_path):
+    """`--tp 2`: rank 0 drives a second rank process over gloo on CPU, as an instance does;
+    the file says its degree, and its steps are the two ranks' together."""
+    from daemon.cli import main
+    out = tmp_path / "tp2.json"
+    assert main(["profile", "--device", "cpu", "--tp", "2", "--quick", "--repeats", "1",
+                 "--no-host", "--chunk-size", "64", "--max-num-seqs", "4", "--max-model-len",
+                 "128", "--num-kv-blocks", "64", "--out", str(out)]) == 0
+    profile = load_measured(out)
+    assert profile.data.tp == 2 and profile.data.host is None
+    assert len(profile.data.steps) > 5 and all(s.median > 0 for s in profile.data.steps)
