@@ -49,11 +49,11 @@ def test_every_step_is_recorded_with_its_batch_and_times(tmp_path):
         steps += any(isinstance(m, StepOutputs) for m in outputs)
     log.close()
     records = read_step_log(tmp_path / "steps.jsonl")
-    assert len(records) == steps >= 3
-    first = records[0]  # 8 of a's 12 prompt tokens and b's 2: the chunk size
-    assert first.prefills == [(8, 0), (2, 0)] or first.prefills == [(8, 0)]
-    assert sum(c for r in records for c, _ in r.prefills) == 12 + 2
-    assert sum(len(r.decodes) for r in records) >= (3 - 1) + (2 - 1)
+    assert len(records) == steps == 4
+    # a's first 8 prompt tokens (the chunk size); its last 4 beside b's 2; then decodes
+    # at their contexts (the new token included)
+    assert [(r.prefills, r.decodes) for r in records] == [
+        ([(8, 0)], []), ([(4, 8), (2, 0)], []), ([], [13, 3]), ([], [14])]
     # each reading is 0.5 s after the last: begin_step, execute and finish_step each one
     assert all((r.core_s, r.execute_s, r.finish_s) == (0.5, 0.5, 0.5) for r in records)
     assert all(r.cpu_s >= 0 for r in records)
@@ -64,3 +64,18 @@ def test_a_line_that_is_not_a_record_is_an_error_naming_the_file(tmp_path):
     bad.write_text('{"start": 0}\n')
     with pytest.raises(ValueError, match="steps-0.jsonl.*line 1"):
         read_step_log(bad)
+
+
+def test_a_multiplexed_instance_s_step_is_recorded_with_every_model_s_batch(tmp_path):
+    from tests.test_mux_core import _core, _submit
+    core, executor = _core()
+    core.take([_submit("a", "big", prompt_len=10, max_tokens=3),
+               _submit("b", "small", prompt_len=6, max_tokens=2)], now=0.0)
+    ticks = itertools.count()
+    log = StepLog(tmp_path / "steps.jsonl")
+    while core.has_work:
+        log.timed_step(core, executor, lambda: 0.1 * next(ticks))
+    log.close()
+    records = read_step_log(tmp_path / "steps.jsonl")
+    assert records[0].prefills == [(10, 0), (6, 0)]  # both models' prompts in one step
+    assert sum(len(r.decodes) for r in records) == (3 - 1) + (2 - 1)
