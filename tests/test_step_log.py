@@ -79,3 +79,26 @@ def test_a_multiplexed_instance_s_step_is_recorded_with_every_model_s_batch(tmp_
     records = read_step_log(tmp_path / "steps.jsonl")
     assert records[0].prefills == [(10, 0), (6, 0)]  # both models' prompts in one step
     assert sum(len(r.decodes) for r in records) == (3 - 1) + (2 - 1)
+
+
+@pytest.mark.slow
+def test_a_served_request_s_steps_are_in_the_instance_s_step_log(tmp_path, daemon_factory):
+    """The real thing: `serve --step-log DIR`, one completion; the instance's file holds
+    its prefill and its decodes once the daemon has stopped."""
+    from tests.daemon_fixture import sim_args
+    folder = tmp_path / "steps"
+    daemon = daemon_factory(*sim_args("constant:0.002"), "--step-log", str(folder))
+    status, body = daemon.post_json("/v1/completions", {
+        "model": body_model(daemon), "prompt": "hello there", "max_tokens": 5,
+        "ignore_eos": True})
+    assert status == 200 and body["usage"]["completion_tokens"] == 5
+    daemon.close()
+    records = read_step_log(folder / "steps-0.jsonl")
+    prompt = body["usage"]["prompt_tokens"]
+    assert sum(c for r in records for c, _ in r.prefills) == prompt
+    assert [r.decodes for r in records if r.decodes] == [[prompt + k] for k in range(1, 5)]
+    assert all(r.execute_s >= 0.002 for r in records)  # the sim executor's step
+
+
+def body_model(daemon) -> str:
+    return daemon.get_json("/v1/models")[1]["data"][0]["id"]
