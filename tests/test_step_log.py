@@ -2,7 +2,7 @@
 it runs -- the batch and the executor's time -- for comparing a live run's steps at equal
 batch composition; off, nothing is written.
 
-Covers: engines/step_log.py, engines/instance.py, engines/instance_config.py, daemon/serve_cmd.py.
+Covers: engines/step_log.py, engines/instance.py, engines/instance_config.py, daemon/serve_cmd.py, bench/studies/measured_loop.py.
 """
 from __future__ import annotations
 
@@ -102,3 +102,13 @@ def test_a_served_request_s_steps_are_in_the_instance_s_step_log(tmp_path, daemo
 
 def body_model(daemon) -> str:
     return daemon.get_json("/v1/models")[1]["data"][0]["id"]
+
+
+def test_the_loop_reports_the_share_of_cpu_time_the_hypervisor_stole():
+    from bench.studies.measured_loop import cpu_times, steal_pct
+    before = [100, 0, 50, 800, 0, 0, 0, 10, 0, 0]
+    after = [300, 0, 90, 1300, 0, 0, 0, 30, 0, 0]  # 760 ticks, 20 of them stolen
+    assert steal_pct(before, after) == round(100 * 20 / 760, 2)
+    assert steal_pct([], after) is None and steal_pct(before, before) is None
+    now = cpu_times()  # /proc/stat where there is one
+    assert now == [] or (len(now) >= 8 and all(x >= 0 for x in now))
