@@ -127,7 +127,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "prefill may be striped over (an ESP group; docs/elastic_sequence_parallelism.md). "
         "The group's first instance, its master, then holds the prompt's whole KV (the "
         "others' stripes are gathered to it once) and decodes the request. Peer or "
-        "Ascendra instances only (never a P/D layout's), tp 1, CPU torch or sim executors. "
+        "Ascendra instances only (never a P/D layout's); sim executors at any tp, the torch "
+        "executor at tp 1 on CPU. "
         "1 = off."))] = _ESP.max_degree
     esp_min_tokens: Annotated[int, Meta(ge=0, description=(
         "With esp_max_degree > 1: every prompt of at least this many tokens is prefilled "
