@@ -172,11 +172,11 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
 
 
 def _one_group(queue: Sequence[Waiting], shares: TenantShares | None) -> bool:
-    """Every request of one band, and of one tenant when shares count."""
+    """Every request of one band, none favoured, and of one tenant when shares count."""
     first = queue[0]
-    if any(w.priority != first.priority for w in queue):
+    if any(w.priority != first.priority or w.favoured for w in queue):
         return False
-    return shares is None or all(w.tenant == first.tenant and not w.favoured for w in queue)
+    return shares is None or all(w.tenant == first.tenant for w in queue)
 
 
 def _demoted_order(shares: TenantShares | None):
