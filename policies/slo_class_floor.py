@@ -7,8 +7,12 @@ falls under a fair floor is the one with the tightest target, whatever its promp
 (docs/tensor_parallel.md: the 70B at tp 4 serves the interactive class worst, at every
 prompt length over 2k). Protecting it protects the requests of that target: while the
 interactive class's recent record is under the floor plus the margin, the triage sets
-aside and drops requests of other targets first (standard and batch work, whose far
-deadlines leave them room), and plans each request on the LP that frees up first.
+aside and drops requests of other targets first (standard and batch work), and its
+requests are *favoured* as a tenant under its fair share is (policies/global_queue.py):
+served first on their instance, so the plan counts only favoured work ahead of them, not
+the LPs' backlogs of standard and batch prefills whose far deadlines leave them room.
+(Without that, protection alone moved nothing: an interactive prompt misses behind work
+already bound to its LP, which the triage cannot set aside.)
 
 A request's class is its TTFT target in milliseconds (its deadline less its arrival),
 numbered in the order the targets are first seen; requests that name none share the

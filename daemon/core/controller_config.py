@@ -95,9 +95,9 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "whoever it is)."))] = 0.0
     class_floor_by: Annotated[Literal["prompt", "slo"], Meta(description=(
         "What class_floor's classes are: \"prompt\", the prompt-length quartiles; \"slo\", "
-        "the requests' TTFT targets (SLO classes: while the tightest class is under the "
-        "floor, standard and batch work is set aside and dropped first; "
-        "policies/slo_class_floor.py)."))] = "prompt"
+        "the requests' TTFT targets (SLO classes: while a class is under the floor its "
+        "requests are served first on their instance, and other classes' requests are set "
+        "aside and dropped first; policies/slo_class_floor.py)."))] = "prompt"
     hps_in_bursts: Annotated[bool, Meta(description=(
         f"With an <n>A layout: while arrivals come in bursts (over "
         f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
