@@ -4,8 +4,7 @@ of the other members, engines/executors/profiles/esp_time.py), `simulate`'s
 `--esp-max-degree` reaches the simulated box at any tp, and the torch executor, which has
 no such groups, refuses the setting by name.
 
-Covers: engines/executors/profiles/esp_time.py (tp pricing), bench/sim/sim_flags.py and
-bench/ruler/ruler.py (`--esp-max-degree` to the simulated box), daemon/config.py (refusal).
+Covers: engines/executors/profiles/esp_time.py, bench/sim/sim_flags.py, daemon/config.py.
 """
 from __future__ import annotations
 

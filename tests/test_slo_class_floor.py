@@ -3,8 +3,7 @@ classes are the requests' TTFT targets, and a class under its floor is favoured 
 behind favoured work only, not behind the LPs' backlogs -- so it is kept where it would
 have been dropped.
 
-Covers: policies/slo_class_floor.py, policies/global_queue.py (favoured without tenants),
-daemon/core/waiting_room.py (`class_floor_by`).
+Covers: policies/slo_class_floor.py, policies/global_queue.py, daemon/core/waiting_room.py.
 """
 from __future__ import annotations
 
