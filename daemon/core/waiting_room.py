@@ -391,7 +391,7 @@ class WaitingRoom:
                        bound_tokens / lp_rate, self.shed, allowance,
                        protected, shares,
                        now - self.last_saturated < SATURATION_MEMORY,
-                       self._hp_whole_share(hps, hp_rate))
+                       self._hp_whole_share(hps, hp_rate), favoured_first=self.by_slo)
         if decided.saturated:
             self.last_saturated = now
         self._drops.extend(now for _ in decided.shed)
