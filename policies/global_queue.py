@@ -29,7 +29,9 @@ looks at the whole queue at `now`:
    would finish it first (`_prefix_home`). An HP takes it instead when it would compute
    less of it than any LP (a conversation it served before, as a rescue or on a ticket)
    and finish it sooner: without it every later turn of that conversation would go back
-   to an LP that never saw its history. Rescue picks its HP alike.
+   to an LP that never saw its history. Rescue picks its HP alike. With `favoured_first`
+   (a class floor over SLO classes, policies/slo_class_floor.py) favoured requests are
+   bound first, past the bound: their instance serves them before its backlog.
 
 With class floors (policies/class_floor.py) a request of a *protected* class is never
 the one set aside in step 1 while a request of another class could be (the costliest of

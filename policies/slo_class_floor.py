@@ -10,9 +10,12 @@ interactive class's recent record is under the floor plus the margin, the triage
 aside and drops requests of other targets first (standard and batch work), and its
 requests are *favoured* as a tenant under its fair share is (policies/global_queue.py):
 served first on their instance, so the plan counts only favoured work ahead of them, not
-the LPs' backlogs of standard and batch prefills whose far deadlines leave them room.
-(Without that, protection alone moved nothing: an interactive prompt misses behind work
-already bound to its LP, which the triage cannot set aside.)
+the LPs' backlogs of standard and batch prefills whose far deadlines leave them room, and
+they are bound at once rather than held at the controller until an LP's backlog falls
+under the binding bound (`plan(favoured_first=True)`). Each step mattered on the 70B
+(docs/tensor_parallel.md): protection alone moved nothing (an interactive prompt misses
+behind work already bound to its LP, which the triage cannot set aside); favoured in the
+plan but bound late, short interactive prompts still waited ~0.9 s at the controller.
 
 A request's class is its TTFT target in milliseconds (its deadline less its arrival),
 numbered in the order the targets are first seen; requests that name none share the

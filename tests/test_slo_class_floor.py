@@ -1,7 +1,7 @@
 """The class floor over SLO classes (`class_floor_by = "slo"`, policies/slo_class_floor.py):
 classes are the requests' TTFT targets, and a class under its floor is favoured -- planned
-behind favoured work only, not behind the LPs' backlogs -- so it is kept where it would
-have been dropped.
+behind favoured work only, not behind the LPs' backlogs, and bound at once -- so it is
+kept where it would have been dropped.
 
 Covers: policies/slo_class_floor.py, policies/global_queue.py, daemon/core/waiting_room.py.
 """
@@ -48,6 +48,22 @@ def test_a_favoured_request_jumps_the_lps_backlog_and_the_rest_waits_behind_it()
     out = plan([first, standard], lane, [], now=0.0, bound=1e9, shed=Shed.DROP,
                protected=frozenset({1}))
     assert out.shed == [] and sorted(x.key for x, _ in out.to_lp) == ["i", "s"]
+
+
+def test_a_favoured_request_is_bound_past_the_lps_backlog_bound_where_least_is_ahead():
+    """Both LPs are past the bound (1 s): a standard request waits at the controller
+    (late binding); a favoured one is bound at once with `favoured_first` -- its instance
+    serves it before that backlog -- on the LP with less ahead of it."""
+    lanes = [Lane(0, 3.0), Lane(1, 2.0)]
+    standard = Waiting("s", 0.0, 9.0, 0.6, 0.6, klass=0)
+    first = Waiting("i", 0.0, 2.0, 0.3, 0.3, klass=1, favoured=True)
+    out = plan([first, standard], lanes, [], now=0.0, bound=1.0, shed=Shed.DROP,
+               protected=frozenset({1}), favoured_first=True)
+    assert [(x.key, lp) for x, lp in out.to_lp] == [("i", 1)]
+    assert [x.key for x in out.order] == ["s"]
+    waits = plan([first, standard], lanes, [], now=0.0, bound=1.0, shed=Shed.DROP,
+                 protected=frozenset({1}))
+    assert waits.to_lp == [] and [x.key for x in waits.order] == ["i", "s"]
 
 
 def _core(by: str):
