@@ -258,9 +258,12 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
             raise ValueError("controller.esp_max_degree: ESP groups need instances of one "
                              "model (a multiplexed instance holds several: model.placement)")
         tps = self.instances.tp if isinstance(self.instances.tp, list) else [self.instances.tp]
-        if self.controller.esp_max_degree > 1 and max(tps) > 1:
-            raise ValueError("controller.esp_max_degree: ESP groups need tp 1 (each rank of a "
-                             "tensor-parallel instance would need its part of the stripe)")
+        if (self.controller.esp_max_degree > 1 and max(tps) > 1
+                and self.instances.executor == "torch"):
+            raise ValueError("controller.esp_max_degree: ESP groups of torch instances need "
+                             "instances.tp = 1 (a group over tensor-parallel ranks, rank r of "
+                             "each member exchanging with rank r of the others, is not built; "
+                             "the sim executor and the simulator run it)")
         if (self.controller.esp_max_degree > 1 and self.instances.executor == "torch"
                 and self.instances.device != "cpu"):
             raise ValueError("controller.esp_max_degree: ESP groups of torch instances need "

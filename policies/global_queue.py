@@ -29,7 +29,9 @@ looks at the whole queue at `now`:
    would finish it first (`_prefix_home`). An HP takes it instead when it would compute
    less of it than any LP (a conversation it served before, as a rescue or on a ticket)
    and finish it sooner: without it every later turn of that conversation would go back
-   to an LP that never saw its history. Rescue picks its HP alike.
+   to an LP that never saw its history. Rescue picks its HP alike. With `favoured_first`
+   (a class floor over SLO classes, policies/slo_class_floor.py) favoured requests are
+   bound first, past the bound: their instance serves them before its backlog.
 
 With class floors (policies/class_floor.py) a request of a *protected* class is never
 the one set aside in step 1 while a request of another class could be (the costliest of
@@ -137,14 +139,16 @@ class Plan:
 def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now: float,
          bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None,
          protected: frozenset[int] = frozenset(), shares: TenantShares | None = None,
-         saturated: bool = False, hp_whole_share: float = 1.0) -> Plan:
+         saturated: bool = False, hp_whole_share: float = 1.0,
+         favoured_first: bool = False) -> Plan:
     """`shed_allowance`: the most requests this pass may drop (None: no limit);
     `protected`: the classes at risk of falling under their floor; `shares`: the
     tenants' counters, when service is shared by weight; `saturated`: requests that are
     not sheddable were set aside lately (`Plan.saturated` of the recent plans), and
     sheddable ones (priority < 0) are shed on sight (with shed = "drop");
     `hp_whole_share`: the share of a rescue's `hp_cost` an HP takes when it runs the
-    prompt whole (under 1 when that is faster than its measured rate)."""
+    prompt whole (under 1 when that is faster than its measured rate); `favoured_first`:
+    a favoured request is bound past the LPs' backlog bound (`_bind`)."""
     out = Plan()
     if saturated and shed is Shed.DROP and any(w.priority < 0 for w in queue):
         out.shed = [w for w in queue if w.priority < 0]
@@ -167,16 +171,16 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
             dropped, late = _costliest(late, shed_allowance, shares)
             out.shed += dropped
         late.sort(key=_demoted_order(shares))
-    _bind(ordered + late, list(lps), bound, out, hp_lanes, now)
+    _bind(ordered + late, list(lps), bound, out, hp_lanes, now, favoured_first)
     return out
 
 
 def _one_group(queue: Sequence[Waiting], shares: TenantShares | None) -> bool:
-    """Every request of one band, and of one tenant when shares count."""
+    """Every request of one band, none favoured, and of one tenant when shares count."""
     first = queue[0]
-    if any(w.priority != first.priority for w in queue):
+    if any(w.priority != first.priority or w.favoured for w in queue):
         return False
-    return shares is None or all(w.tenant == first.tenant and not w.favoured for w in queue)
+    return shares is None or all(w.tenant == first.tenant for w in queue)
 
 
 def _demoted_order(shares: TenantShares | None):
@@ -389,24 +393,39 @@ def _rescue_order(entry: tuple[int, Waiting]) -> tuple[bool, int]:
 
 
 def _bind(ordered: list[Waiting], lanes: list[Lane], bound: float, out: Plan,
-          hp_lanes: list[Lane], now: float) -> None:
+          hp_lanes: list[Lane], now: float, favoured_first: bool = False) -> None:
     """Bind `ordered` from its head while an LP has under `bound` seconds ahead of the
-    next one (a request that is not sheddable counts no sheddable work ahead of it)."""
+    next one (a request that is not sheddable counts no sheddable work ahead of it).
+    With `favoured_first` the favoured requests are bound first, whatever the LPs'
+    backlogs (each where the least is ahead of it): their instance serves them before
+    the rest, so waiting here for that backlog only makes them late."""
     lanes = [Lane(lane.instance_id, lane.backlog, lane.sheddable) for lane in lanes]
+    if favoured_first and lanes:
+        for w in ordered:
+            if w.favoured:
+                _bind_one(w, min(lanes, key=lambda l: (l.ahead_of(w), l.instance_id)),
+                          lanes, out, hp_lanes, now)
+        ordered = [w for w in ordered if not w.favoured]
     position = 0
     while position < len(ordered) and lanes:
         w = ordered[position]
         lane = min(lanes, key=lambda l: (l.ahead_of(w), l.instance_id))
         if lane.ahead_of(w) >= bound:
             break
-        cost = w.cost
-        if w.cost_on:  # a prefix of it is cached somewhere
-            lane = _prefix_home(w, lanes, now, hp_lanes)
-            cost = w.seconds_on(lane.instance_id, w.cost)
-        out.to_lp.append((w, lane.instance_id))
-        lane.add(w, cost)
+        _bind_one(w, lane, lanes, out, hp_lanes, now)
         position += 1
     out.order = ordered[position:]
+
+
+def _bind_one(w: Waiting, lane: Lane, lanes: list[Lane], out: Plan, hp_lanes: list[Lane],
+              now: float) -> None:
+    """`w` to `lane` -- or, when a prefix of it is cached somewhere, to its home there."""
+    cost = w.cost
+    if w.cost_on:
+        lane = _prefix_home(w, lanes, now, hp_lanes)
+        cost = w.seconds_on(lane.instance_id, w.cost)
+    out.to_lp.append((w, lane.instance_id))
+    lane.add(w, cost)
 
 
 def _prefix_home(w: Waiting, lanes: list[Lane], now: float, hp_lanes: list[Lane]) -> Lane:

@@ -410,7 +410,8 @@ def test_esp_settings_are_controller_config_fields_refused_with_tensor_paralleli
     with pytest.raises(ValueError, match=r"controller\.esp_max_degree"):
         load_config(str(config))
     config.write_text("[instances]\ntp = 2\ngpus = [0, 1]\n[controller]\nesp_max_degree = 2\n")
-    with pytest.raises(ValueError, match=r"controller\.esp_max_degree: ESP groups need tp 1"):
+    with pytest.raises(ValueError, match=r"controller\.esp_max_degree: ESP groups of torch "
+                                         r"instances need instances\.tp = 1"):
         load_config(str(config))
     config.write_text("[controller]\nesp_max_degree = 2\n")          # device "" = cuda if any
     with pytest.raises(ValueError, match=r"controller\.esp_max_degree: .* device = \"cpu\""):

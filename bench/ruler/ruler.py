@@ -146,7 +146,7 @@ def sim_config(subject: Subject, config: RulerConfig) -> SimConfig:
                      tenants=effective_tenants(config),
                      max_model_len=config.max_model_len, latency=config.latency,
                      num_kv_blocks=config.num_kv_blocks, interconnect=config.interconnect,
-                     dynamic_roles=dynamic_roles(subject.layout))
+                     dynamic_roles=dynamic_roles(subject.layout), esp=controller.esp)
 
 
 def workload_requests(config: RulerConfig, qps: float, seed: int) -> list[WorkloadRequest]:

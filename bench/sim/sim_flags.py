@@ -62,9 +62,9 @@ def profile_argument(value: str) -> str:
 
 def sim_settings(args: argparse.Namespace) -> tuple[Subject, RulerConfig]:
     """The run's layout and every setting it depends on, from the flags."""
-    shared = load_config(overrides={name: getattr(args, name, None)
-                                    for name, section in FLAT.items()
-                                    if section in SIMULATOR_SECTIONS})
+    shared = load_config(overrides={"executor": "sim"} | {
+        name: getattr(args, name, None) for name, section in FLAT.items()
+        if section in SIMULATOR_SECTIONS})   # a simulated box's instances are sim executors
     layout = getattr(args, "layout", "2L1H")
     layout_modes(layout)  # a bad layout is an error now, naming it
     subject = Subject(label=layout, layout=layout, scheduler=shared.scheduler)

@@ -70,7 +70,11 @@ START_70B = {("poisson", "2A @tp4"): 3.95, ("poisson", "1A @tp8"): 3.01,
              ("mixed-slo", "2x vLLM V0 @8192 @tp4"): 2.83,
              ("mixed-slo", "1x vLLM V0 @8192 @tp8"): 2.50,
              ("mixed-slo", "2A --class-floor 0.8 @tp4"): 3.1,
-             ("mixed-slo", "1A --class-floor 0.8 @tp8"): 2.8}
+             ("mixed-slo", "1A --class-floor 0.8 @tp8"): 2.8,
+             ("mixed-slo", "2A --esp-max-degree 2 @tp4"): 3.26,   # 2A's (no seed of its own yet)
+             ("mixed-slo", "2A --esp-max-degree 2 --class-floor 0.8 @tp4"): 3.1,
+             ("mixed-slo", "2A --class-floor 0.8 --class-floor-by slo @tp4"): 3.1,
+             ("mixed-slo", "1A --class-floor 0.8 --class-floor-by slo @tp8"): 2.8}
 #: bursty-cv4's baselines held 90 % at no rate a search from the hardware ceiling reached
 #: (16 rates, 1.25x apart, down to 0.073-0.084 QPS: 86.8-87.3 %), so theirs start under
 #: that and halve (down to 1/64 of the start) until one holds.
@@ -92,7 +96,17 @@ def _group_70b(workload: str) -> Group:
             Row("1L1H @tp4", f"--layout 1L1H {at[4]}")]
     if workload == "mixed-slo":     # the operator's class floor (docs/fairness.md)
         rows += [Row("2A --class-floor 0.8 @tp4", f"--layout 2A {at[4]} --class-floor 0.8"),
-                 Row("1A --class-floor 0.8 @tp8", f"--layout 1A {at[8]} --class-floor 0.8")]
+                 Row("1A --class-floor 0.8 @tp8", f"--layout 1A {at[8]} --class-floor 0.8"),
+                 # ESP groups over the two tp-4 instances: an interactive prompt too long to
+                 # prefill in time on one (over ~6,270 tokens) is striped over both
+                 Row("2A --esp-max-degree 2 @tp4", f"--layout 2A {at[4]} --esp-max-degree 2"),
+                 Row("2A --esp-max-degree 2 --class-floor 0.8 @tp4",
+                     f"--layout 2A {at[4]} --esp-max-degree 2 --class-floor 0.8"),
+                 # the floor over SLO classes: the interactive class, under it, served first
+                 Row("2A --class-floor 0.8 --class-floor-by slo @tp4",
+                     f"--layout 2A {at[4]} --class-floor 0.8 --class-floor-by slo"),
+                 Row("1A --class-floor 0.8 --class-floor-by slo @tp8",
+                     f"--layout 1A {at[8]} --class-floor 0.8 --class-floor-by slo")]
     return Group(workload, tuple(msgspec.structs.replace(r, start=START_70B.get((workload, r.label)))
                                  for r in rows))
 

@@ -6,7 +6,7 @@ msgspec structs with their defaults and descriptions written once, here; `ascend
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -93,6 +93,11 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "as HPs instead. Fair capacity rises, capacity under the plain 90 % rule falls "
         "(docs/fairness.md). 0 = the paper's rule (the costliest late request goes first, "
         "whoever it is)."))] = 0.0
+    class_floor_by: Annotated[Literal["prompt", "slo"], Meta(description=(
+        "What class_floor's classes are: \"prompt\", the prompt-length quartiles; \"slo\", "
+        "the requests' TTFT targets (SLO classes: while a class is under the floor its "
+        "requests are served first on their instance, and other classes' requests are set "
+        "aside and dropped first; policies/slo_class_floor.py)."))] = "prompt"
     hps_in_bursts: Annotated[bool, Meta(description=(
         f"With an <n>A layout: while arrivals come in bursts (over "
         f"{_ROLES.burst_horizon:g} s, a mean gap at least {_ROLES.burst_ratio:g} times the "
@@ -127,7 +132,8 @@ class ControllerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         "prefill may be striped over (an ESP group; docs/elastic_sequence_parallelism.md). "
         "The group's first instance, its master, then holds the prompt's whole KV (the "
         "others' stripes are gathered to it once) and decodes the request. Peer or "
-        "Ascendra instances only (never a P/D layout's), tp 1, CPU torch or sim executors. "
+        "Ascendra instances only (never a P/D layout's); sim executors at any tp, the torch "
+        "executor at tp 1 on CPU. "
         "1 = off."))] = _ESP.max_degree
     esp_min_tokens: Annotated[int, Meta(ge=0, description=(
         "With esp_max_degree > 1: every prompt of at least this many tokens is prefilled "

@@ -35,6 +35,7 @@ from daemon.core.request_state import Outcome, Tracked, Trigger
 from ipc.messages import InstanceLoad, Origin, Ready, Role, Submit
 from policies.admission import TicketBook
 from policies.class_floor import PromptClasses
+from policies.slo_class_floor import SloClasses, target_key
 from policies.global_queue import Lane, Plan, Shed, Waiting, miss_allowance, plan
 from policies.routing import Routing
 from policies.tenants import TenantShares
@@ -107,8 +108,10 @@ class WaitingRoom:
         self._keys: dict[str, tuple] = {}
         self._seq = itertools.count()
         self.backlogs: dict[int, Backlog] = {}
-        #: Prompt-length classes and their recent TTFT record (docs/design.md §5.8).
-        self.classes = PromptClasses(floor=config.class_floor)
+        #: The class floor's classes and their recent TTFT record (docs/design.md §5.8):
+        #: prompt-length quartiles, or the requests' TTFT targets (`class_floor_by`).
+        self.by_slo = config.class_floor_by == "slo"
+        self.classes = (SloClasses if self.by_slo else PromptClasses)(floor=config.class_floor)
         #: Tenants' counters, when service is shared by weight (docs/design.md §5.11).
         self.tenants = tenants
         self.last_saturated = -float("inf")   # the last plan that set aside a request not sheddable
@@ -124,7 +127,7 @@ class WaitingRoom:
         if not tracked.requeued and not again:
             self._arrivals.append(tracked.arrival_time)
             if self.classes.active:
-                self.classes.arrived(len(tracked.original.prompt_token_ids))
+                self.classes.arrived(self._class_key(tracked))
             if self._shares_count(tracked):
                 self.tenants.arrived(tracked.tenant)
         self._keys[tracked.request_id] = key
@@ -183,7 +186,13 @@ class WaitingRoom:
         """A request got its first answer: its first token (`met`: by its deadline), or
         a drop. Its class's record (the class floor) counts it."""
         if self.classes.active:
-            self.classes.answered(len(tracked.original.prompt_token_ids), met)
+            self.classes.answered(self._class_key(tracked), met)
+
+    def _class_key(self, tracked: Tracked) -> int:
+        """What its class floor's class is of: its prompt length, or its TTFT target."""
+        if self.by_slo:
+            return target_key(tracked.original.ttft_slo)
+        return len(tracked.original.prompt_token_ids)
 
     @property
     def counts_tokens(self) -> bool:
@@ -361,25 +370,28 @@ class WaitingRoom:
         waiting = []
         classes, shares = self.classes, self._shares()
         favoured = shares.favoured() if shares is not None else frozenset()
+        protected = classes.protected()
         for _, t in head:
             tokens = len(t.submit.prompt_token_ids)
-            klass = classes.of(len(t.original.prompt_token_ids)) if classes.active else 0
+            klass = classes.of(self._class_key(t)) if classes.active else 0
+            # an SLO class under its floor is served first, as a tenant under its share
+            first = t.tenant in favoured or (self.by_slo and klass in protected)
             if self.prefix_aware and t.cached_on:
                 waiting.append(_priced_per_instance(t, tokens, lps, hps, prompt_rate, hp_rate,
-                                                    klass, t.tenant in favoured))
+                                                    klass, first))
                 continue
             waiting.append(Waiting(t.request_id, t.arrival_time, t.submit.deadline,
                                    tokens / prompt_rate, tokens / hp_rate, t.submit.priority,
                                    klass=klass, tenant=t.tenant, tokens=tokens,
-                                   favoured=t.tenant in favoured))
+                                   favoured=first))
         lanes = [self._lane(i) for i in lps]
         hp_lanes = [self._lane(i) for i in hps]
         allowance = self._shed_allowance(now)
         decided = plan(waiting, lanes, hp_lanes if self.rescue else [], now,
                        bound_tokens / lp_rate, self.shed, allowance,
-                       classes.protected(), shares,
+                       protected, shares,
                        now - self.last_saturated < SATURATION_MEMORY,
-                       self._hp_whole_share(hps, hp_rate))
+                       self._hp_whole_share(hps, hp_rate), favoured_first=self.by_slo)
         if decided.saturated:
             self.last_saturated = now
         self._drops.extend(now for _ in decided.shed)

@@ -19,6 +19,16 @@ ring all-reduce is a reduce-scatter plus an all-gather. The layer's S is the pro
 of one layer (each rank pads its stripe to the longest). Our model runs the all-gather
 before the layer's attention, not overlapped with it, so the two add up; LoongServe
 overlaps them on the GPU (a gain this pricing does not credit).
+
+**Members at tp k** (a profile `<name>@tp<k>`: a group of d instances is d x k GPUs).
+Rank r of each member holds heads r/k of the KV, so it exchanges its 1/k of the heads with
+rank r of the other members only: k all-gathers over d GPUs each, on disjoint GPUs, side
+by side. On a DGX every GPU has its own NVLink bandwidth into the NVSwitch, so the k run
+in parallel at the one-gather price: one all-gather over d GPUs of a layer's KV *of one
+rank's heads* -- which is what `kv_bytes_per_token` of a tp profile already is (its
+shard's KV heads; 2 of the 70B's 8 at tp 4). The compute is the stripe's step on the tp
+profile, with its own two all-reduces per layer among the member's ranks. A group of d x k
+GPUs is assumed to share one NVSwitch node (d x k <= 8 on a DGX; not checked).
 """
 from __future__ import annotations
 
