@@ -30,7 +30,8 @@ from engines.executors.base import Executor
 from engines.handoff import ExportKv, ImportKv
 from engines.instance_config import InstanceConfig
 from engines.instance_core import InstanceCore, Output
-from engines.timed_step import timed_step
+from engines.esp_parts import EspStep
+from engines.timed_step import run_timed, timed_step
 from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
 from engines.perf.model import PerfModel
@@ -82,6 +83,9 @@ class Instance:
         #: P/D decode instance: the KV frames of prefilled requests waiting for a seat, by
         #: request id, till the core asks for them (ImportKv).
         self._kv_frames: dict[str, list] = {}
+        #: ESP groups whose prefill is under way here, by request id: the group and this
+        #: rank's sequence (None before its first chunk), from the first chunk to the last.
+        self._esp_runs: dict[str, tuple] = {}
         now = clock()
         self._next_heartbeat = now + config.heartbeat_interval
         self._last_command = now
@@ -146,33 +150,49 @@ class Instance:
                 self.channel.send(output)
 
     def _esp_step(self) -> list[Output]:
-        """An ESP group's prefill step (engines/esp_parts.py): the members meet, then the
-        stripe and the KV gathered to the master, on the executor, each timed in the log.
-        A member that dies before it is there ends the wait on the controller's word (an
-        EspLeave saying so), one that dies or stalls later fails the step in gloo (after
-        `ESP_TIMEOUT_S` at most): the master then recomputes the prompt alone, a holder
-        frees its part. An executor without real KV (the sim's) has nothing to compute."""
-        step, _ = self.core.begin_step(self.clock())
+        """The next chunk of an ESP group's prefill (engines/esp_parts.py) -- or the core's
+        step of its own decodes between two chunks. The members meet before the first
+        chunk (the group and this rank's sequence are kept until the last), then each
+        chunk's stripe and, after the last, the KV gathered to the master run on the
+        executor, each timed in the log. A member that dies before it is there ends the
+        wait on the controller's word (an EspLeave saying so), one that dies or stalls
+        later fails the chunk in gloo (after `ESP_TIMEOUT_S` at most): the master then
+        recomputes the prompt alone, a holder frees its part. An executor without real
+        KV (the sim's) has nothing to compute."""
+        start = self.clock()
+        step, outputs = self.core.begin_step(start)
+        if not isinstance(step, EspStep):   # its own decodes first
+            return run_timed(self.core, self.executor, self.clock, step, start) if step \
+                else outputs
         failed = False
         if self.executor.carries_kv:
-            start = self.clock()
             try:
-                group = self._esp_meet(step)
-                met = self.clock()
-                if group is None:
-                    raise RuntimeError("a member stopped before the group met")
-                sequence = self.executor.esp_prefill(step, group)
+                met = start
+                if step.begin == 0:
+                    group = self._esp_meet(step)
+                    met = self.clock()
+                    if group is None:
+                        raise RuntimeError("a member stopped before the group met")
+                    self._esp_runs[step.request_id] = (group, None)
+                elif self.core.esp.lost(step.request_id):
+                    raise RuntimeError("a member stopped between the group's chunks")
+                group, sequence = self._esp_runs[step.request_id]
+                sequence = self.executor.esp_prefill(step, group, sequence)
+                self._esp_runs[step.request_id] = (group, sequence)
                 prefilled = self.clock()
-                self.executor.esp_gather(step, sequence)
-                log.info("instance %d: ESP step of request %s, rank %d of %d, %d prompt "
-                         "tokens: met %.3f s, prefill %.3f s, KV gather %.3f s",
+                if step.last:
+                    del self._esp_runs[step.request_id]
+                    self.executor.esp_gather(step, sequence)
+                log.info("instance %d: ESP step of request %s, rank %d of %d, prompt tokens "
+                         "%d-%d of %d: met %.3f s, prefill %.3f s, KV gather %.3f s",
                          self.instance_id, step.request_id, step.rank, step.degree,
-                         step.num_tokens, met - start, prefilled - met,
-                         self.clock() - prefilled)
+                         step.begin, step.stop, step.num_tokens, met - start,
+                         prefilled - met, self.clock() - prefilled)
             except RuntimeError as exc:  # gloo: a member gone or silent
                 log.warning("instance %d: ESP step of request %s failed (%s); %s",
                             self.instance_id, step.request_id, exc,
                             "recomputing it alone" if step.master else "part freed")
+                self._esp_runs.pop(step.request_id, None)
                 failed = True
         return self.core.finish_esp(step, self.clock(), failed)
 

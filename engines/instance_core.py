@@ -92,6 +92,12 @@ class InstanceCore:
         self.prefilled = PrefilledQueue()
         #: Its parts in ESP groups (engines/esp_parts.py).
         self.esp = EspParts(instance_id, self.kv, gathers=executor.carries_kv)
+        #: Between a group's chunks (`begin_step`): when the last chunk began and how long
+        #: it took (waiting for the other members included), and the seconds of its own
+        #: steps run since it ended.
+        self._chunk_began = 0.0
+        self._chunk_seconds = 0.0
+        self._own_seconds = 0.0
 
     @property
     def esp_step_due(self) -> bool:
@@ -287,17 +293,46 @@ class InstanceCore:
 
     # ---- the step ----------------------------------------------------------------------
     def begin_step(self, now: float) -> tuple[Batch | EspStep, list[Output]]:
-        """The turn's second part: the batch to run, or an ESP group's prefill step that is
-        due (the driver runs it with the group, then calls `finish_esp`). An empty batch
-        (no work, or the scheduler only took requests out of the queue) ends the turn here,
+        """The turn's second part: the batch to run, or the next chunk of an ESP group's
+        prefill that is due (the driver runs it with the group, then calls `finish_esp`)
+        -- or, between two chunks, a step of this instance's own running decodes, when
+        they would otherwise fall behind their TBT (`_decodes_first`). An empty batch (no
+        work, or the scheduler only took requests out of the queue) ends the turn here,
         with what `finish_step` would say of it: the driver runs nothing and goes back to
         draining."""
         if self.esp.has_step:
-            return self.esp.next_step(), []
+            if self._decodes_first(now):
+                batch = self.scheduler.schedule_decodes()
+                if batch:
+                    return batch, []
+            self._chunk_began = now
+            return self.esp.next_step(self.scheduler.token_budget), []
         batch = self._schedule(now) if self.has_work else Batch()
         if batch:
             return batch, []
         return batch, self.finish_step(batch, [], 0.0, now)
+
+    def _decodes_first(self, now: float) -> bool:
+        """Whether a step of the running decodes goes before the group's next chunk: some
+        decode with a TBT target would, if it waited one more chunk (as long as the last
+        one), give its next token later than its mean TBT allows (its first token's time
+        plus the target per token since) -- or a request a group prefilled here waits
+        for its first token. Its own steps between two chunks take at most as long as
+        the last chunk did: the group keeps at least half the instance's time, so it
+        always ends. A chunk stalls a decode by its own length, so without these steps
+        a member's decodes stop for the group's whole prefill (seconds for a long
+        prompt): chunks alone only spread the stall, these steps pay it back."""
+        if self._own_seconds >= self._chunk_seconds:
+            return False
+        ahead = now + self._chunk_seconds
+        for request in self.scheduler.running:
+            first = request.first_token_time
+            if first is None:
+                if request.num_uncomputed_tokens == 1 and request.pinned:
+                    return True     # a group's prompt: its first token
+            elif ahead - first > request.tbt_slo * request.num_output_tokens:
+                return True
+        return False
 
     def _schedule(self, now: float) -> Batch:
         batch = self.scheduler.schedule(now)
@@ -316,6 +351,8 @@ class InstanceCore:
         messages: list[Output] = []
         tokens = None
         if batch:
+            if self.esp.has_step:   # its own step between a group's chunks
+                self._own_seconds += seconds
             tokens = self.scheduler.update(batch, sampled, now)
             if learn:
                 self._learn(batch, seconds)
@@ -344,13 +381,14 @@ class InstanceCore:
         return messages
 
     def finish_esp(self, step: EspStep, now: float, failed: bool = False) -> list[Output]:
-        """After the group's prefill step: the master takes the request into its
-        scheduler, every prompt token but the last computed (its next step computes that
-        one and samples the first token); a holder keeps its stripe. `failed`: the step
+        """After a chunk of the group's prefill; after its last one the master takes the
+        request into its scheduler, every prompt token but the last computed (its next
+        step computes that one and samples the first token); a holder keeps its stripe. `failed`: the step
         did not complete (a member died inside it): the master recomputes the prompt
         alone, a holder frees its part."""
         submit, computed, blocks = self.esp.stepped(step, failed)
         self.num_steps += 1
+        self._chunk_seconds, self._own_seconds = now - self._chunk_began, 0.0
         outputs: list[Output] = []
         if submit is not None:
             outputs += self._add(msgspec.structs.replace(submit, esp=None) if not computed

@@ -59,8 +59,9 @@ def esp_counts(daemon) -> dict[tuple[str, str], float]:
 def test_a_long_prompt_prefilled_by_an_esp_group_decodes_as_one_instance(daemon_factory):
     single = daemon_factory(*torch_args(), "--layout", "1xsarathi")
     expected = serve_all(single)
+    # a step's token budget of 256: the group's prefill runs in 3 chunks of up to 768
     esp = daemon_factory(*torch_args(), "--layout", "3xsarathi", "--esp-max-degree", "3",
-                         "--esp-min-tokens", "1000",
+                         "--esp-min-tokens", "1000", "--chunk-size", "256",
                          "--max-wait-slo-multiple", "1000000")
     assert serve_all(esp) == expected
     log = esp.log()
@@ -69,7 +70,8 @@ def test_a_long_prompt_prefilled_by_an_esp_group_decodes_as_one_instance(daemon_
     assert sorted(formed.split(", ")) == ["0", "1", "2"]
     assert log.count("over instances [") == 2, log          # formed once, dissolved once
     assert f"over instances [{formed}] dissolved: the request ended" in log
-    assert log.count("ESP step of request") == 3             # each member's step
+    assert log.count("ESP step of request") == 9             # each member's 3 chunks
+    assert log.count("prompt tokens 768-1536 of 1599") == 3
     assert "recomputing" not in log                          # the KV was gathered, not redone
     counts = esp_counts(esp)
     assert counts == {("formed", "3"): 1.0, ("dissolved", "3"): 1.0}, counts

@@ -49,7 +49,7 @@ def test_a_holder_keeps_its_stripes_blocks_from_its_join_until_it_leaves():
     assert free - holder.kv.num_free_blocks == stripe_blocks
     holder.handle(EspGo(request_id="long"), now=0.1)
     step, outputs = holder.begin_step(0.2)
-    assert step == EspStep("long", 99, 3, 1) and outputs == []
+    assert step == EspStep("long", 99, 3, 1, 0, 99) and outputs == []   # one chunk
     holder.finish_esp(step, now=1.0)
     assert not holder.has_work and free - holder.kv.num_free_blocks == stripe_blocks
     assert holder.handle(EspLeave(request_id="long"), now=2.0) == []
@@ -433,3 +433,63 @@ def test_a_member_waiting_in_its_step_hears_that_another_stopped():
     assert holder.esp.lost("long")
     holder.finish_esp(step, now=0.4, failed=True)
     assert holder.kv.num_free_blocks == holder.kv.num_blocks and "long" not in holder.esp
+
+
+def test_a_members_own_decode_gets_steps_between_the_groups_chunks_and_keeps_its_tbt():
+    """The group's prefill runs in chunks of the token budget (16 query tokens a rank: 48
+    positions over 3), and between two chunks the member decodes its own request while
+    waiting one more chunk would put it behind its TBT -- for at most as long as the last
+    chunk took. Without those steps its 8 tokens would wait for all three chunks (1.5 s):
+    a mean TBT of 0.22 s against its 0.15 s."""
+    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    member = driver.core
+    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
+                         sampling=SamplingParams(max_tokens=8, ignore_eos=True),
+                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
+    now, chunk_s, step_s = 0.0, 0.5, 0.01
+    driver.step(now, step_s)                                   # its prefill: first token
+    chat = member.scheduler.requests["chat"]
+    assert chat.num_output_tokens == 1
+    member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=now)
+    member.handle(EspGo(request_id="long"), now=now)
+    chunks, own_between, token_times = [], [0.0], [chat.first_token_time]
+    while member.has_work:
+        step, _ = member.begin_step(now)
+        if isinstance(step, EspStep):
+            chunks.append((step.begin, step.stop))
+            now += chunk_s
+            member.finish_esp(step, now)
+            own_between.append(0.0)
+        else:
+            assert [c.request.request_id for c in step.chunks] == ["chat"]
+            now += step_s
+            member.finish_step(step, driver.executor.execute(step), step_s, now)
+            own_between[-1] += step_s
+            token_times.append(now)
+    assert chunks == [(0, 48), (48, 96), (96, 99)]
+    assert len(token_times) == 8                                # every token of the chat
+    assert (token_times[-1] - token_times[0]) / 7 <= 0.15       # its mean TBT kept
+    assert max(own_between) <= chunk_s                          # the group keeps half
+    assert token_times[-1] < chunk_s * 2                        # done before the 2nd chunk ends
+    assert "long" in member.esp                                 # its stripe held
+
+
+def test_a_group_prefilled_in_chunks_hands_its_master_the_whole_prompt():
+    """The master's request enters its scheduler only after the last chunk, with every
+    prompt token but the last computed."""
+    driver = FakeInstance(0, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    master = driver.core
+    master.handle(esp_submit(), now=0.0)
+    master.handle(EspGo(request_id="long"), now=0.0)
+    for now, stop in ((0.5, 48), (1.0, 96)):
+        step, _ = master.begin_step(now - 0.5)
+        assert isinstance(step, EspStep) and step.stop == stop and not step.last
+        master.finish_esp(step, now)
+        assert "long" not in master.scheduler.requests
+    step, _ = master.begin_step(1.0)
+    assert step.last
+    master.finish_esp(step, 1.5)
+    assert master.scheduler.requests["long"].num_computed_tokens == len(PROMPT) - 1
