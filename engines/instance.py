@@ -166,19 +166,21 @@ class Instance:
                 else outputs
         failed = False
         if self.executor.carries_kv:
+            # torch only here: a sim-executor instance never imports it
+            from engines.models.sequence_parallel import EspGroup, meeting_store
             try:
-                met = start
                 if step.begin == 0:
-                    group = self._esp_meet(step)
-                    met = self.clock()
-                    if group is None:
-                        raise RuntimeError("a member stopped before the group met")
-                    self._esp_runs[step.request_id] = (group, None)
-                elif self.core.esp.lost(step.request_id):
-                    raise RuntimeError("a member stopped between the group's chunks")
-                group, sequence = self._esp_runs[step.request_id]
+                    store = meeting_store(esp_store_path(self.config.endpoint,
+                                                         step.request_id), step.degree)
+                    self._esp_runs[step.request_id] = (store, None, None)
+                store, group, sequence = self._esp_runs[step.request_id]
+                if not self._esp_meet(step, store):
+                    raise RuntimeError("a member stopped before the group met")
+                met = self.clock()
+                if group is None:
+                    group = EspGroup.over(store, step.rank, step.degree, ESP_TIMEOUT_S)
                 sequence = self.executor.esp_prefill(step, group, sequence)
-                self._esp_runs[step.request_id] = (group, sequence)
+                self._esp_runs[step.request_id] = (store, group, sequence)
                 prefilled = self.clock()
                 if step.last:
                     del self._esp_runs[step.request_id]
@@ -196,23 +198,24 @@ class Instance:
                 failed = True
         return self.core.finish_esp(step, self.clock(), failed)
 
-    def _esp_meet(self, step) -> EspGroup | None:
-        """Wait for the group's members at its store, taking commands meanwhile; None
-        when a member stopped (or this instance is told to stop) first."""
-        # torch only here: a sim-executor instance never imports it
-        from engines.models.sequence_parallel import (EspGroup, all_arrived, arrive,
-                                                      meeting_store)
-        store = meeting_store(esp_store_path(self.config.endpoint, step.request_id),
-                              step.degree)
-        arrive(store)
+    def _esp_meet(self, step, store) -> bool:
+        """Wait for the group's members at the step's chunk, taking commands and running
+        the core's steps of its own decodes meanwhile (`waiting_step`); False when a
+        member stopped (or this instance is told to stop) first."""
+        from engines.models.sequence_parallel import all_arrived, arrive
+        arrive(store, step.begin)
         deadline = self.clock() + ESP_TIMEOUT_S
-        while not all_arrived(store, step.degree):
+        while not all_arrived(store, step.degree, step.begin):
             if self.core.esp.lost(step.request_id) or self.core.stopped:
-                return None
+                return False
             if self.clock() > deadline:
                 raise RuntimeError(f"the group's members not all there in {ESP_TIMEOUT_S} s")
-            self._take(ESP_POLL_S)
-        return EspGroup.over(store, step.rank, step.degree, ESP_TIMEOUT_S)
+            start = self.clock()
+            batch = self.core.waiting_step(start)
+            if batch:
+                self._carry_out(run_timed(self.core, self.executor, self.clock, batch, start))
+            self._take(0.0 if batch else ESP_POLL_S)
+        return True
 
     def _idle_timeout(self) -> float:
         now = self.clock()

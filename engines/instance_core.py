@@ -312,6 +312,15 @@ class InstanceCore:
             return batch, []
         return batch, self.finish_step(batch, [], 0.0, now)
 
+    def waiting_step(self, now: float) -> Batch:
+        """A step of its own running decodes while it waits for the other members of its
+        group to reach the group's next chunk (the driver knows they are not all there;
+        empty: nothing to decode, it waits idle). Whatever it decodes meanwhile costs the
+        group nothing but the step's end: the others are not there yet."""
+        if not self.esp.has_step:
+            return Batch()
+        return self.scheduler.schedule_decodes()
+
     def _decodes_first(self, now: float) -> bool:
         """Whether a step of the running decodes goes before the group's next chunk: some
         decode with a TBT target would, if it waited one more chunk (as long as the last

@@ -72,6 +72,9 @@ class Simulation:
         #: ESP groups' prefill chunks (request id, first position) some members have
         #: begun: (instance, its step).
         self._esp_begun: dict[tuple[str, int], list[tuple[SimInstance, EspStep]]] = {}
+        #: The members that reached each of those chunks (waiting, or in a step of their
+        #: own decodes meanwhile).
+        self._esp_arrived: dict[tuple[str, int], set[int]] = {}
         self._start_up()
         for request_id, work in zip(self.records, workload):
             self._at(work.arrival, self._arrive, request_id, work)
@@ -183,16 +186,25 @@ class Simulation:
         self._at(self.now + seconds, self._finish_step, sim, batch, seconds)
 
     def _begin_esp(self, sim: SimInstance, step: EspStep) -> None:
-        """A member reached a chunk of its ESP group's prefill: it waits (busy, as in the
-        step's first collective) until every member has; then all run it together, for
-        the step's price on the profile (engines/executors/profiles/esp_time.py)."""
-        sim.busy = True
+        """A member reached a chunk of its ESP group's prefill. Until every member has,
+        it runs steps of its own decodes (`InstanceCore.waiting_step`) and, with none,
+        waits (busy, as in the chunk's first collective); once all wait there, all run it
+        together, for the chunk's price on the profile
+        (engines/executors/profiles/esp_time.py)."""
         key = (step.request_id, step.begin)
+        arrived = self._esp_arrived.setdefault(key, set())
+        arrived.add(sim.instance_id)
         begun = self._esp_begun.setdefault(key, [])
+        if len(arrived) < step.degree:
+            batch = sim.core.waiting_step(self.now)
+            if batch:
+                self._start_step(sim, batch)
+                return
+        sim.busy = True
         begun.append((sim, step))
         if len(begun) < step.degree:
             return
-        del self._esp_begun[key]
+        del self._esp_begun[key], self._esp_arrived[key]
         if len({own.stop for _, own in begun}) > 1:
             raise RuntimeError(f"esp: the members of {step.request_id!r}'s group cut its "
                                f"chunk at {sorted({own.stop for _, own in begun})}")

@@ -67,16 +67,18 @@ def meeting_store(store_path: str, size: int):
     return dist.FileStore(store_path, size)
 
 
-def arrive(store) -> None:
-    """Say this member is there (before `EspGroup.over`: see `all_arrived`)."""
-    store.add(_ARRIVED, 1)
+def arrive(store, chunk: int = 0) -> None:
+    """Say this member is there, at the chunk of the prefill that begins at position
+    `chunk` (before `EspGroup.over` for the first: see `all_arrived`)."""
+    store.add(f"{_ARRIVED}-{chunk}", 1)
 
 
-def all_arrived(store, size: int) -> bool:
-    """Whether every member has arrived -- polled by a driver that must stay responsive
-    while it waits (a member that died before arriving never will: its supervisor's word
-    ends the wait, where forming the process group would block until its timeout)."""
-    return store.add(_ARRIVED, 0) >= size
+def all_arrived(store, size: int, chunk: int = 0) -> bool:
+    """Whether every member has arrived at the chunk -- polled by a driver that must stay
+    responsive while it waits, and serves its own decodes meanwhile (a member that died
+    before arriving never will: its supervisor's word ends the wait, where forming the
+    process group would block until its timeout)."""
+    return store.add(f"{_ARRIVED}-{chunk}", 0) >= size
 
 
 @dataclass(frozen=True)
