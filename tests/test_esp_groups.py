@@ -493,3 +493,24 @@ def test_a_group_prefilled_in_chunks_hands_its_master_the_whole_prompt():
     assert step.last
     master.finish_esp(step, 1.5)
     assert master.scheduler.requests["long"].num_computed_tokens == len(PROMPT) - 1
+
+
+def test_a_member_waiting_for_the_others_at_a_chunk_steps_its_decodes_and_nothing_else():
+    """The driver knows the others are not at the chunk yet: the member's waiting step is
+    its running decodes (free: the group cannot start); a queued prompt waits."""
+    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    member = driver.core
+    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
+                         sampling=SamplingParams(max_tokens=8, ignore_eos=True),
+                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
+    driver.step(0.0)                                            # chat's first token
+    assert not member.waiting_step(0.1)                         # no group: nothing to wait for
+    member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=0.1)
+    member.handle(EspGo(request_id="long"), now=0.1)
+    member.handle(Submit(request_id="queued", prompt_token_ids=list(range(5, 40)),
+                         sampling=SamplingParams(max_tokens=2), arrival_time=0.1), now=0.1)
+    batch = member.waiting_step(0.2)
+    assert [c.request.request_id for c in batch.chunks] == ["chat"]
+    assert all(c.is_decode for c in batch.chunks)
