@@ -9,6 +9,11 @@
                                                       tokens, what left the queue, then (HP)
                                                       a Ticket
 
+An ESP group's member (engines/esp_parts.py): `begin_step` returns the group's next
+prefill chunk (an `EspStep`, run with the group, then `finish_esp`) or, between two
+chunks, a step of its own decodes; `waiting_step` is a step of its decodes while the
+driver waits for the other members at a chunk.
+
 A driver carries the outputs out in order, each call's before the next call: wire
 messages (`ToController`) it sends; `ExportKv` and `ImportKv` (P/D layouts, an executor
 with a KV cache: engines/handoff.py) it does on its executor, attaching the exported
