@@ -98,11 +98,11 @@ class InstanceCore:
         #: Its parts in ESP groups (engines/esp_parts.py).
         self.esp = EspParts(instance_id, self.kv, gathers=executor.carries_kv)
         #: Between a group's chunks (`begin_step`): when the last chunk began and how long
-        #: it took (waiting for the other members included), and the seconds of its own
-        #: steps run since it ended.
+        #: it took (waiting for the other members included), and how long its own last
+        #: step took (what a decode's next steps are taken to take).
         self._chunk_began = 0.0
         self._chunk_seconds = 0.0
-        self._own_seconds = 0.0
+        self._step_seconds = 0.0
 
     @property
     def esp_step_due(self) -> bool:
@@ -301,7 +301,8 @@ class InstanceCore:
         """The turn's second part: the batch to run, or the next chunk of an ESP group's
         prefill that is due (the driver runs it with the group, then calls `finish_esp`)
         -- or, between two chunks, a step of this instance's own running decodes, when
-        they would otherwise fall behind their TBT (`_decodes_first`). An empty batch (no
+        one of them could not wait another chunk and still meet its mean TBT
+        (`_decodes_first`). An empty batch (no
         work, or the scheduler only took requests out of the queue) ends the turn here,
         with what `finish_step` would say of it: the driver runs nothing and goes back to
         draining."""
@@ -327,24 +328,26 @@ class InstanceCore:
         return self.scheduler.schedule_decodes()
 
     def _decodes_first(self, now: float) -> bool:
-        """Whether a step of the running decodes goes before the group's next chunk: some
-        decode with a TBT target would, if it waited one more chunk (as long as the last
-        one), give its next token later than its mean TBT allows (its first token's time
-        plus the target per token since) -- or a request a group prefilled here waits
-        for its first token. Its own steps between two chunks take at most as long as
-        the last chunk did: the group keeps at least half the instance's time, so it
-        always ends. A chunk stalls a decode by its own length, so without these steps
-        a member's decodes stop for the group's whole prefill (seconds for a long
-        prompt): chunks alone only spread the stall, these steps pay it back."""
-        if self._own_seconds >= self._chunk_seconds:
-            return False
-        ahead = now + self._chunk_seconds
+        """Whether a step of the running decodes goes before the group's next chunk: a
+        request a group prefilled here waits for its first token, or some decode with a
+        TBT target could not wait one more chunk (as long as the last one) and still
+        give its remaining tokens, at one step each (as long as its last step), by
+        the time its mean TBT allows for its last one (first token + target x tokens
+        after it; its remaining tokens: up to its max_tokens). Such a decode then gets
+        every step until it ends: its slack no longer covers a chunk, and a step of it
+        leaves the slack as it was. Decodes with slack wait: the group goes first.
+        (Exact where a request generates its max_tokens, as the simulator's do; one that
+        stops early at an end-of-sequence token had less slack than this counts.)"""
+        chunk, step = self._chunk_seconds, self._step_seconds
         for request in self.scheduler.running:
             first = request.first_token_time
             if first is None:
                 if request.num_uncomputed_tokens == 1 and request.pinned:
                     return True     # a group's prompt: its first token
-            elif ahead - first > request.tbt_slo * request.num_output_tokens:
+                continue
+            left = request.max_total_tokens - request.num_tokens
+            last = first + request.tbt_slo * (request.num_output_tokens - 1 + left)
+            if last - now - left * step < chunk:
                 return True
         return False
 
@@ -365,8 +368,7 @@ class InstanceCore:
         messages: list[Output] = []
         tokens = None
         if batch:
-            if self.esp.has_step:   # its own step between a group's chunks
-                self._own_seconds += seconds
+            self._step_seconds = seconds
             tokens = self.scheduler.update(batch, sampled, now)
             if learn:
                 self._learn(batch, seconds)
@@ -402,7 +404,7 @@ class InstanceCore:
         alone, a holder frees its part."""
         submit, computed, blocks = self.esp.stepped(step, failed)
         self.num_steps += 1
-        self._chunk_seconds, self._own_seconds = now - self._chunk_began, 0.0
+        self._chunk_seconds = now - self._chunk_began
         outputs: list[Output] = []
         if submit is not None:
             outputs += self._add(msgspec.structs.replace(submit, esp=None) if not computed
