@@ -374,7 +374,10 @@ class InstanceCore:
                 self._learn(batch, seconds)
             self.num_steps += 1
             queued = self.scheduler.queued_prefill()
-            self._measure_prefill(batch, seconds, queued[0])
+            if not self.esp.has_step:
+                # a step between a group's chunks says nothing of how fast it prefills
+                # its queue: the group, not its speed, keeps its prompts waiting
+                self._measure_prefill(batch, seconds, queued[0])
             load = self.load(queued)
             self.num_finished += len(tokens.finished)
             messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
