@@ -526,3 +526,29 @@ def test_a_member_waiting_for_the_others_at_a_chunk_steps_its_decodes_and_nothin
     batch = member.waiting_step(0.2)
     assert [c.request.request_id for c in batch.chunks] == ["chat"]
     assert all(c.is_decode for c in batch.chunks)
+
+
+def test_a_step_between_chunks_leaves_the_members_prefill_rate_as_it_was():
+    """A member's decode-only step between a group's chunks, with a prompt queued there,
+    prefilled nothing because the group holds it, not because it is slow: its reported
+    prefill rate (the waiting room's view of its speed) is not taught a zero."""
+    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    member = driver.core
+    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
+                         sampling=SamplingParams(max_tokens=8, ignore_eos=True),
+                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
+    driver.step(0.0, 0.01)                                      # chat's first token
+    member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=0.0)
+    member.handle(EspGo(request_id="long"), now=0.0)
+    member.handle(Submit(request_id="queued", prompt_token_ids=list(range(5, 40)),
+                         sampling=SamplingParams(max_tokens=2), arrival_time=0.0), now=0.0)
+    member.prefill_rate = 1000.0
+    chunk, _ = member.begin_step(0.0)
+    member.finish_esp(chunk, 0.5)
+    step, _ = member.begin_step(0.5)                            # the chat cannot wait more
+    assert [c.request.request_id for c in step.chunks] == ["chat"]
+    member.finish_step(step, driver.executor.execute(step), 0.01, 0.51)
+    assert member.prefill_rate == 1000.0
+    assert member.scheduler.queued_prefill()[0] > 0             # the prompt still queued
