@@ -22,7 +22,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -35,9 +34,6 @@ from engines.timed_step import run_timed, timed_step
 from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
 from engines.perf.model import PerfModel
-
-if TYPE_CHECKING:
-    from engines.models.sequence_parallel import EspGroup
 
 log = logging.getLogger(__name__)
 
