@@ -8,11 +8,13 @@ an `EspJoin`). A part's life:
     joined   room for its stripe of the prompt is held in this instance's KV cache (a
              placeholder request owns the blocks), and `EspJoined` answers the controller
              (or says why it cannot: no room)
-    go       `EspGo` came: at its next step boundary the instance runs the group's prefill
-             step (`EspStep`) instead of a batch of its own, in the order the Go's came
-             (the controller sends every group's Go's in one order, so no two instances
-             wait for each other's groups)
-    held     after the step: a holder keeps its stripe's KV until `EspLeave`; the master
+    go       `EspGo` came: at its step boundaries the instance runs the group's prefill
+             in chunks (`EspStep`s: each rank's share of a chunk at most its step's token
+             budget, Sarathi's bound), in the order the Go's came (the controller sends
+             every group's Go's in one order, so no two instances wait for each other's
+             groups); between two chunks it may run a step of its own running decodes
+             (engines/instance_core.py says when)
+    held     after the last chunk: a holder keeps its stripe's KV until `EspLeave`; the master
              frees its placeholder and takes the request into its scheduler with every
              prompt token but the last computed -- its next ordinary step computes that one
              (a decode-like query over the group's KV) and samples the first token.
@@ -30,7 +32,7 @@ stripes the others hold (a conservative error: admission sees less room than the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engines.kv_cache import BlockManager
 from engines.models.stripes import stripe_len
@@ -41,13 +43,16 @@ from ipc.params import SamplingParams
 
 @dataclass
 class EspStep:
-    """The group's prefill step of one request, as this instance runs it: its stripe of
-    the first `num_tokens` prompt tokens (all but the last), rank `rank` of `degree`."""
+    """One chunk of the group's prefill of one request, as this instance runs it: its
+    stripe of prompt positions `begin`..`end`-1 of the first `num_tokens` (all but the
+    last), rank `rank` of `degree` (`end` None: the whole `num_tokens`, one chunk)."""
 
     request_id: str
     num_tokens: int
     degree: int
     rank: int
+    begin: int = 0
+    end: int | None = None
     #: The prompt tokens the step computes (`num_tokens` of them) and the blocks of this
     #: instance's part: its stripe's (a holder's), the whole prompt's (a gathering master).
     token_ids: list[int] = field(default_factory=list, repr=False, compare=False)
@@ -56,6 +61,16 @@ class EspStep:
     @property
     def master(self) -> bool:
         return self.rank == 0
+
+    @property
+    def stop(self) -> int:
+        """The chunk's end position (exclusive)."""
+        return self.num_tokens if self.end is None else self.end
+
+    @property
+    def last(self) -> bool:
+        """The group's prefill ends with this chunk."""
+        return self.stop >= self.num_tokens
 
 
 @dataclass
@@ -70,6 +85,8 @@ class _Part:
     #: The master's: a member stopped after the Go, so the others' KV will not be there:
     #: after the step the request recomputes its prompt here.
     lost: bool = False
+    #: Prompt positions the group's chunks have computed so far.
+    done: int = 0
 
 
 class EspParts:
@@ -107,8 +124,8 @@ class EspParts:
             return EspJoined(instance_id=self.instance_id, request_id=request_id,
                              refused=f"no KV room for its {room}-token part")
         step = EspStep(request_id, num_tokens, degree, part.rank,
-                       list(prompt[:num_tokens]) if self.gathers else [],
-                       placeholder.block_table)
+                       token_ids=list(prompt[:num_tokens]) if self.gathers else [],
+                       block_table=placeholder.block_table)
         self.parts[request_id] = _Part(step, placeholder, submit)
         return EspJoined(instance_id=self.instance_id, request_id=request_id)
 
@@ -127,8 +144,13 @@ class EspParts:
         self._forget(request_id)
         return part.submit
 
-    def next_step(self) -> EspStep:
-        return self.parts[self.steps_due[0]].step
+    def next_step(self, chunk_tokens: int) -> EspStep:
+        """The next chunk of the first Go'd group: each rank's stripe of it at most
+        `chunk_tokens` query tokens (every member's token budget: one SchedulerConfig)."""
+        part = self.parts[self.steps_due[0]]
+        step = part.step
+        end = min(step.num_tokens, part.done + chunk_tokens * step.degree)
+        return replace(step, begin=part.done, end=end)
 
     def stepped(self, step: EspStep, failed: bool = False,
                 ) -> tuple[Submit | None, int, list[int]]:
@@ -137,9 +159,14 @@ class EspParts:
         prompt tokens whose KV the group holds (0 when a member was lost, or the step
         `failed`), and its placeholder freed -- or, gathering, the placeholder's blocks,
         which now hold the whole prompt's KV, for the request to take. A part that left
-        meanwhile is freed now (and has no request to return)."""
-        self.steps_due.remove(step.request_id)
+        meanwhile is freed now (and has no request to return). A chunk before the last
+        only moves the part on (nothing to return), unless it `failed` or a member was
+        lost: then the group's prefill ends there."""
         part = self.parts[step.request_id]
+        part.done = step.stop
+        if not (step.last or failed or part.lost):
+            return None, 0, []
+        self.steps_due.remove(step.request_id)
         if part.gone or not step.master:
             if part.gone or self.gathers:
                 self._forget(step.request_id)

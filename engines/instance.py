@@ -22,7 +22,6 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -30,14 +29,12 @@ from engines.executors.base import Executor
 from engines.handoff import ExportKv, ImportKv
 from engines.instance_config import InstanceConfig
 from engines.instance_core import InstanceCore, Output
+from engines.esp_parts import EspStep
 from engines.step_log import StepLog
-from engines.timed_step import timed_step
+from engines.timed_step import run_timed, timed_step
 from ipc.channel import InstanceChannel
 from ipc.messages import InstanceFailed, Ready
 from engines.perf.model import PerfModel
-
-if TYPE_CHECKING:
-    from engines.models.sequence_parallel import EspGroup
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +82,9 @@ class Instance:
         self._kv_frames: dict[str, list] = {}
         #: every step recorded (instances.step_log); None: steps run untimed beyond the core's
         self._step_log = StepLog(config.step_log) if config.step_log else None
+        #: ESP groups whose prefill is under way here, by request id: the group and this
+        #: rank's sequence (None before its first chunk), from the first chunk to the last.
+        self._esp_runs: dict[str, tuple] = {}
         now = clock()
         self._next_heartbeat = now + config.heartbeat_interval
         self._last_command = now
@@ -153,53 +153,72 @@ class Instance:
                 self.channel.send(output)
 
     def _esp_step(self) -> list[Output]:
-        """An ESP group's prefill step (engines/esp_parts.py): the members meet, then the
-        stripe and the KV gathered to the master, on the executor, each timed in the log.
-        A member that dies before it is there ends the wait on the controller's word (an
-        EspLeave saying so), one that dies or stalls later fails the step in gloo (after
-        `ESP_TIMEOUT_S` at most): the master then recomputes the prompt alone, a holder
-        frees its part. An executor without real KV (the sim's) has nothing to compute."""
-        step, _ = self.core.begin_step(self.clock())
+        """The next chunk of an ESP group's prefill (engines/esp_parts.py) -- or the core's
+        step of its own decodes between two chunks. The members meet before the first
+        chunk (the group and this rank's sequence are kept until the last), then each
+        chunk's stripe and, after the last, the KV gathered to the master run on the
+        executor, each timed in the log. A member that dies before it is there ends the
+        wait on the controller's word (an EspLeave saying so), one that dies or stalls
+        later fails the chunk in gloo (after `ESP_TIMEOUT_S` at most): the master then
+        recomputes the prompt alone, a holder frees its part. An executor without real
+        KV (the sim's) has nothing to compute."""
+        start = self.clock()
+        step, outputs = self.core.begin_step(start)
+        if not isinstance(step, EspStep):   # its own decodes first
+            return run_timed(self.core, self.executor, self.clock, step, start) if step \
+                else outputs
         failed = False
         if self.executor.carries_kv:
-            start = self.clock()
+            # torch only here: a sim-executor instance never imports it
+            from engines.models.sequence_parallel import EspGroup, meeting_store
             try:
-                group = self._esp_meet(step)
+                if step.begin == 0:
+                    store = meeting_store(esp_store_path(self.config.endpoint,
+                                                         step.request_id), step.degree)
+                    self._esp_runs[step.request_id] = (store, None, None)
+                store, group, sequence = self._esp_runs[step.request_id]
+                if not self._esp_meet(step, store):
+                    raise RuntimeError("a member stopped before the group met")
                 met = self.clock()
                 if group is None:
-                    raise RuntimeError("a member stopped before the group met")
-                sequence = self.executor.esp_prefill(step, group)
+                    group = EspGroup.over(store, step.rank, step.degree, ESP_TIMEOUT_S)
+                sequence = self.executor.esp_prefill(step, group, sequence)
+                self._esp_runs[step.request_id] = (store, group, sequence)
                 prefilled = self.clock()
-                self.executor.esp_gather(step, sequence)
-                log.info("instance %d: ESP step of request %s, rank %d of %d, %d prompt "
-                         "tokens: met %.3f s, prefill %.3f s, KV gather %.3f s",
+                if step.last:
+                    del self._esp_runs[step.request_id]
+                    self.executor.esp_gather(step, sequence)
+                log.info("instance %d: ESP step of request %s, rank %d of %d, prompt tokens "
+                         "%d-%d of %d: met %.3f s, prefill %.3f s, KV gather %.3f s",
                          self.instance_id, step.request_id, step.rank, step.degree,
-                         step.num_tokens, met - start, prefilled - met,
-                         self.clock() - prefilled)
+                         step.begin, step.stop, step.num_tokens, met - start,
+                         prefilled - met, self.clock() - prefilled)
             except RuntimeError as exc:  # gloo: a member gone or silent
                 log.warning("instance %d: ESP step of request %s failed (%s); %s",
                             self.instance_id, step.request_id, exc,
                             "recomputing it alone" if step.master else "part freed")
+                self._esp_runs.pop(step.request_id, None)
                 failed = True
         return self.core.finish_esp(step, self.clock(), failed)
 
-    def _esp_meet(self, step) -> EspGroup | None:
-        """Wait for the group's members at its store, taking commands meanwhile; None
-        when a member stopped (or this instance is told to stop) first."""
-        # torch only here: a sim-executor instance never imports it
-        from engines.models.sequence_parallel import (EspGroup, all_arrived, arrive,
-                                                      meeting_store)
-        store = meeting_store(esp_store_path(self.config.endpoint, step.request_id),
-                              step.degree)
-        arrive(store)
+    def _esp_meet(self, step, store) -> bool:
+        """Wait for the group's members at the step's chunk, taking commands and running
+        the core's steps of its own decodes meanwhile (`waiting_step`); False when a
+        member stopped (or this instance is told to stop) first."""
+        from engines.models.sequence_parallel import all_arrived, arrive
+        arrive(store, step.begin)
         deadline = self.clock() + ESP_TIMEOUT_S
-        while not all_arrived(store, step.degree):
+        while not all_arrived(store, step.degree, step.begin):
             if self.core.esp.lost(step.request_id) or self.core.stopped:
-                return None
+                return False
             if self.clock() > deadline:
                 raise RuntimeError(f"the group's members not all there in {ESP_TIMEOUT_S} s")
-            self._take(ESP_POLL_S)
-        return EspGroup.over(store, step.rank, step.degree, ESP_TIMEOUT_S)
+            start = self.clock()
+            batch = self.core.waiting_step(start)
+            if batch:
+                self._carry_out(run_timed(self.core, self.executor, self.clock, batch, start))
+            self._take(0.0 if batch else ESP_POLL_S)
+        return True
 
     def _idle_timeout(self) -> float:
         now = self.clock()

@@ -9,6 +9,11 @@
                                                       tokens, what left the queue, then (HP)
                                                       a Ticket
 
+An ESP group's member (engines/esp_parts.py): `begin_step` returns the group's next
+prefill chunk (an `EspStep`, run with the group, then `finish_esp`) or, between two
+chunks, a step of its own decodes; `waiting_step` is a step of its decodes while the
+driver waits for the other members at a chunk.
+
 A driver carries the outputs out in order, each call's before the next call: wire
 messages (`ToController`) it sends; `ExportKv` and `ImportKv` (P/D layouts, an executor
 with a KV cache: engines/handoff.py) it does on its executor, attaching the exported
@@ -92,6 +97,12 @@ class InstanceCore:
         self.prefilled = PrefilledQueue()
         #: Its parts in ESP groups (engines/esp_parts.py).
         self.esp = EspParts(instance_id, self.kv, gathers=executor.carries_kv)
+        #: Between a group's chunks (`begin_step`): when the last chunk began and how long
+        #: it took (waiting for the other members included), and how long its own last
+        #: step took (what a decode's next steps are taken to take).
+        self._chunk_began = 0.0
+        self._chunk_seconds = 0.0
+        self._step_seconds = 0.0
 
     @property
     def esp_step_due(self) -> bool:
@@ -287,17 +298,58 @@ class InstanceCore:
 
     # ---- the step ----------------------------------------------------------------------
     def begin_step(self, now: float) -> tuple[Batch | EspStep, list[Output]]:
-        """The turn's second part: the batch to run, or an ESP group's prefill step that is
-        due (the driver runs it with the group, then calls `finish_esp`). An empty batch
-        (no work, or the scheduler only took requests out of the queue) ends the turn here,
+        """The turn's second part: the batch to run, or the next chunk of an ESP group's
+        prefill that is due (the driver runs it with the group, then calls `finish_esp`)
+        -- or, between two chunks, a step of this instance's own running decodes, when
+        one of them could not wait another chunk and still meet its mean TBT
+        (`_decodes_first`). An empty batch (no
+        work, or the scheduler only took requests out of the queue) ends the turn here,
         with what `finish_step` would say of it: the driver runs nothing and goes back to
         draining."""
         if self.esp.has_step:
-            return self.esp.next_step(), []
+            if self._decodes_first(now):
+                batch = self.scheduler.schedule_decodes()
+                if batch:
+                    return batch, []
+            self._chunk_began = now
+            return self.esp.next_step(self.scheduler.token_budget), []
         batch = self._schedule(now) if self.has_work else Batch()
         if batch:
             return batch, []
         return batch, self.finish_step(batch, [], 0.0, now)
+
+    def waiting_step(self, now: float) -> Batch:
+        """A step of its own running decodes while it waits for the other members of its
+        group to reach the group's next chunk (the driver knows they are not all there;
+        empty: nothing to decode, it waits idle). Whatever it decodes meanwhile costs the
+        group nothing but the step's end: the others are not there yet."""
+        if not self.esp.has_step:
+            return Batch()
+        return self.scheduler.schedule_decodes()
+
+    def _decodes_first(self, now: float) -> bool:
+        """Whether a step of the running decodes goes before the group's next chunk: a
+        request a group prefilled here waits for its first token, or some decode with a
+        TBT target could not wait one more chunk (as long as the last one) and still
+        give its remaining tokens, at one step each (as long as its last step), by
+        the time its mean TBT allows for its last one (first token + target x tokens
+        after it; its remaining tokens: up to its max_tokens). Such a decode then gets
+        every step until it ends: its slack no longer covers a chunk, and a step of it
+        leaves the slack as it was. Decodes with slack wait: the group goes first.
+        (Exact where a request generates its max_tokens, as the simulator's do; one that
+        stops early at an end-of-sequence token had less slack than this counts.)"""
+        chunk, step = self._chunk_seconds, self._step_seconds
+        for request in self.scheduler.running:
+            first = request.first_token_time
+            if first is None:
+                if request.num_uncomputed_tokens == 1 and request.pinned:
+                    return True     # a group's prompt: its first token
+                continue
+            left = request.max_total_tokens - request.num_tokens
+            last = first + request.tbt_slo * (request.num_output_tokens - 1 + left)
+            if last - now - left * step < chunk:
+                return True
+        return False
 
     def _schedule(self, now: float) -> Batch:
         batch = self.scheduler.schedule(now)
@@ -316,12 +368,16 @@ class InstanceCore:
         messages: list[Output] = []
         tokens = None
         if batch:
+            self._step_seconds = seconds
             tokens = self.scheduler.update(batch, sampled, now)
             if learn:
                 self._learn(batch, seconds)
             self.num_steps += 1
             queued = self.scheduler.queued_prefill()
-            self._measure_prefill(batch, seconds, queued[0])
+            if not self.esp.has_step:
+                # a step between a group's chunks says nothing of how fast it prefills
+                # its queue: the group, not its speed, keeps its prompts waiting
+                self._measure_prefill(batch, seconds, queued[0])
             load = self.load(queued)
             self.num_finished += len(tokens.finished)
             messages.append(StepOutputs(instance_id=self.instance_id, step=self.num_steps,
@@ -344,13 +400,14 @@ class InstanceCore:
         return messages
 
     def finish_esp(self, step: EspStep, now: float, failed: bool = False) -> list[Output]:
-        """After the group's prefill step: the master takes the request into its
-        scheduler, every prompt token but the last computed (its next step computes that
-        one and samples the first token); a holder keeps its stripe. `failed`: the step
+        """After a chunk of the group's prefill; after its last one the master takes the
+        request into its scheduler, every prompt token but the last computed (its next
+        step computes that one and samples the first token); a holder keeps its stripe. `failed`: the step
         did not complete (a member died inside it): the master recomputes the prompt
         alone, a holder frees its part."""
         submit, computed, blocks = self.esp.stepped(step, failed)
         self.num_steps += 1
+        self._chunk_seconds = now - self._chunk_began
         outputs: list[Output] = []
         if submit is not None:
             outputs += self._add(msgspec.structs.replace(submit, esp=None) if not computed

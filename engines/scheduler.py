@@ -200,6 +200,20 @@ class Scheduler:
             self._update_new_token_ratio(batch)
         return batch
 
+    def schedule_decodes(self) -> Batch:
+        """A step of the running decodes only, and of the requests one token short of
+        their first (an ESP group's prompt: its master computes the last token): what an
+        instance runs between two chunks of a group's prefill (engines/instance_core.py)."""
+        batch = Batch()
+        self._preemptions_before_step = self.num_preemptions
+        decodes, prefilling = self._split_running()
+        self._schedule_decodes(batch, decodes)
+        for request in prefilling:
+            if (request.status is RequestStatus.RUNNING and request.num_uncomputed_tokens == 1
+                    and self._make_room(request, 1, batch)):
+                batch.add(request, 1)
+        return batch
+
     @property
     def _preempted_this_step(self) -> bool:
         return self.num_preemptions > self._preemptions_before_step

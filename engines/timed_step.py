@@ -21,6 +21,12 @@ def timed_step(core: InstanceCore, executor: Executor, clock: Callable[[], float
     batch, outputs = core.begin_step(start)
     if not batch:
         return outputs
+    return run_timed(core, executor, clock, batch, start)
+
+
+def run_timed(core: InstanceCore, executor: Executor, clock: Callable[[], float], batch,
+              start: float) -> list[Output]:
+    """Run the non-empty `batch` the core began at `start` on `executor`, finish it."""
     sampled = executor.execute(batch)
     end = clock()
     return core.finish_step(batch, sampled, end - start, end)

@@ -43,10 +43,12 @@ def run_rank(rank: int, size: int, store_path: str, model_dir: str, prompt: list
 
 
 def run_rank_gathered(rank: int, size: int, store_path: str, model_dir: str,
-                      prompt: list[int], max_tokens: int, master: int, out_path: str) -> None:
+                      prompt: list[int], max_tokens: int, master: int, out_path: str,
+                      chunk: int = 0) -> None:
     """As `run_rank`, but scaled down by moving the KV: after the prefill every stripe goes
     to the master (`EspSequence.gather_to`), which then decodes alone with its ordinary
-    paged attention over blocks of its own."""
+    paged attention over blocks of its own. `chunk`: the prefill in chunks of that many
+    positions (as the instance core cuts a group's prefill), 0: one step."""
     from safetensors.torch import save_file
 
     from engines.models.attention import SdpaAttention, SeqSpec
@@ -63,7 +65,9 @@ def run_rank_gathered(rank: int, size: int, store_path: str, model_dir: str,
     caches = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(config.num_hidden_layers)]
     stripe_blocks = NUM_BLOCKS // 4                      # a third of the prompt fits
     sequence = EspSequence(group, list(range(stripe_blocks)), BLOCK_SIZE)
-    first = sequence.prefill(model, caches, prompt)
+    ends = list(range(chunk, len(prompt), chunk)) if chunk else []
+    for begin, end in zip([0, *ends], [*ends, len(prompt)]):
+        first = sequence.prefill(model, caches, prompt, begin, end)
     owner = (len(prompt) - 1) % size
     logits = group.broadcast(first if rank == owner else torch.empty(config.vocab_size), owner)
     table = list(range(stripe_blocks, NUM_BLOCKS))       # the master's blocks of the request

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -59,8 +58,9 @@ def esp_counts(daemon) -> dict[tuple[str, str], float]:
 def test_a_long_prompt_prefilled_by_an_esp_group_decodes_as_one_instance(daemon_factory):
     single = daemon_factory(*torch_args(), "--layout", "1xsarathi")
     expected = serve_all(single)
+    # a step's token budget of 256: the group's prefill runs in 3 chunks of up to 768
     esp = daemon_factory(*torch_args(), "--layout", "3xsarathi", "--esp-max-degree", "3",
-                         "--esp-min-tokens", "1000",
+                         "--esp-min-tokens", "1000", "--chunk-size", "256",
                          "--max-wait-slo-multiple", "1000000")
     assert serve_all(esp) == expected
     log = esp.log()
@@ -69,32 +69,38 @@ def test_a_long_prompt_prefilled_by_an_esp_group_decodes_as_one_instance(daemon_
     assert sorted(formed.split(", ")) == ["0", "1", "2"]
     assert log.count("over instances [") == 2, log          # formed once, dissolved once
     assert f"over instances [{formed}] dissolved: the request ended" in log
-    assert log.count("ESP step of request") == 3             # each member's step
+    assert log.count("ESP step of request") == 9             # each member's 3 chunks
+    assert log.count("prompt tokens 768-1536 of 1599") == 3
     assert "recomputing" not in log                          # the KV was gathered, not redone
     counts = esp_counts(esp)
     assert counts == {("formed", "3"): 1.0, ("dissolved", "3"): 1.0}, counts
     assert esp.health()["esp_groups"] == []                  # nothing left held
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.45])
+@pytest.mark.parametrize("moment", ["formed", "first chunk"])
 def test_a_member_killed_in_the_groups_step_ends_the_group_and_the_prompt_is_recomputed(
-        daemon_factory, delay):
-    """kill -9 of a member `delay` s after the group forms (at once: before the members
-    met, their wait ended by the controller's word -- or, killed between its arrival and
-    the gloo group's forming, ESP_TIMEOUT_S later; 0.45 s: on this machine inside the
-    prefill's collectives, which fail on the closed connection; any of these): the group
-    dissolves naming it, the master recomputes the prompt alone, and the request is
+        daemon_factory, moment):
+    """kill -9 of a member as soon as the group forms (before the members met, their wait
+    ended by the controller's word -- or, killed between its arrival and the gloo group's
+    forming, ESP_TIMEOUT_S later), or as soon as a member logs the first of the prefill's
+    3 chunks (token budget 256: the others then wait for it at the second chunk's meeting,
+    or fail in its collectives on the closed connection -- inside the prefill on a machine
+    of any speed, where a fixed delay after the forming may come after its end): the
+    group dissolves naming it, the master recomputes the prompt alone, and the request is
     answered once with one instance's greedy text."""
     expected = complete(daemon_factory(*torch_args(), "--layout", "1xsarathi"), LONG)
     esp = daemon_factory(*torch_args(), "--layout", "3xsarathi", "--esp-max-degree", "3",
-                         "--esp-min-tokens", "1000", "--max-wait-slo-multiple", "1000000")
+                         "--esp-min-tokens", "1000", "--chunk-size", "256",
+                         "--max-wait-slo-multiple", "1000000")
     pids = {i["id"]: i["pid"] for i in esp.health()["instances"]}
     with ThreadPoolExecutor(max_workers=1) as pool:
         answer = pool.submit(complete, esp, LONG)
         formed = wait_for(lambda: re.findall(r"over instances \[(.*)\] formed", esp.log()),
                           timeout=60, interval=0.01)
         victim = int(formed[0].split(", ")[1])
-        time.sleep(delay)
+        if moment == "first chunk":
+            wait_for(lambda: "prompt tokens 0-768 of 1599" in esp.log(), timeout=60,
+                     interval=0.005)
         os.kill(pids[victim], signal.SIGKILL)
         assert answer.result(timeout=300) == expected
     log = esp.log()

@@ -49,7 +49,7 @@ def test_a_holder_keeps_its_stripes_blocks_from_its_join_until_it_leaves():
     assert free - holder.kv.num_free_blocks == stripe_blocks
     holder.handle(EspGo(request_id="long"), now=0.1)
     step, outputs = holder.begin_step(0.2)
-    assert step == EspStep("long", 99, 3, 1) and outputs == []
+    assert step == EspStep("long", 99, 3, 1, 0, 99) and outputs == []   # one chunk
     holder.finish_esp(step, now=1.0)
     assert not holder.has_work and free - holder.kv.num_free_blocks == stripe_blocks
     assert holder.handle(EspLeave(request_id="long"), now=2.0) == []
@@ -434,3 +434,122 @@ def test_a_member_waiting_in_its_step_hears_that_another_stopped():
     assert holder.esp.lost("long")
     holder.finish_esp(step, now=0.4, failed=True)
     assert holder.kv.num_free_blocks == holder.kv.num_blocks and "long" not in holder.esp
+
+
+def _run_member_with_chat(max_tokens: int, chunk_s: float = 0.5, step_s: float = 0.01):
+    """A member decoding a chat request (TBT 0.15 s) joins a group whose 99-token prefill
+    is cut in 3 chunks (token budget 16: 48 positions over 3); each chunk takes `chunk_s`
+    (waiting for the others included), each step of its own `step_s`. Returns the
+    member's turns in order ("chunk b-e" or "decode") and the chat's token times."""
+    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    member = driver.core
+    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
+                         sampling=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
+    now = 0.0
+    driver.step(now, step_s)                                   # its prefill: first token
+    chat = member.scheduler.requests["chat"]
+    turns, token_times = [], [chat.first_token_time]
+    member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=now)
+    member.handle(EspGo(request_id="long"), now=now)
+    while member.has_work:
+        step, _ = member.begin_step(now)
+        if isinstance(step, EspStep):
+            turns.append(f"chunk {step.begin}-{step.stop}")
+            now += chunk_s
+            member.finish_esp(step, now)
+        else:
+            assert [c.request.request_id for c in step.chunks] == ["chat"]
+            turns.append("decode")
+            now += step_s
+            member.finish_step(step, driver.executor.execute(step), step_s, now)
+            token_times.append(now)
+    assert "long" in member.esp                                 # its stripe held
+    return turns, token_times
+
+
+def test_a_decode_that_cannot_wait_another_chunk_gets_its_steps_between_the_chunks():
+    """8 tokens at 0.15 s: 1.05 s for its last. It can wait the first chunk (0.5 s); after
+    it, its slack (0.48 s) no longer covers another: it decodes to its end before the
+    second chunk. Without those steps its tokens would wait for all three chunks (1.5 s):
+    a mean TBT of 0.22 s -- this test fails so."""
+    turns, token_times = _run_member_with_chat(max_tokens=8)
+    assert turns == ["chunk 0-48", *["decode"] * 7, "chunk 48-96", "chunk 96-99"]
+    assert (token_times[-1] - token_times[0]) / 7 <= 0.15       # its mean TBT kept
+
+
+def test_a_decode_with_slack_lets_the_groups_chunks_go_first():
+    """100 tokens at 0.15 s: 14.85 s for its last, far more than the group's 1.5 s: the
+    chunks run back to back, then it decodes, its mean TBT still kept."""
+    turns, token_times = _run_member_with_chat(max_tokens=100)
+    assert turns[:3] == ["chunk 0-48", "chunk 48-96", "chunk 96-99"]
+    assert turns[3:] == ["decode"] * 99
+    assert (token_times[-1] - token_times[0]) / 99 <= 0.15
+
+
+def test_a_group_prefilled_in_chunks_hands_its_master_the_whole_prompt():
+    """The master's request enters its scheduler only after the last chunk, with every
+    prompt token but the last computed."""
+    driver = FakeInstance(0, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    master = driver.core
+    master.handle(esp_submit(), now=0.0)
+    master.handle(EspGo(request_id="long"), now=0.0)
+    for now, stop in ((0.5, 48), (1.0, 96)):
+        step, _ = master.begin_step(now - 0.5)
+        assert isinstance(step, EspStep) and step.stop == stop and not step.last
+        master.finish_esp(step, now)
+        assert "long" not in master.scheduler.requests
+    step, _ = master.begin_step(1.0)
+    assert step.last
+    master.finish_esp(step, 1.5)
+    assert master.scheduler.requests["long"].num_computed_tokens == len(PROMPT) - 1
+
+
+def test_a_member_waiting_for_the_others_at_a_chunk_steps_its_decodes_and_nothing_else():
+    """The driver knows the others are not at the chunk yet: the member's waiting step is
+    its running decodes (free: the group cannot start); a queued prompt waits."""
+    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    member = driver.core
+    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
+                         sampling=SamplingParams(max_tokens=8, ignore_eos=True),
+                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
+    driver.step(0.0)                                            # chat's first token
+    assert not member.waiting_step(0.1)                         # no group: nothing to wait for
+    member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=0.1)
+    member.handle(EspGo(request_id="long"), now=0.1)
+    member.handle(Submit(request_id="queued", prompt_token_ids=list(range(5, 40)),
+                         sampling=SamplingParams(max_tokens=2), arrival_time=0.1), now=0.1)
+    batch = member.waiting_step(0.2)
+    assert [c.request.request_id for c in batch.chunks] == ["chat"]
+    assert all(c.is_decode for c in batch.chunks)
+
+
+def test_a_step_between_chunks_leaves_the_members_prefill_rate_as_it_was():
+    """A member's decode-only step between a group's chunks, with a prompt queued there,
+    prefilled nothing because the group holds it, not because it is slow: its reported
+    prefill rate (the waiting room's view of its speed) is not taught a zero."""
+    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    member = driver.core
+    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
+                         sampling=SamplingParams(max_tokens=8, ignore_eos=True),
+                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
+    driver.step(0.0, 0.01)                                      # chat's first token
+    member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
+                          part=EspPart([0, 1, 2], 1)), now=0.0)
+    member.handle(EspGo(request_id="long"), now=0.0)
+    member.handle(Submit(request_id="queued", prompt_token_ids=list(range(5, 40)),
+                         sampling=SamplingParams(max_tokens=2), arrival_time=0.0), now=0.0)
+    member.prefill_rate = 1000.0
+    chunk, _ = member.begin_step(0.0)
+    member.finish_esp(chunk, 0.5)
+    step, _ = member.begin_step(0.5)                            # the chat cannot wait more
+    assert [c.request.request_id for c in step.chunks] == ["chat"]
+    member.finish_step(step, driver.executor.execute(step), 0.01, 0.51)
+    assert member.prefill_rate == 1000.0
+    assert member.scheduler.queued_prefill()[0] > 0             # the prompt still queued

@@ -78,13 +78,14 @@ def one_instance(tiny_models, prompt):
     return tokens, logits
 
 
-def _run_group(tmp_path, model_dir, prompt, size, master, rank_main=esp_ranks.run_rank):
+def _run_group(tmp_path, model_dir, prompt, size, master, rank_main=esp_ranks.run_rank,
+               *extra):
     import torch.multiprocessing as mp
     from safetensors.torch import load_file
     out = tmp_path / "master.safetensors"
     mp.spawn(rank_main, nprocs=size, join=True,
              args=(size, str(tmp_path / "group-store"), str(model_dir), prompt, MAX_TOKENS,
-                   master, str(out)))
+                   master, str(out), *extra))
     return load_file(str(out))
 
 
@@ -111,5 +112,17 @@ def test_scaling_down_by_moving_the_kv_to_the_master_decodes_as_one_instance(
     tokens, logits = one_instance
     result = _run_group(tmp_path, tiny_models["llama"], prompt, 3, 1,
                         rank_main=esp_ranks.run_rank_gathered)
+    torch.testing.assert_close(result["logits"], logits, rtol=1e-4, atol=1e-4)
+    assert result["tokens"].tolist() == tokens
+
+
+@pytest.mark.slow  # three rank processes
+def test_a_prefill_in_chunks_then_moved_to_the_master_decodes_as_one_instance(
+        tmp_path, tiny_models, prompt, one_instance):
+    """The group's prefill in three chunks (each all-gathers the earlier chunks' stripes
+    from the ranks' caches), as the instance core cuts it: the same logits and tokens."""
+    tokens, logits = one_instance
+    result = _run_group(tmp_path, tiny_models["llama"], prompt, 3, 1,
+                        esp_ranks.run_rank_gathered, 512)
     torch.testing.assert_close(result["logits"], logits, rtol=1e-4, atol=1e-4)
     assert result["tokens"].tolist() == tokens

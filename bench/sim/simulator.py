@@ -69,8 +69,12 @@ class Simulation:
                                                       config.latency), config.ipc_delay)
         self.records = {f"r{w.index}": _record(w) for w in workload}
         self.keeper = RecordKeeper(self.records, config.slo, watched)
-        #: ESP groups whose prefill step some members have begun: (instance, its step).
-        self._esp_begun: dict[str, list[tuple[SimInstance, EspStep]]] = {}
+        #: ESP groups' prefill chunks (request id, first position) some members have
+        #: begun: (instance, its step).
+        self._esp_begun: dict[tuple[str, int], list[tuple[SimInstance, EspStep]]] = {}
+        #: The members that reached each of those chunks (waiting, or in a step of their
+        #: own decodes meanwhile).
+        self._esp_arrived: dict[tuple[str, int], set[int]] = {}
         self._start_up()
         for request_id, work in zip(self.records, workload):
             self._at(work.arrival, self._arrive, request_id, work)
@@ -182,20 +186,33 @@ class Simulation:
         self._at(self.now + seconds, self._finish_step, sim, batch, seconds)
 
     def _begin_esp(self, sim: SimInstance, step: EspStep) -> None:
-        """A member reached its ESP group's prefill step: it waits (busy, as in the
-        step's first collective) until every member has; then all run it together, for
-        the step's price on the profile (engines/executors/profiles/esp_time.py)."""
+        """A member reached a chunk of its ESP group's prefill. Until every member has,
+        it runs steps of its own decodes (`InstanceCore.waiting_step`) and, with none,
+        waits (busy, as in the chunk's first collective); once all wait there, all run it
+        together, for the chunk's price on the profile
+        (engines/executors/profiles/esp_time.py)."""
+        key = (step.request_id, step.begin)
+        arrived = self._esp_arrived.setdefault(key, set())
+        arrived.add(sim.instance_id)
+        begun = self._esp_begun.setdefault(key, [])
+        if len(arrived) < step.degree:
+            batch = sim.core.waiting_step(self.now)
+            if batch:
+                self._start_step(sim, batch)
+                return
         sim.busy = True
-        begun = self._esp_begun.setdefault(step.request_id, [])
         begun.append((sim, step))
         if len(begun) < step.degree:
             return
-        del self._esp_begun[step.request_id]
+        del self._esp_begun[key], self._esp_arrived[key]
+        if len({own.stop for _, own in begun}) > 1:
+            raise RuntimeError(f"esp: the members of {step.request_id!r}'s group cut its "
+                               f"chunk at {sorted({own.stop for _, own in begun})}")
         record = self.records[step.request_id]
         if record.sched_delay is None:
             record.sched_delay = self.now - record.arrival
-        seconds = esp_prefill_time(get_profile(self.config.profile), step.num_tokens,
-                                   step.degree).total
+        seconds = esp_prefill_time(get_profile(self.config.profile), step.stop,
+                                   step.degree, step.begin).total
         for member, own in begun:
             member.executor.busy_time += seconds
             self._at(self.now + seconds, self._finish_esp, member, own)

@@ -179,16 +179,19 @@ class TorchExecutor:
 
     # -- ESP groups (engines/esp_parts.py) ---------------------------------------------------
 
-    def esp_prefill(self, step, group: EspGroup) -> EspSequence:
-        """This instance's part of an ESP group's prefill step (an `EspStep`) in `group`:
-        its stripe of the prompt, into the step's blocks. Raises RuntimeError when a
-        member is gone or silent past the group's timeout (gloo)."""
+    def esp_prefill(self, step, group: EspGroup,
+                    sequence: EspSequence | None = None) -> EspSequence:
+        """This instance's part of one chunk of an ESP group's prefill (an `EspStep`) in
+        `group`: its stripe of the chunk's positions, into the step's blocks, after the
+        chunks `sequence` ran (None: the first). Raises RuntimeError when a member is gone
+        or silent past the group's timeout (gloo)."""
         if not isinstance(self.attention, EspAttention):
             raise RuntimeError("this instance was not built for ESP groups (esp: "
                                "controller.esp_max_degree > 1, on CPU, without tensor "
                                "parallelism)")
-        sequence = EspSequence(group, step.block_table, self.block_size)
-        sequence.prefill(self.model, self.kv_caches, step.token_ids)
+        if sequence is None:
+            sequence = EspSequence(group, step.block_table, self.block_size)
+        sequence.prefill(self.model, self.kv_caches, step.token_ids, step.begin, step.stop)
         return sequence
 
     def esp_gather(self, step, sequence: EspSequence) -> None:

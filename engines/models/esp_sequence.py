@@ -35,18 +35,25 @@ class EspSequence:
         return local_slots(self.block_table, begin, end, self.block_size)
 
     @torch.inference_mode()
-    def prefill(self, model, kv_caches, token_ids: list[int]) -> torch.Tensor | None:
-        """This rank's stripe of the whole prompt; the prompt's next-token logits [vocab] on
-        the rank that computed its last token, None on the others."""
+    def prefill(self, model, kv_caches, token_ids: list[int], begin: int = 0,
+                end: int | None = None) -> torch.Tensor | None:
+        """This rank's stripe of the prompt `token_ids` -- or of one chunk of it, positions
+        `begin`..`end`-1, after the chunks before it (the group's chunked prefill); the
+        prompt's next-token logits [vocab] on the rank that computed its last token, None
+        on the others (and for a chunk that does not end the prompt)."""
         n, size, rank = len(token_ids), self.group.size, self.group.rank
-        mine = stripe_len(n, size, rank)
-        meta = EspPrefill(self.group, n, self._slots(0, mine))
+        end = n if end is None else end
+        if self.num_tokens != begin or self.held != stripe_len(begin, size, rank):
+            raise ValueError(f"esp: a chunk from {begin} after {self.num_tokens} tokens")
+        held = stripe_len(end, size, rank)
+        meta = EspPrefill(self.group, end, self._slots(0, held), begin=begin,
+                          num_held=self.held)
         positions = meta.positions()
         ids = torch.tensor(token_ids, dtype=torch.long)[positions]
-        last = (n - 1) % size == rank
-        rows = torch.tensor([mine - 1] if last else [], dtype=torch.long)
+        last = end == n and (n - 1) % size == rank
+        rows = torch.tensor([len(positions) - 1] if last else [], dtype=torch.long)
         logits = model(ids, positions, kv_caches, meta, rows)
-        self.held, self.num_tokens = mine, n
+        self.held, self.num_tokens = held, end
         return logits[0] if last else None
 
     @torch.inference_mode()

@@ -14,7 +14,10 @@ one collective per layer instead of k - 1 exchanges, it needs no online-softmax 
 the prefill, and its bytes are the same as a ring's ((k-1)/k of the layer's KV reach each
 rank either way); what it gives up is overlapping the transfer with the attention of the
 shards already received, which on CPU/gloo there is nothing to overlap with anyway. A
-whole prompt is one ESP step (LoongServe's prefill, too, is not chunked).
+prompt may be prefilled in chunks (the instance core bounds each rank's share of a chunk
+by its step's token budget, so its own decodes get steps between chunks): a chunk's
+all-gather then carries the earlier chunks' stripes again, read back from the cache --
+the bytes grow with the chunk's end, the price of keeping 1/k of the KV per rank.
 
 **Decode (scale-down).** One rank, the master, owns the decode query: it runs the model
 for the new token and appends that token's K/V to its own cache. Per layer it broadcasts
@@ -64,16 +67,18 @@ def meeting_store(store_path: str, size: int):
     return dist.FileStore(store_path, size)
 
 
-def arrive(store) -> None:
-    """Say this member is there (before `EspGroup.over`: see `all_arrived`)."""
-    store.add(_ARRIVED, 1)
+def arrive(store, chunk: int = 0) -> None:
+    """Say this member is there, at the chunk of the prefill that begins at position
+    `chunk` (before `EspGroup.over` for the first: see `all_arrived`)."""
+    store.add(f"{_ARRIVED}-{chunk}", 1)
 
 
-def all_arrived(store, size: int) -> bool:
-    """Whether every member has arrived -- polled by a driver that must stay responsive
-    while it waits (a member that died before arriving never will: its supervisor's word
-    ends the wait, where forming the process group would block until its timeout)."""
-    return store.add(_ARRIVED, 0) >= size
+def all_arrived(store, size: int, chunk: int = 0) -> bool:
+    """Whether every member has arrived at the chunk -- polled by a driver that must stay
+    responsive while it waits, and serves its own decodes meanwhile (a member that died
+    before arriving never will: its supervisor's word ends the wait, where forming the
+    process group would block until its timeout)."""
+    return store.add(f"{_ARRIVED}-{chunk}", 0) >= size
 
 
 @dataclass(frozen=True)
@@ -143,12 +148,16 @@ def local_slots(block_table: list[int], begin: int, end: int, block_size: int) -
 
 @dataclass
 class EspPrefill:
-    """One rank's metadata for an ESP prefill of a whole `num_tokens` prompt; `slots`: where
-    its own tokens' K/V go (`local_slots`)."""
+    """One rank's metadata for an ESP prefill of positions `begin`..`num_tokens`-1 of a
+    prompt (the whole prompt, or one chunk of it after the chunks before); `slots`: where
+    its held tokens' K/V are, the `num_held` it held before this chunk's first
+    (`local_slots`)."""
 
     group: EspGroup
     num_tokens: int
     slots: torch.Tensor
+    begin: int = 0
+    num_held: int = 0
     mask: torch.Tensor = field(init=False)  # [1, 1, rows, num_tokens]: key position <= query's
     width: int = field(init=False)          # the longest stripe: rows each rank sends
 
@@ -156,20 +165,29 @@ class EspPrefill:
         size, n = self.group.size, self.num_tokens
         if n < size:
             raise ValueError(f"esp: a prompt of {n} tokens cannot be split over {size} instances")
-        queries = torch.tensor(stripe(n, size, self.group.rank))
-        if len(self.slots) != len(queries):
-            raise ValueError(f"esp: {len(self.slots)} slots for {len(queries)} tokens")
+        queries = self.positions()
+        if len(self.slots) != self.num_held + len(queries):
+            raise ValueError(f"esp: {len(self.slots)} slots for {self.num_held} held and "
+                             f"{len(queries)} new tokens")
         self.mask = (torch.arange(n)[None, :] <= queries[:, None])[None, None]
         self.width = -(-n // size)
 
     def positions(self) -> torch.Tensor:
-        return torch.tensor(stripe(self.num_tokens, self.group.size, self.group.rank))
+        """This rank's query positions: its stripe's, from `begin`."""
+        size, rank = self.group.size, self.group.rank
+        return torch.tensor(stripe(self.num_tokens, size, rank)[self.num_held:])
 
     def attend(self, q, k, v, k_cache, v_cache) -> torch.Tensor:
-        write_cache(k, v, k_cache, v_cache, self.slots)
+        """Store the chunk's new K/V, all-gather every rank's held K/V up to the chunk's
+        end (the earlier chunks' stripes from the cache), attend by position."""
+        held = self.num_held
+        write_cache(k, v, k_cache, v_cache, self.slots[held:])
         rows, kv_heads, dim = k.shape
         own = k.new_zeros((self.width, 2, kv_heads, dim))
-        own[:rows, 0], own[:rows, 1] = k, v
+        if held:
+            own[:held, 0] = gather(k_cache, self.slots[:held])
+            own[:held, 1] = gather(v_cache, self.slots[:held])
+        own[held:held + rows, 0], own[held:held + rows, 1] = k, v
         every = self.group.all_gather(own)  # [size, width, 2, ...]: rank r's i-th = i*size + r
         ordered = every.transpose(0, 1).reshape(-1, 2, kv_heads, dim)[:self.num_tokens]
         keys, values = ordered[:, 0].transpose(0, 1), ordered[:, 1].transpose(0, 1)

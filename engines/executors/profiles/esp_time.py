@@ -63,16 +63,25 @@ class EspPrefillTime:
         return self.compute + self.exchange
 
 
-def stripe_shape(num_tokens: int, degree: int) -> BatchShape:
-    """The one-GPU prefill chunk with a rank's stripe's tokens and attention pairs."""
-    rows = -(-num_tokens // degree)
-    return BatchShape.of(prefills=[(rows, num_tokens * (degree - 1) // (2 * degree))])
+def stripe_shape(num_tokens: int, degree: int, begin: int = 0) -> BatchShape:
+    """The one-GPU prefill chunk with a rank's stripe's tokens and attention pairs, of the
+    group's chunk of positions `begin`..`num_tokens`-1: its c = ceil(n/k) of the chunk's
+    n rows each see `begin` earlier keys and on average (n-1)/2 of the chunk's, so
+    c*begin + n^2/(2k) pairs = the chunk c after l = begin + n(k-1)/(2k) cached."""
+    n = num_tokens - begin
+    rows = -(-n // degree)
+    return BatchShape.of(prefills=[(rows, begin + n * (degree - 1) // (2 * degree))])
 
 
-def esp_prefill_time(profile, num_tokens: int, degree: int) -> EspPrefillTime:
-    """An `num_tokens` prompt prefilled in one step over `degree` GPUs of `profile`'s node
-    (degree 1: one GPU, the whole prompt in one step)."""
-    compute = profile.step_time(stripe_shape(num_tokens, degree), num_sampling=1)
+def esp_prefill_time(profile, num_tokens: int, degree: int,
+                     begin: int = 0) -> EspPrefillTime:
+    """A `num_tokens` prompt prefilled in one step over `degree` GPUs of `profile`'s node
+    (degree 1: one GPU, the whole prompt in one step) -- or, from `begin`, one chunk of
+    it: positions `begin`..`num_tokens`-1, after the earlier chunks. The exchange is what
+    our model does (engines/models/sequence_parallel.py): each layer all-gathers the KV of
+    every position up to the chunk's end (the earlier chunks' stripes too), so chunks pay
+    the earlier positions' KV again each time."""
+    compute = profile.step_time(stripe_shape(num_tokens, degree, begin), num_sampling=1)
     if degree == 1:
         return EspPrefillTime(compute, 0.0)
     if not profile.network_file:
