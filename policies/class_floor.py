@@ -78,17 +78,27 @@ class PromptClasses:
 
     def answered(self, prompt_len: int, met: bool) -> None:
         """A request got its first answer: a token (`met`: within its TTFT target), or a drop."""
-        k = self.of(prompt_len)
-        record = self.outcomes[k]
-        if len(record) == record.maxlen:
-            self.met[k] -= record[0]
-        record.append(met)
-        self.met[k] += met
+        record_outcome(self.outcomes, self.met, self.of(prompt_len), met)
 
     def protected(self) -> frozenset[int]:
         """Classes whose recent met share is under the floor plus MARGIN."""
         if not self.active or self.in_bursts:
             return frozenset()
-        return frozenset(k for k, record in enumerate(self.outcomes)
-                         if len(record) >= MIN_OUTCOMES
-                         and self.met[k] < (self.floor + MARGIN) * len(record))
+        return under_floor(self.outcomes, self.met, self.floor)
+
+
+def record_outcome(outcomes: list[deque], met_counts: list[int], k: int, met: bool) -> None:
+    """Class `k`'s record takes one first answer (`met`: within its TTFT target), its
+    oldest leaving a full window; `met_counts[k]` stays the record's sum."""
+    record = outcomes[k]
+    if len(record) == record.maxlen:
+        met_counts[k] -= record[0]
+    record.append(met)
+    met_counts[k] += met
+
+
+def under_floor(outcomes: list[deque], met_counts: list[int], floor: float) -> frozenset[int]:
+    """The classes with a record long enough whose met share is under `floor` + MARGIN."""
+    return frozenset(k for k, record in enumerate(outcomes)
+                     if len(record) >= MIN_OUTCOMES
+                     and met_counts[k] < (floor + MARGIN) * len(record))

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from policies.class_floor import MARGIN, MIN_OUTCOMES, OUTCOME_WINDOW
+from policies.class_floor import OUTCOME_WINDOW, record_outcome, under_floor
 
 
 def target_key(ttft_target: float) -> int:
@@ -62,17 +62,10 @@ class SloClasses:
 
     def answered(self, key: int, met: bool) -> None:
         """A request got its first answer: a token (`met`: within its TTFT target), or a drop."""
-        k = self.of(key)
-        record = self.outcomes[k]
-        if len(record) == record.maxlen:
-            self.met[k] -= record[0]
-        record.append(met)
-        self.met[k] += met
+        record_outcome(self.outcomes, self.met, self.of(key), met)
 
     def protected(self) -> frozenset[int]:
         """Classes whose recent met share is under the floor plus MARGIN."""
         if not self.active or self.in_bursts:
             return frozenset()
-        return frozenset(k for k, record in enumerate(self.outcomes)
-                         if len(record) >= MIN_OUTCOMES
-                         and self.met[k] < (self.floor + MARGIN) * len(record))
+        return under_floor(self.outcomes, self.met, self.floor)
