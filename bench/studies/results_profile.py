@@ -32,6 +32,7 @@ import msgspec
 from bench.ruler.ceiling import workload_ceilings
 from bench.ruler.ruler import RulerConfig
 from bench.sim.sim_flags import sim_settings
+from bench.studies.results_tables import capacity_parser
 from engines.executors.profiles.registry import get_profile
 from engines.executors.profiles.slo_scale import SloScale
 
@@ -52,6 +53,17 @@ class ProfileTarget(msgspec.Struct, frozen=True, kw_only=True):
     reference_ceiling_qps: float
     #: the rows' and studies' context limit, when below the tables' (a measured file's)
     max_model_len: int | None = None
+
+    def study_flags(self, flags: str, default_capacity: float | None = None) -> str:
+        """A study's flags on this profile: its rates scaled (`default_capacity`: the
+        study's own `--capacity` when its flags do not name one), the profile's flags added."""
+        if default_capacity is not None and not _CAPACITY.search(flags):
+            flags = f"{flags} --capacity {default_capacity:g}".strip()
+        flags = _CAPACITY.sub(lambda m: f"--capacity {self.rate(float(m[1])):g}", flags)
+        flags = _POINTS.sub(lambda m: "--points " + ",".join(
+            f"{w}:{self.rate(float(q)):g}" for w, q in (p.split(":") for p in m[1].split(","))),
+            flags)
+        return f"{flags} {self.flags()}".strip()
 
     def flags(self) -> str:
         """What a capacity row or a study adds to run on this profile."""
@@ -93,7 +105,6 @@ def profile_target(profile: str) -> ProfileTarget:
 def _ceiling(profile: str, max_model_len: int | None) -> tuple[float, SloScale]:
     """The profile's poisson ShareGPT ceiling (90 % served) at its own SLOs, and the SLO
     scale, read through `ascendra capacity`'s own flags."""
-    from bench.studies.results_run import capacity_parser
     argv = ["--workload", "poisson", "--profile", profile]
     argv += ["--max-model-len", str(max_model_len)] if max_model_len else []
     _, config = sim_settings(capacity_parser().parse_args(argv))
@@ -103,16 +114,3 @@ def _ceiling(profile: str, max_model_len: int | None) -> tuple[float, SloScale]:
 #: A study's flags that carry rates set on REFERENCE: `--capacity C`, `--points w:Q,...`.
 _CAPACITY = re.compile(r"--capacity (\S+)")
 _POINTS = re.compile(r"--points (\S+)")
-
-
-def retarget_study_flags(flags: str, target: ProfileTarget,
-                         default_capacity: float | None = None) -> str:
-    """A study's flags on `target`: its rates scaled (`default_capacity`: the study's own
-    `--capacity` when its flags do not name one), the profile's flags added."""
-    if default_capacity is not None and not _CAPACITY.search(flags):
-        flags = f"{flags} --capacity {default_capacity:g}".strip()
-    flags = _CAPACITY.sub(lambda m: f"--capacity {target.rate(float(m[1])):g}", flags)
-    flags = _POINTS.sub(lambda m: "--points " + ",".join(
-        f"{w}:{target.rate(float(q)):g}" for w, q in (p.split(":") for p in m[1].split(","))),
-        flags)
-    return f"{flags} {target.flags()}".strip()

@@ -17,7 +17,6 @@ bench/studies/results_studies.py) run first, each a few minutes; `--seeds` and
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import subprocess
 from collections.abc import Callable, Sequence
@@ -28,13 +27,13 @@ import msgspec
 from bench.json_file import write_json
 from bench.parallel import imap_unordered
 from bench.ruler.ceiling import workload_ceilings
-from bench.ruler.ruler import NEAR_GROWTH, RulerConfig, SeedCapacity, seed_capacity
-from bench.sim.sim_flags import (
-    add_fair_floor_flag, add_sim_flags, add_start_growth_flag, sim_settings,
-)
+from bench.ruler.ruler import NEAR_GROWTH, SeedCapacity, seed_capacity
+from bench.sim.sim_flags import sim_settings
 from bench.studies.results_profile import ProfileTarget
 from bench.studies.results_studies import run_study
-from bench.studies.results_tables import QUICK, STUDIES, TABLES, Group, Protocol, Row, Table
+from bench.studies.results_tables import (
+    QUICK, STUDIES, TABLES, Group, Protocol, Row, Table, capacity_parser,
+)
 from daemon.layout import layout_modes
 
 
@@ -94,21 +93,6 @@ def row_command(row: Row, protocol: Protocol, measured: int | None = None,
     flags = f"{row.flags} {target.flags()}" if target else row.flags
     return (f"ascendra capacity {flags} --measured {measured or protocol.measured} "
             f"--seeds {seeds} --tolerance {protocol.tolerance:g}{start}")
-
-
-def capacity_parser() -> argparse.ArgumentParser:
-    """The flags of a row: `ascendra capacity`'s settings and search protocol, from the same
-    flag builders, so a row means what it means there (tests/test_results_page.py parses
-    each with `ascendra capacity` itself)."""
-    parser = argparse.ArgumentParser(prog="ascendra capacity")
-    add_sim_flags(parser)
-    add_fair_floor_flag(parser)
-    parser.add_argument("--measured", type=int, default=RulerConfig().measured)
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--tolerance", type=float, default=RulerConfig().tolerance)
-    parser.add_argument("--start-qps", type=float, default=None)
-    add_start_growth_flag(parser)
-    return parser
 
 
 def search(job: tuple[str, int]) -> SeedCapacity:

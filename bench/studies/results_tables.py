@@ -18,7 +18,12 @@ was the baseline's better one.
 """
 from __future__ import annotations
 
+import argparse
+
 import msgspec
+
+from bench.ruler.ruler import RulerConfig
+from bench.sim.sim_flags import add_fair_floor_flag, add_sim_flags, add_start_growth_flag
 
 
 class Row(msgspec.Struct, frozen=True):
@@ -170,8 +175,7 @@ class StudyTable(msgspec.Struct, frozen=True):
         `target`: another profile's `ProfileTarget`, its rates and flags)."""
         flags = self.quick_flags if quick else self.flags
         if target is not None:
-            from bench.studies.results_profile import retarget_study_flags
-            flags = retarget_study_flags(flags, target, self.default_capacity)
+            flags = target.study_flags(flags, self.default_capacity)
         return " ".join(w for w in ("python -m", self.module, flags,
                                     self.out_flags.format(dir=out)) if w)
 
@@ -195,3 +199,18 @@ STUDIES: dict[str, StudyTable] = {s.name: s for s in (
                "--points poisson:10.4 --num-requests 150", "--out {dir}", "summary.json",
                takes_workers=False),
 )}
+
+
+def capacity_parser() -> argparse.ArgumentParser:
+    """The flags of a row: `ascendra capacity`'s settings and search protocol, from the same
+    flag builders, so a row means what it means there (tests/test_results_page.py parses
+    each with `ascendra capacity` itself)."""
+    parser = argparse.ArgumentParser(prog="ascendra capacity")
+    add_sim_flags(parser)
+    add_fair_floor_flag(parser)
+    parser.add_argument("--measured", type=int, default=RulerConfig().measured)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--tolerance", type=float, default=RulerConfig().tolerance)
+    parser.add_argument("--start-qps", type=float, default=None)
+    add_start_growth_flag(parser)
+    return parser
