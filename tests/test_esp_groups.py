@@ -508,16 +508,22 @@ def test_a_group_prefilled_in_chunks_hands_its_master_the_whole_prompt():
     assert master.scheduler.requests["long"].num_computed_tokens == len(PROMPT) - 1
 
 
+def _member_with_a_chat_decoding() -> FakeInstance:
+    """A peer (chunks of 16) whose chat request (8 tokens, TBT 0.15 s) has its first token."""
+    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
+                          FakeExecutor(num_kv_blocks=64))
+    driver.core.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
+                              sampling=SamplingParams(max_tokens=8, ignore_eos=True),
+                              arrival_time=0.0, tbt_slo=0.15), now=0.0)
+    driver.step(0.0)                                            # chat's first token
+    return driver
+
+
 def test_a_member_waiting_for_the_others_at_a_chunk_steps_its_decodes_and_nothing_else():
     """The driver knows the others are not at the chunk yet: the member's waiting step is
     its running decodes (free: the group cannot start); a queued prompt waits."""
-    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
-                          FakeExecutor(num_kv_blocks=64))
+    driver = _member_with_a_chat_decoding()
     member = driver.core
-    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
-                         sampling=SamplingParams(max_tokens=8, ignore_eos=True),
-                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
-    driver.step(0.0)                                            # chat's first token
     assert not member.waiting_step(0.1)                         # no group: nothing to wait for
     member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
                           part=EspPart([0, 1, 2], 1)), now=0.1)
@@ -533,13 +539,8 @@ def test_a_step_between_chunks_leaves_the_members_prefill_rate_as_it_was():
     """A member's decode-only step between a group's chunks, with a prompt queued there,
     prefilled nothing because the group holds it, not because it is slow: its reported
     prefill rate (the waiting room's view of its speed) is not taught a zero."""
-    driver = FakeInstance(1, Role.PEER, SchedulerConfig(mode="sarathi", chunk_size=16),
-                          FakeExecutor(num_kv_blocks=64))
+    driver = _member_with_a_chat_decoding()
     member = driver.core
-    member.handle(Submit(request_id="chat", prompt_token_ids=list(range(5, 13)),
-                         sampling=SamplingParams(max_tokens=8, ignore_eos=True),
-                         arrival_time=0.0, tbt_slo=0.15), now=0.0)
-    driver.step(0.0, 0.01)                                      # chat's first token
     member.handle(EspJoin(request_id="long", prompt_token_ids=PROMPT,
                           part=EspPart([0, 1, 2], 1)), now=0.0)
     member.handle(EspGo(request_id="long"), now=0.0)
