@@ -37,7 +37,10 @@ With class floors (policies/class_floor.py) a request of a *protected* class is 
 the one set aside in step 1 while a request of another class could be (the costliest of
 those goes instead), and step 1 then places each request on the LP that frees up first
 instead of on the pool (a queue of one band and tenant; with several, step 1 keeps to the
-pool).
+pool). So does step 1 with `per_lp` (the waiting room's, with ESP groups on: there the
+LPs serve long prompts whole beside short ones, and the pool's mean backlog set aside
+short requests that an idle LP could start at once; docs/elastic_sequence_parallelism.md,
+"3A's short class").
 
 Priority bands and tenants (docs/design.md §5.11). Requests of a higher band are planned
 first; the request step 1 sets aside is one of the lowest band kept so far (sheddable
@@ -140,7 +143,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
          bound: float, shed: Shed = Shed.DEMOTE, shed_allowance: int | None = None,
          protected: frozenset[int] = frozenset(), shares: TenantShares | None = None,
          saturated: bool = False, hp_whole_share: float = 1.0,
-         favoured_first: bool = False) -> Plan:
+         favoured_first: bool = False, per_lp: bool = False) -> Plan:
     """`shed_allowance`: the most requests this pass may drop (None: no limit);
     `protected`: the classes at risk of falling under their floor; `shares`: the
     tenants' counters, when service is shared by weight; `saturated`: requests that are
@@ -148,7 +151,8 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
     sheddable ones (priority < 0) are shed on sight (with shed = "drop");
     `hp_whole_share`: the share of a rescue's `hp_cost` an HP takes when it runs the
     prompt whole (under 1 when that is faster than its measured rate); `favoured_first`:
-    a favoured request is bound past the LPs' backlog bound (`_bind`)."""
+    a favoured request is bound past the LPs' backlog bound (`_bind`); `per_lp`: step 1
+    places each request on the LP that frees up first, not on the pool (`_feasible`)."""
     out = Plan()
     if saturated and shed is Shed.DROP and any(w.priority < 0 for w in queue):
         out.shed = [w for w in queue if w.priority < 0]
@@ -160,7 +164,7 @@ def plan(queue: Sequence[Waiting], lps: Sequence[Lane], hps: Sequence[Lane], now
         ordered, late = sorted(queue, key=_deadline_order), []
     else:
         if _one_group(queue, shares):
-            ordered, late = _feasible(queue, lps, now, protected)
+            ordered, late = _feasible(queue, lps, now, protected, per_lp)
         else:
             ordered, late = _feasible_by_group(queue, lps, now, protected, shares)
         late = _rescue(late, hp_lanes, now, out,
@@ -197,12 +201,14 @@ def _deadline_order(w: Waiting) -> tuple:
 
 
 def _feasible(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
-              protected: frozenset[int] = frozenset(),
+              protected: frozenset[int] = frozenset(), per_lp: bool = False,
               ) -> tuple[list[Waiting], list[tuple[int, Waiting]]]:
     """(kept in deadline order, set aside with their places in deadline order) by
     Moore-Hodgson on the pooled LPs, the costliest request set aside -- or, while a class
-    is protected, on each LP (`_feasible_per_lp`)."""
-    if protected:
+    is protected or with `per_lp`, on each LP (`_feasible_per_lp`). The pool spreads the
+    LPs' backlogs evenly, which is wrong where one LP holds a long prompt whole: a short
+    request the other LPs could start now looks late behind a third of it."""
+    if protected or per_lp:
         return _feasible_per_lp(queue, lps, now, protected)
     speed = len(lps)
     clock = now + sum(lane.ahead_of(queue[0]) for lane in lps) / speed  # one band
@@ -226,7 +232,8 @@ def _feasible_per_lp(queue: Sequence[Waiting], lps: Sequence[Lane], now: float,
     """`_feasible` with each request placed on the LP that frees up first (list
     scheduling: binding hands the head to the least loaded LP), a request set aside
     giving its time back to its LP, and the request set aside the costliest of an
-    unprotected class while there is one. Used while a class is protected: the pool's
+    unprotected class while there is one. Used while a class is protected, and with
+    `per_lp` (ESP groups on: long prompts served whole on one LP): the pool's
     mean backlog sets aside a long prompt that the least loaded LP could still start in
     time, and the longest prompts are the class that falls under its floor first
     (docs/fairness.md, "The class floor plans on each LP")."""

@@ -15,7 +15,7 @@ from daemon.core.controller_core import ControllerCore
 from daemon.core.esp_groups import EspSettings, prefill_seconds
 from daemon.core.events import (Arrived, EspChanged, FromInstance, InstanceDown, Moved, Send,
                                 Settle, StartAccepting)
-from daemon.core.request_state import RequestState
+from daemon.core.request_state import Outcome, RequestState
 from engines.esp_parts import EspStep
 from engines.scheduler_config import SchedulerConfig
 from ipc.messages import (Abort, EspGo, EspJoin, EspJoined, EspLeave, EspPart, Finished,
@@ -554,3 +554,32 @@ def test_a_step_between_chunks_leaves_the_members_prefill_rate_as_it_was():
     member.finish_step(step, driver.executor.execute(step), 0.01, 0.51)
     assert member.prefill_rate == 1000.0
     assert member.scheduler.queued_prefill()[0] > 0             # the prompt still queued
+
+
+def three_lps(esp: EspSettings) -> ControllerCore:
+    core = ControllerCore({i: Role.LP for i in range(3)}, ControllerConfig(shed="drop"),
+                          SloConfig(ttft_slo=1.0, tbt_slo=0.1), esp=esp)
+    for i in range(3):
+        core.handle(FromInstance(0.0, msgspec.structs.replace(ready(i), role=Role.LP,
+                                                              num_kv_blocks=1000)))
+    core.handle(StartAccepting(0.0))
+    return core
+
+
+@pytest.mark.parametrize("esp_on", [False, True])
+def test_with_groups_on_a_chat_request_goes_to_an_idle_lp_beside_a_long_prompt(esp_on):
+    """`3A+esp3`'s short class (docs/elastic_sequence_parallelism.md, "3A's short
+    class"): LP 0 holds a 1,200-token prompt served alone (3.75 s of backlog), LPs 1 and 2
+    are idle. With ESP groups on the waiting room plans per LP and sends the chat request
+    to LP 1 at once; off, it keeps the pooled plan (records byte-identical), which counts a
+    third of LP 0's backlog ahead of it and drops it."""
+    core = three_lps(EspSettings(max_degree=3 if esp_on else 1))
+    long = core.handle(Arrived(1.0, "long", list(range(1200)), SamplingParams(max_tokens=2),
+                               ttft_slo=100.0))
+    assert [(i, type(m)) for i, m in sends(long)] == [(0, Submit)]   # no group: it fits alone
+    chat = core.handle(Arrived(1.1, "chat", list(range(20)), SamplingParams(max_tokens=2)))
+    if esp_on:
+        assert [(i, m.request_id) for i, m in sends(chat)] == [(1, "chat")]
+    else:
+        assert not sends(chat)
+        assert [a.outcome for a in chat if isinstance(a, Settle)] == [Outcome.DROPPED]

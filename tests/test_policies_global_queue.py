@@ -158,3 +158,25 @@ def test_a_prompt_too_long_for_its_target_on_any_instance_does_not_make_the_box_
     hopeless = w("chat", 1.0, 2.0, hp_cost=1.5)
     out = plan([hopeless], [Lane(0, 0.0)], [Lane(1, 0.0)], now=0.0, bound=1.0, shed=Shed.DROP)
     assert keys(out.shed) == ["chat"] and not out.saturated
+
+
+def test_per_lp_a_short_request_an_idle_lp_can_start_is_not_shed_behind_a_long_prompt():
+    """The long-context mix on `3A+esp3` (docs/elastic_sequence_parallelism.md, "3A's
+    short class"): one LP runs a 63k-token prompt whole (5 s of backlog), two are idle. On
+    the pool the chat request starts after a third of those 5 s, past its 1-s target, and
+    is shed; placed on the LP that frees up first it starts at once."""
+    chat = w("chat", deadline=1.0, cost=0.1)
+    lps = [Lane(0, 5.0), Lane(1, 0.0), Lane(2, 0.0)]
+    pooled = plan([chat], lps, [], now=0.0, bound=0.3, shed=Shed.DROP)
+    assert keys(pooled.shed) == ["chat"] and not pooled.to_lp
+    per_lp = plan([chat], lps, [], now=0.0, bound=0.3, shed=Shed.DROP, per_lp=True)
+    assert [(x.key, lane) for x, lane in per_lp.to_lp] == [("chat", 1)] and not per_lp.shed
+
+
+def test_per_lp_still_sheds_what_no_lp_can_start_in_time():
+    """Per LP, a request is late only where every LP's own queue makes it so: two idle LPs
+    take two chat requests; a third, behind them and the long prompt on each, is set aside."""
+    queue = [w(f"c{i}", deadline=1.0, cost=0.6, arrival=i) for i in range(3)]
+    lps = [Lane(0, 5.0), Lane(1, 0.0), Lane(2, 0.0)]
+    out = plan(queue, lps, [], now=0.0, bound=1.0, shed=Shed.DROP, per_lp=True)
+    assert sorted(lane for _, lane in out.to_lp) == [1, 2] and keys(out.shed) == ["c2"]

@@ -136,7 +136,8 @@ class ControllerCore:
         #: Late binding (Ascendra layouts with the global queue): requests no instance holds.
         self.room = (WaitingRoom(config, self.ledger, self.router.tickets,
                                  tenants=(TenantShares(dict(tenants.tenant_weights))
-                                          if tenants.fair_share else None))
+                                          if tenants.fair_share else None),
+                                 per_lp=esp.max_degree > 1)
                      if config.global_queue and lp_ids else None)
         #: `<n>A` layouts: instances change between LP and HP online (daemon/core/role_switch.py).
         self.roles = (Roles(self.ledger, self.router, self.room, _role_params(config))

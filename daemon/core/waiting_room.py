@@ -92,8 +92,12 @@ class Binding(NamedTuple):
 
 class WaitingRoom:
     def __init__(self, config: ControllerConfig, ledger: Ledger, tickets: TicketBook,
-                 tenants: TenantShares | None = None) -> None:
+                 tenants: TenantShares | None = None, per_lp: bool = False) -> None:
+        """`per_lp`: the plan places each request on the LP that frees up first, not on
+        the pool (`policies.global_queue.plan`); with ESP groups on, where an LP holds a
+        long prompt whole for seconds beside LPs that are idle."""
         self.config = config
+        self.per_lp = per_lp
         self.ledger = ledger
         self.tickets = tickets    # the router's: HPs asking for one new request each
         self.shed = Shed(config.shed)
@@ -391,7 +395,8 @@ class WaitingRoom:
                        bound_tokens / lp_rate, self.shed, allowance,
                        protected, shares,
                        now - self.last_saturated < SATURATION_MEMORY,
-                       self._hp_whole_share(hps, hp_rate), favoured_first=self.by_slo)
+                       self._hp_whole_share(hps, hp_rate), favoured_first=self.by_slo,
+                       per_lp=self.per_lp)
         if decided.saturated:
             self.last_saturated = now
         self._drops.extend(now for _ in decided.shed)
