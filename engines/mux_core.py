@@ -37,6 +37,7 @@ from ipc.messages import (
     Shutdown, StepOutputs, StepTokens, Submit, SubmitPrefilled, Ticket, ToInstance,
 )
 from policies.admission import TICKET_BATCH_LIMIT, ticket_wanted
+from policies.batch_shape import BatchShape
 from policies.mux_share import PRIOR_ARRIVALS, decayed, model_weight, split_budget
 
 
@@ -66,6 +67,12 @@ class MuxBatch:
     def added(self) -> list:
         """Every part's non-decode-column chunks (what a simulator reads a prefill off)."""
         return [chunk for _, batch in self.parts for chunk in batch.added]
+
+    def shape(self) -> BatchShape:
+        """The step's batch shape: every model's prefill chunks and decodes together."""
+        shapes = [batch.shape() for _, batch in self.parts if batch]
+        return BatchShape.of([p for s in shapes for p in s.prefills],
+                             [d for s in shapes for d in s.decodes])
 
 
 class MuxCore:

@@ -19,7 +19,6 @@ import msgspec
 
 from engines.executors.base import Executor
 from engines.instance_core import InstanceCore, Output
-from policies.batch_shape import BatchShape
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,7 +53,7 @@ class StepLog:
         sampled = executor.execute(batch)
         end, cpu = clock(), time.thread_time() - cpu
         outputs = core.finish_step(batch, sampled, end - start, end)
-        shape = batch_shape(batch)
+        shape = batch.shape()   # a Batch's, or a multiplexed step's (MuxBatch)
         self._file.write(self._encoder.encode(StepRecord(
             start=start, core_s=began - start, execute_s=end - began, cpu_s=cpu,
             finish_s=clock() - end, prefills=list(shape.prefills),
@@ -63,17 +62,6 @@ class StepLog:
 
     def close(self) -> None:
         self._file.close()
-
-
-def batch_shape(batch) -> BatchShape:
-    """The step's batch as a shape; a multiplexed instance's (engines/mux_core.py
-    `MuxBatch`): its models' batches together."""
-    parts = getattr(batch, "parts", None)
-    if parts is None:
-        return batch.shape()
-    shapes = [part.shape() for _, part in parts if part]
-    return BatchShape.of([p for s in shapes for p in s.prefills],
-                         [d for s in shapes for d in s.decodes])
 
 
 def read_step_log(path: str | Path) -> list[StepRecord]:

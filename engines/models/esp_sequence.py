@@ -46,8 +46,7 @@ class EspSequence:
         if self.num_tokens != begin or self.held != stripe_len(begin, size, rank):
             raise ValueError(f"esp: a chunk from {begin} after {self.num_tokens} tokens")
         held = stripe_len(end, size, rank)
-        meta = EspPrefill(self.group, end, self._slots(0, held), begin=begin,
-                          num_held=self.held)
+        meta = EspPrefill(self.group, end, self._slots(0, held), num_held=self.held)
         positions = meta.positions()
         ids = torch.tensor(token_ids, dtype=torch.long)[positions]
         last = end == n and (n - 1) % size == rank

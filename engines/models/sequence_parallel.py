@@ -148,15 +148,14 @@ def local_slots(block_table: list[int], begin: int, end: int, block_size: int) -
 
 @dataclass
 class EspPrefill:
-    """One rank's metadata for an ESP prefill of positions `begin`..`num_tokens`-1 of a
-    prompt (the whole prompt, or one chunk of it after the chunks before); `slots`: where
-    its held tokens' K/V are, the `num_held` it held before this chunk's first
+    """One rank's metadata for an ESP prefill of a prompt's first `num_tokens` positions
+    (the whole prompt, or up to the end of one chunk of it); `num_held`: the tokens of its
+    stripe the chunks before computed; `slots`: where its held and new tokens' K/V go
     (`local_slots`)."""
 
     group: EspGroup
     num_tokens: int
     slots: torch.Tensor
-    begin: int = 0
     num_held: int = 0
     mask: torch.Tensor = field(init=False)  # [1, 1, rows, num_tokens]: key position <= query's
     width: int = field(init=False)          # the longest stripe: rows each rank sends
@@ -173,7 +172,7 @@ class EspPrefill:
         self.width = -(-n // size)
 
     def positions(self) -> torch.Tensor:
-        """This rank's query positions: its stripe's, from `begin`."""
+        """This rank's query positions: its stripe's, past the `num_held` it holds."""
         size, rank = self.group.size, self.group.rank
         return torch.tensor(stripe(self.num_tokens, size, rank)[self.num_held:])
 
