@@ -64,6 +64,20 @@ class StepLog:
         self._file.close()
 
 
+#: A gap this long after a step means the instance waited for work: its turn ends there.
+IDLE_GAP_S = 1e-3
+
+
+def turns(records: list[StepRecord]) -> list[float]:
+    """Each step's whole turn, seconds: the scheduler, the executor, the outputs sent and
+    the commands taken -- to the next step's start, or to its own end when the instance
+    then waited `IDLE_GAP_S` or more (the last step: to its end)."""
+    ends = [r.start + r.core_s + r.execute_s + r.finish_s for r in records]
+    nexts = [r.start for r in records[1:]] + [float("inf")]
+    return [(after if after - end < IDLE_GAP_S else end) - r.start
+            for r, end, after in zip(records, ends, nexts)]
+
+
 def read_step_log(path: str | Path) -> list[StepRecord]:
     """The records of a step log; ValueError naming the file and the line when one is not
     a record."""

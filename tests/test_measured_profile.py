@@ -19,9 +19,10 @@ from bench.loadgen.workload import WorkloadRequest
 from bench.profiling.profile_cmd import timed_steps
 from engines.calibration import stated_latency
 from engines.executors.profiles.measured import (
-    PROFILE_FORMAT, HostCosts, HostSample, ProfileFile, check_model, features, load_measured,
-    padding, read_profile, write_profile,
+    PROFILE_FORMAT, HostCosts, HostSample, ProfileFile, StepOverhead, check_model, features,
+    load_measured, padding, read_profile, write_profile,
 )
+from engines.step_log import StepRecord
 from policies.batch_shape import BatchShape
 from engines.executors.profiles.profile_grid import profile_grid
 from engines.executors.profiles.registry import LLAMA3_8B, get_profile
@@ -127,7 +128,7 @@ def test_a_malformed_profile_is_a_clear_error(tmp_path):
         get_profile(str(bad))
     old = tmp_path / "old.json"
     old.write_text('{"format": 99}')
-    with pytest.raises(ValueError, match=r"format 99.*reads formats \(1, 2, 3\)"):
+    with pytest.raises(ValueError, match=r"format 99.*reads formats \(1, 2, 3, 4\)"):
         get_profile(str(old))
     partial = tmp_path / "partial.json"
     partial.write_text(f'{{"format": {PROFILE_FORMAT}, "device": "cpu"}}')
@@ -197,6 +198,42 @@ def test_host_costs_come_back_from_their_samples_and_round_trip(tmp_path):
         (HOST.request_s, HOST.step_s, HOST.step_per_seq_s), rel=1e-6)
 
 
+def known_overhead() -> list[StepOverhead]:
+    """The instance's own time a step, as a step log of a daemon with `HOST` costs reads."""
+    return [StepOverhead(n, HOST.step(n), 40) for n in (1, 2, 4, 8)]
+
+
+def test_a_step_log_s_overhead_sets_the_step_costs_beside_the_fit_s_error(tmp_path):
+    """The clients' TBTs say a step costs 2 ms more than the fit, the instance's own log
+    says `HOST`'s: the file with both charges what the instance spent, and the request's
+    cost is still read off the lone requests."""
+    samples = [msgspec.structs.replace(s, tbt_s=[t + 2e-3 for t in s.tbt_s])
+               for s in known_host_samples()]
+    path = tmp_path / "logged.json"
+    written = fake_profile(path, host=samples, overhead=known_overhead())
+    assert read_profile(path) == written
+    host = load_measured(path).host
+    assert (host.request_s, host.step_s, host.step_per_seq_s) == pytest.approx(
+        (HOST.request_s, HOST.step_s, HOST.step_per_seq_s), rel=1e-6)
+    fake_profile(tmp_path / "unlogged.json", host=samples)
+    assert load_measured(tmp_path / "unlogged.json").host.step_s == pytest.approx(
+        HOST.step_s + 2e-3, rel=1e-6)
+
+
+def test_the_host_phase_s_overhead_is_each_turn_less_the_executor_by_step_size():
+    from bench.profiling.host_timing import step_overheads
+    records, now = [], 0.0
+    for i in range(30):
+        seqs = 1 + i % 3
+        records.append(StepRecord(start=now, core_s=1e-4, execute_s=2e-3, cpu_s=2e-3,
+                                  finish_s=1e-4 * seqs, prefills=[], decodes=[40] * seqs))
+        now += 2e-3 + 1e-4 + 1e-4 * seqs + (5e-3 if i % 10 == 9 else 1e-4)  # idle: a gap
+    overhead = {e.num_seqs: e for e in step_overheads(records)}
+    assert sorted(overhead) == [1, 2, 3] and sum(e.steps for e in overhead.values()) == 30
+    for seqs, entry in overhead.items():  # core, finish, and the 0.1 ms to the next step
+        assert entry.seconds == pytest.approx(1e-4 + 1e-4 * seqs + 1e-4)
+
+
 def test_a_format_1_file_reads_as_one_without_host_costs(tmp_path):
     path = tmp_path / "old.json"
     fake_profile(path, format=1)
@@ -237,6 +274,14 @@ def test_malformed_host_samples_are_a_clear_error(tmp_path):
     fake_profile(alone, host=known_host_samples()[1:])
     with pytest.raises(ValueError, match="no sample of batch 1"):
         get_profile(str(alone))
+    negative = tmp_path / "negative.json"
+    fake_profile(negative, host=known_host_samples(), overhead=[StepOverhead(1, -1e-3, 5)])
+    with pytest.raises(ValueError, match=r"negative.json.*overhead\[0\]"):
+        get_profile(str(negative))
+    orphan = tmp_path / "orphan.json"
+    fake_profile(orphan, overhead=known_overhead())
+    with pytest.raises(ValueError, match="overhead without host samples"):
+        get_profile(str(orphan))
 
 
 @pytest.mark.slow
@@ -254,6 +299,7 @@ def test_profile_times_the_tiny_model_and_its_daemon(tmp_path, capsys):
     assert "spread" in {s.kind for s in profile.data.steps}
     assert all(s.output_len == 32 and len(s.tbt_s) == s.batch for s in profile.data.host)
     assert profile.host is not None and profile.host.request_s >= 0
+    assert {e.num_seqs for e in profile.data.overhead} >= {1, 2, 4}  # the daemon's step log
     assert "host costs" in capsys.readouterr().out
 
 

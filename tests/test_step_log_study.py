@@ -10,11 +10,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from bench.profiling.step_log_study import main, paired, run_profile, summary, turns
+from bench.profiling.step_log_study import main, paired, run_profile, summary
 from engines.executors.profiles.measured import features, load_measured
-from engines.step_log import StepRecord
+from engines.step_log import StepRecord, turns
 from policies.batch_shape import BatchShape
-from tests.test_measured_profile import KNOWN, fake_profile
+from tests.test_measured_profile import HOST, KNOWN, fake_profile, known_host_samples
 
 
 def _records(scale: float = 1.0, gap: float = 2e-4) -> list[StepRecord]:
@@ -62,12 +62,26 @@ def test_a_profile_of_a_run_s_steps_charges_that_run_s_times(tmp_path):
     assert fitted.step_time(shape) == pytest.approx(1.3 * float(features(shape) @ KNOWN),
                                                     rel=1e-6)
     turn = run_profile(str(base), records, match_total=True, turn=True)
-    assert turn.host is None  # the turns hold the daemon's own time: no host costs again
+    assert turn.host is None and turn.overhead is None  # the base timed no host path
     path = tmp_path / "turn.json"
     path.write_bytes(msgspec.json.encode(turn))
     fitted = load_measured(path)  # its fit charges the run's whole turns, summed
     assert sum(fitted.step_time(BatchShape.of(r.prefills, r.decodes)) for r in records) == \
         pytest.approx(sum(turns(records)), rel=1e-6)
+
+
+def test_a_profile_of_a_run_s_turns_keeps_the_per_request_cost_alone(tmp_path):
+    """The turns hold the instance's own time a step: a file of them charges no per-step
+    host cost again, but a request's own cost (read off the base's lone requests) stays."""
+    base = tmp_path / "base.json"
+    fake_profile(base, host=known_host_samples())
+    path = tmp_path / "turn.json"
+    path.write_bytes(msgspec.json.encode(run_profile(str(base), _records(), turn=True)))
+    host = load_measured(path).host
+    assert host.step_s == 0 and host.step_per_seq_s == 0
+    # the lone request's TTFT less the turn fit's prefill, which holds part of a step's
+    # own time: between the request's cost and that plus a step's
+    assert HOST.request_s < host.request_s < HOST.request_s + HOST.step(1)
 
 
 def test_a_step_log_that_is_not_one_is_a_clear_error(tmp_path, capsys):

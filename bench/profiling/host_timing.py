@@ -10,17 +10,24 @@ prompt of `prompt_len` tokens of its own each (no prefix is shared: nothing is c
 ended (one client session a group: its connections are new, as a load generator's
 first ones are). Each group's time to first token and mean time between tokens per
 request is a `HostSample`
-(engines/executors/profiles/measured.py), which reads the per-request and per-step costs
-off them against the step-time fit.
+(engines/executors/profiles/measured.py). The daemon keeps a step log (`serve
+--step-log`, engines/step_log.py) meanwhile: each step's whole turn less the executor's
+call is the instance's own time for it, whose median by the step's sequences is a
+`StepOverhead`. The per-step costs are fitted to those, the per-request cost read off the
+lone requests' TTFT.
 """
 from __future__ import annotations
 
 import asyncio
+import statistics
+import tempfile
+from pathlib import Path
 
 from bench.launch.daemon_launcher import ServeProcess
 from bench.loadgen.loadgen import run_load
 from bench.loadgen.workload import WorkloadRequest
-from engines.executors.profiles.measured import HostSample
+from engines.executors.profiles.measured import HostSample, StepOverhead
+from engines.step_log import StepRecord, read_step_log, turns
 
 #: A request's prompt and output (tokens): short, so that steps are the host's smallest.
 PROMPT_LEN = 16
@@ -63,14 +70,30 @@ def host_plan(batches: list[int], repeats: int) -> list[int]:
 
 def time_host(args: list[str], batches: list[int], repeats: int,
               prompt_len: int = PROMPT_LEN, output_len: int = OUTPUT_LEN,
-              progress=None) -> list[HostSample]:
+              progress=None) -> tuple[list[HostSample], list[StepOverhead]]:
     """Start a daemon with `args` (serve_args), time `repeats` groups of each batch size
-    through it, end it; one sample per group. `progress()` after each group."""
+    through it, end it; one sample per group, and the instance's own time a step by the
+    step's sequences. `progress()` after each group."""
     plan = host_plan(batches, repeats)
-    with ServeProcess(args, start_timeout=300) as daemon:
-        groups = asyncio.run(_send_groups(daemon.url, plan, prompt_len, output_len, progress))
-    return [HostSample(len(group), prompt_len, output_len, [r.ttft() for r in group],
-                       [r.mean_tbt() for r in group]) for group in groups[1:]]
+    with tempfile.TemporaryDirectory(prefix="ascendra-host-") as logs:
+        with ServeProcess([*args, "--step-log", logs], start_timeout=300) as daemon:
+            groups = asyncio.run(_send_groups(daemon.url, plan, prompt_len, output_len,
+                                              progress))
+        records = [r for log in sorted(Path(logs).glob("steps-*.jsonl"))
+                   for r in read_step_log(log)]
+    samples = [HostSample(len(group), prompt_len, output_len, [r.ttft() for r in group],
+                          [r.mean_tbt() for r in group]) for group in groups[1:]]
+    return samples, step_overheads(records)
+
+
+def step_overheads(records: list[StepRecord]) -> list[StepOverhead]:
+    """The instance's own time around the executor (the step's turn less its call), the
+    median by the step's sequences."""
+    by_size: dict[int, list[float]] = {}
+    for record, turn in zip(records, turns(records)):
+        size = len(record.prefills) + len(record.decodes)
+        by_size.setdefault(size, []).append(max(0.0, turn - record.execute_s))
+    return [StepOverhead(n, statistics.median(v), len(v)) for n, v in sorted(by_size.items())]
 
 
 async def _send_groups(url: str, plan: list[int], prompt_len: int, output_len: int,

@@ -5,10 +5,11 @@ built-in profile or another file.
 
     ascendra profile --model DIR --device cpu --out tiny-cpu.json [--quick] [--no-host]
     ascendra profile --compare tiny-cpu.json [a100-llama3-8b | other.json]
+    ascendra profile --join morning.json noon.json --out day.json
 
-The grid is engines/executors/profiles/profile_grid.py's; each step runs `--repeats`
-times after one untimed warm-up (engines/calibration.py `measure`, the batches a
-daemon's instance times at start); the file format is engines/executors/profiles/measured.py's.
+The grid is engines/executors/profiles/profile_grid.py's; it is run `--repeats` times
+over, each pass after one untimed warm-up (engines/calibration.py `measure`, the
+batches a daemon's instance times at start); the file format is engines/executors/profiles/measured.py's.
 Then (unless `--no-host`) the daemon's own path is timed live on the same executor
 (bench/profiling/host_timing.py): what the simulator must add per request and per step.
 It lives in bench/ (not beside `serve` in daemon/) because that phase starts a daemon
@@ -24,7 +25,8 @@ import sys
 import msgspec
 
 from engines.executors.profiles.measured import (
-    PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, write_profile,
+    PROFILE_FORMAT, ProfileFile, TimedStep, check_model, load_measured, read_profile,
+    write_profile,
 )
 from bench.launch.daemon_launcher import DaemonStartError
 from bench.profiling import host_timing
@@ -48,7 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=scheduler.resolved_max_num_seqs(),
                    help="largest decode batch (default: %(default)s)")
     p.add_argument("--max-model-len", type=int, default=None,
-                   help="longest context to time (default: the model's, as the KV cache allows)")
+                   help="longest context to time (default: the model's, as the KV cache "
+                        "allows); give the length you serve: one fit over longer contexts "
+                        "prices the shorter steps worse")
     p.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV cache size in blocks (default: what the device's memory holds)")
     p.add_argument("--block-size", type=int, default=16, help="KV block size (default 16)")
@@ -59,6 +63,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-host", action="store_true",
                    help="skip the live phase (a daemon on this executor, timed through its "
                         "HTTP path): the file then holds no host costs")
+    p.add_argument("--join", nargs="+", metavar="FILE",
+                   help="write --out as one file of these timings of the same grid on the "
+                        "same executor, each step with all their repetitions (a machine "
+                        "whose speed wanders, looked at over several minutes)")
     p.add_argument("--compare", nargs="+", metavar="FILE",
                    help="FILE [OTHER]: FILE's measured steps beside its fit, and beside OTHER "
                         "(a built-in profile name or another file) if given")
@@ -71,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
             return compare(args.compare, args.model)
         if not args.out:
             raise ValueError("--out FILE is needed (or --compare FILE)")
+        if args.join:
+            return join_files(args.join, args.out)
         if args.tp < 1:
             raise ValueError(f"--tp must be >= 1, got {args.tp}")
         if args.torch_threads < 0:
@@ -101,7 +111,8 @@ def measure_profile(args: argparse.Namespace) -> int:
     del executor  # its weights and KV cache: the live phase's daemon needs the device
     _release_device()
     if not args.no_host:
-        profile = msgspec.structs.replace(profile, host=_time_host(args, profile, device))
+        samples, overhead = _time_host(args, profile, device)
+        profile = msgspec.structs.replace(profile, host=samples, overhead=overhead)
     write_profile(args.out, profile)
     fitted = load_measured(args.out)
     print(f"wrote {args.out}: {len(profile.steps)} steps x {profile.repeats}, "
@@ -111,6 +122,16 @@ def measure_profile(args: argparse.Namespace) -> int:
         print(f"host costs (the daemon's path beyond the fitted steps): "
               f"{cost.request_s * 1e3:.2f} ms a request, {cost.step_s * 1e3:.3f} ms a step "
               f"+ {cost.step_per_seq_s * 1e6:.1f} us a sequence")
+    return 0
+
+
+def join_files(paths: list[str], out: str) -> int:
+    """`--join`: the files' timings as one file (bench/profiling/profile_blend.py)."""
+    from bench.profiling.profile_blend import join
+    write_profile(out, join([(path, read_profile(path)) for path in paths]))
+    fitted = load_measured(out)
+    print(f"wrote {out}: {len(fitted.data.steps)} steps x {fitted.data.repeats} from "
+          f"{len(paths)} files; the step-time fit is off by {fitted.fit_mape:.1%} on average")
     return 0
 
 
@@ -128,7 +149,8 @@ def _measure(args: argparse.Namespace, executor, model_dir) -> ProfileFile:
     grid = profile_grid(args.chunk_size, max_context, args.max_num_seqs,
                         (executor.num_kv_blocks - args.max_num_seqs) * executor.block_size,
                         quick=args.quick)
-    with tqdm(total=len(grid), desc="profiling", unit="step", file=sys.stderr) as bar:
+    with tqdm(total=len(grid) * repeats, desc="profiling", unit="step",
+              file=sys.stderr) as bar:
         steps, skipped = timed_steps(executor, grid, repeats, progress=bar.update)
     if skipped:
         print(f"{skipped} grid steps did not fit the KV cache or the context", file=sys.stderr)
@@ -159,7 +181,8 @@ def _release_device() -> None:
 
 
 def _time_host(args, profile: ProfileFile, device: str):
-    """The live phase: a daemon on the profiled executor's settings, timed; its samples."""
+    """The live phase: a daemon on the profiled executor's settings, timed; its samples
+    and the instance's own time a step."""
     from tqdm import tqdm
     batches = host_timing.host_batches(args.max_num_seqs, args.chunk_size)
     serve = host_timing.serve_args(profile.model_dir, args.device or device,
@@ -175,13 +198,20 @@ def _time_host(args, profile: ProfileFile, device: str):
 def timed_steps(executor, grid, repeats: int, timer=None, progress=None,
                 ) -> tuple[list[TimedStep], int]:
     """Each (kind, shape) of `grid` run `repeats` times on `executor` (`timer`: as
-    engines/calibration.py `measure` takes it); the steps, and how many did not fit."""
+    engines/calibration.py `measure` takes it); the steps, and how many did not fit.
+
+    The repetitions are passes over the whole grid, not runs back to back: a machine
+    whose speed wanders from one second to the next (a shared VM's core) then slows
+    every step's repetitions alike instead of a few steps all of theirs, and a step's
+    median is a look at the whole profiling minute."""
     from engines.calibration import measure
-    timings, skipped = measure(executor, [shape for _, shape in grid], repeats=repeats,
-                               timer=timer, progress=progress)
+    shapes = [shape for _, shape in grid]
     seconds: dict = {}
-    for shape, took in timings:
-        seconds.setdefault(shape, []).append(took)
+    skipped = 0
+    for _ in range(repeats):
+        timings, skipped = measure(executor, shapes, repeats=1, timer=timer, progress=progress)
+        for shape, took in timings:
+            seconds.setdefault(shape, []).append(took)
     return [TimedStep(kind, [tuple(p) for p in shape.prefills], list(shape.decodes),
                       seconds[shape]) for kind, shape in grid if shape in seconds], skipped
 

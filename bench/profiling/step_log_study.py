@@ -4,6 +4,7 @@ queue (the same batch times, bigger batches)?
 
     python -m bench.profiling.step_log_study compare --profile p.json RUN.jsonl [RUN.jsonl ...]
     python -m bench.profiling.step_log_study to-profile --base p.json RUN.jsonl --out run.json
+    python -m bench.profiling.step_log_study speed-trace --profile p.json RUN.jsonl --out t.json
 
 `compare` prints, for each run: its steps, their mean size (sequences, decodes, prefill
 tokens), the executor's mean time, how that compares with the profile's fit for the very
@@ -25,9 +26,15 @@ costs are read off them against the new fit, as for any file -- so a run whose s
 were faster reads as a daemon with a costlier path, which hides part of the difference.
 `--turn` avoids it: each step is the instance's whole turn (from its start to the next
 step's, or to its own end when the instance then waited 1 ms or more: the scheduler,
-the executor, the outputs sent, the commands taken), and the file has no host samples,
-so the simulator charges the run's turns and nothing else (no per-request cost either:
-TTFT comes out short by it, a few ms).
+the executor, the outputs sent, the commands taken; engines/step_log.py `turns`), and
+the file's per-step host costs are zero (its `overhead`: the turns hold them), so the
+simulator charges the run's turns and, of the base file's host costs, the per-request
+one alone (read off its lone requests against the new fit; a base without host samples
+gives none, and TTFT comes out short by it, a few ms).
+
+`speed-trace` writes the run's speed against the profile's fit window by window
+(`--window` seconds, 2 by default): `simulate --speed-trace FILE` replays it
+(bench/sim/speed_trace.py).
 """
 from __future__ import annotations
 
@@ -41,9 +48,10 @@ import msgspec
 import numpy as np
 
 from engines.executors.profiles.measured import (
-    MeasuredProfile, TimedStep, load_measured, read_profile, write_profile,
+    MeasuredProfile, StepOverhead, TimedStep, load_measured, read_profile, write_profile,
 )
-from engines.step_log import StepRecord, read_step_log
+from bench.sim.speed_trace import SpeedTrace, write_speed_trace
+from engines.step_log import StepRecord, read_step_log, turns
 from policies.batch_shape import BatchShape
 
 #: Sequences a step runs, in the bins `compare` prints.
@@ -59,6 +67,31 @@ def composition(record: StepRecord) -> tuple[int, int, int]:
     decodes' summed context (to 256) -- steps with the same key cost about the same."""
     return (len(record.decodes), sum(c for c, _ in record.prefills) // 32,
             sum(record.decodes) // 256)
+
+
+def speed(records: list[StepRecord], profile) -> float:
+    """How slow the machine ran the run's steps against `profile`'s fit: the executor's
+    summed seconds over the fit's summed prediction for the very same batches (1: as
+    the profile says; 1.1: everything 10 % slower)."""
+    return (sum(r.execute_s for r in records)
+            / sum(profile.step_time(shape(r)) for r in records))
+
+
+def speed_trace(records: list[StepRecord], profile, window_s: float) -> SpeedTrace:
+    """The run's `speed` in each `window_s` from its first step (a window without steps,
+    the instance idle, keeps the one before; the first such, 1)."""
+    sums: dict[int, list[float]] = {}
+    for record in records:
+        window = int((record.start - records[0].start) // window_s)
+        spent = sums.setdefault(window, [0.0, 0.0])
+        spent[0] += record.execute_s
+        spent[1] += profile.step_time(shape(record))
+    factors, last = [], 1.0
+    for window in range(max(sums) + 1):
+        if window in sums and sums[window][1] > 0:
+            last = sums[window][0] / sums[window][1]
+        factors.append(last)
+    return SpeedTrace(window_s=window_s, factors=factors)
 
 
 def summary(records: list[StepRecord], profile) -> dict:
@@ -77,7 +110,7 @@ def summary(records: list[StepRecord], profile) -> dict:
             "mean_prefill_tokens": round(statistics.fmean(
                 sum(c for c, _ in r.prefills) for r in records), 1),
             "mean_execute_ms": round(1e3 * float(execute.mean()), 3),
-            "execute_over_fit": round(float(execute.sum() / fit.sum()), 3),
+            "execute_over_fit": round(speed(records, profile), 3),
             "median_step_over_fit": round(float(np.median(ratio)), 3),
             "by_sequences_over_fit": by_size,
             "cpu_over_wall": round(sum(r.cpu_s for r in records) / float(execute.sum()), 3),
@@ -113,30 +146,17 @@ def kind(record: StepRecord) -> str:
     return "spread" if len(set(record.decodes)) > 1 else "decode"
 
 
-#: A gap this long after a step means the instance waited for work: its turn ends there.
-IDLE_GAP_S = 1e-3
-
-
-def turns(records: list[StepRecord]) -> list[float]:
-    """Each step's whole turn, seconds: to the next step's start, or to its own end when
-    the instance then waited `IDLE_GAP_S` or more (the last step: to its end)."""
-    ends = [r.start + r.core_s + r.execute_s + r.finish_s for r in records]
-    nexts = [r.start for r in records[1:]] + [float("inf")]
-    return [(after if after - end < IDLE_GAP_S else end) - r.start
-            for r, end, after in zip(records, ends, nexts)]
-
-
 def run_profile(base_path: str, records: list[StepRecord], match_total: bool = False,
                 turn: bool = False):
     """The base file with the run's steps as its grid (a `ProfileFile`); `match_total`:
     each step scaled so that the fit's summed prediction is the run's summed seconds;
-    `turn`: each step the instance's whole turn, and no host samples."""
+    `turn`: each step the instance's whole turn, and no per-step host costs."""
     base = read_profile(base_path)
     seconds = turns(records) if turn else [r.execute_s for r in records]
     steps = [TimedStep(kind=kind(r), prefills=[tuple(p) for p in r.prefills],
                        decodes=list(r.decodes), seconds=[t]) for r, t in zip(records, seconds)]
-    profile = msgspec.structs.replace(base, steps=steps, repeats=1,
-                                      host=None if turn else base.host)
+    overhead = [StepOverhead(1, 0.0, 1)] if turn and base.host else base.overhead
+    profile = msgspec.structs.replace(base, steps=steps, repeats=1, overhead=overhead)
     if not match_total:
         return profile
     fitted = MeasuredProfile("", profile)
@@ -160,10 +180,25 @@ def main(argv: list[str] | None = None) -> int:
     to_profile.add_argument("--match-total", action="store_true",
                             help="scale the steps so the fit charges the run's total time")
     to_profile.add_argument("--turn", action="store_true",
-                            help="each step the instance's whole turn; no host samples")
+                            help="each step the instance's whole turn; no per-step host costs")
     to_profile.add_argument("run", help="a step log (steps-N.jsonl)")
+    trace = verbs.add_parser("speed-trace", help="a run's speed window by window, for "
+                                                 "`simulate --speed-trace`")
+    trace.add_argument("--profile", required=True)
+    trace.add_argument("--window", type=float, default=2.0, help="seconds (default 2)")
+    trace.add_argument("--out", required=True)
+    trace.add_argument("run", help="a step log (steps-N.jsonl)")
     args = parser.parse_args(argv)
     try:
+        if args.verb == "speed-trace":
+            if not args.window > 0:
+                raise ValueError(f"--window must be > 0, got {args.window}")
+            made = speed_trace(read_step_log(args.run), load_measured(args.profile),
+                               args.window)
+            write_speed_trace(args.out, made)
+            print(f"wrote {args.out}: {len(made.factors)} windows of {args.window:g} s, "
+                  f"{min(made.factors):.2f}-{max(made.factors):.2f}x the profile's time")
+            return 0
         if args.verb == "to-profile":
             write_profile(args.out, run_profile(args.base, read_step_log(args.run),
                                                 args.match_total, args.turn))

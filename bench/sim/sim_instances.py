@@ -19,6 +19,7 @@ import msgspec
 from daemon.config import InstancesConfig
 from daemon.core.controller_config import ControllerConfig, SloConfig, TenantsConfig
 from bench.sim.host_charges import host_costs, with_host_steps
+from bench.sim.speed_trace import SpeedTrace
 from daemon.core.esp_groups import EspSettings
 from engines.executors.latency import make_latency
 from engines.executors.profiles.registry import get_profile
@@ -62,6 +63,9 @@ class SimConfig:
     #: the first the default; a request names its model (`WorkloadRequest.model`).
     #: Empty: each instance runs the one model of `profile`.
     models: tuple[tuple[str, str], ...] = ()
+    #: A live run's speed to replay (bench/sim/speed_trace.py): each step's time times
+    #: the factor of its window. None: the profile's speed.
+    speed_trace: SpeedTrace | None = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ daemon's defaults unless told otherwise -- plus the workload flags
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import msgspec
@@ -29,6 +30,7 @@ from bench.sim.sim_flags import (
     add_fair_floor_flag, add_sim_flags, add_start_growth_flag, sim_settings,
 )
 from bench.sim.box_run import simulate
+from bench.sim.speed_trace import read_speed_trace
 from daemon.core.controller_config import TenantsConfig
 from daemon.layout import layout_modes
 
@@ -47,6 +49,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", metavar="FILE",
                    help="write one line per request to FILE (JSONL, or .parquet); read it with "
                         "`ascendra records FILE`")
+    p.add_argument("--speed-trace", metavar="FILE",
+                   help="replay a live run's speed: each step's time times the factor of "
+                        "its window (bench/sim/speed_trace.py; a diagnostic)")
     add_fleet_flags(p)
     p.set_defaults(run=run_simulate)
 
@@ -75,6 +80,8 @@ def add_capacity_arguments(p: argparse.ArgumentParser) -> None:
 def run_simulate(args: argparse.Namespace) -> int:
     subject, config = sim_settings(args)
     if is_fleet(args):
+        if args.speed_trace:
+            raise ValueError("--speed-trace replays one box's live run; not with a fleet")
         return run_fleet_simulate(args, subject, config, DEFAULT_NUM_REQUESTS)
     n = args.num_requests if args.num_requests is not None else num_requests_or(
         config.workload, DEFAULT_NUM_REQUESTS)
@@ -88,7 +95,11 @@ def run_simulate(args: argparse.Namespace) -> int:
         if args.qps is not None:
             run_config["tenant_rates"] = tenant_rates(config.workload.tenant_mix, args.qps)
     shifting = config.workload.arrival == "shifting"
-    result = simulate(sim_config(subject, config), requests, seed=args.seed, config=run_config,
+    box = sim_config(subject, config)
+    if args.speed_trace:
+        box = dataclasses.replace(box, speed_trace=read_speed_trace(args.speed_trace))
+        run_config["speed_trace"] = args.speed_trace
+    result = simulate(box, requests, seed=args.seed, config=run_config,
                       keep_records=bool(args.records) or shifting)
     if shifting:  # goodput by phase: which traffic each layout serves well
         result = msgspec.structs.replace(result, per_phase=per_phase(

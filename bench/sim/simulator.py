@@ -182,6 +182,8 @@ class Simulation:
             if record.sched_delay is None:
                 record.sched_delay = self.now - record.arrival
         seconds = sim.executor.latency(batch)
+        if self.config.speed_trace is not None:
+            seconds *= self.config.speed_trace.at(self.now)
         sim.busy = True
         self._at(self.now + seconds, self._finish_step, sim, batch, seconds)
 

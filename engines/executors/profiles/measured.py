@@ -36,6 +36,16 @@ on CPU, SDPA pads each run of decodes to its longest and masks the rest, and a m
 call is slower per position -- so a file that has them fits a sixth cost, the decode
 padding (`padding`: positions short of the batch's longest decode context, 0 when they
 are all one length). A file without them (format 1, 2) fits the five, as before.
+
+Format 4 adds `overhead`: the instance's own time around the executor's steps in the
+live phase, read off its step log (`serve --step-log`: each step's whole turn less the
+executor's call), by the step's sequences (`StepOverhead`). The per-step host costs are
+then fitted to it directly. Without it (format 2, 3) they are the live phase's mean time
+between tokens less the fitted decode step -- which takes in the fit's error at those
+batches as well: on this project's 2-core VM that read 0.5-1.0 ms for a step of 13
+sequences where the instance's own step log shows 0.25-0.33 ms, a tenth of such a step,
+which the queue near capacity doubles and more (docs/measured_profiles.md, 2026-11-29,
+third).
 """
 from __future__ import annotations
 
@@ -54,8 +64,8 @@ from engines.perf.model_shape import ModelShape
 from engines.perf.nnls import nnls
 
 #: The file format this code writes; it reads these, and refuses any other.
-PROFILE_FORMAT = 3
-READ_FORMATS = (1, 2, 3)
+PROFILE_FORMAT = 4
+READ_FORMATS = (1, 2, 3, 4)
 STEP_KINDS = ("prefill", "decode", "mixed", "spread")
 FEATURE_NAMES = ("constant", "tokens", "sequences", "prefill_attention", "decode_attention")
 
@@ -92,6 +102,15 @@ class HostSample(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tbt_s: list[float]        # each request's mean time between tokens
 
 
+class StepOverhead(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The live phase's steps of `num_seqs` sequences: the median of the instance's own
+    time around the executor's call (the step's turn less the call), and how many."""
+
+    num_seqs: int
+    seconds: float
+    steps: int
+
+
 class HostCosts(msgspec.Struct, frozen=True):
     """What the daemon's path adds to the executor's fitted steps (seconds)."""
 
@@ -121,6 +140,8 @@ class ProfileFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     steps: list[TimedStep]
     #: format 2: the daemon's path timed live; None = not timed (format 1, `--no-host`)
     host: list[HostSample] | None = None
+    #: format 4: the instance's own time a step in that live phase; None = not logged
+    overhead: list[StepOverhead] | None = None
 
 
 def write_profile(path: str | Path, profile: ProfileFile) -> None:
@@ -177,6 +198,13 @@ def _check(profile: ProfileFile, path) -> None:
                              f"output_len >= 2 and batch times > 0 of each kind")
     if profile.host is not None and not any(s.batch == 1 for s in profile.host):
         raise ValueError(f"{where}: host has no sample of batch 1 (a request alone)")
+    for i, entry in enumerate(profile.overhead or ()):
+        if entry.num_seqs < 1 or entry.steps < 1 or entry.seconds < 0:
+            raise ValueError(f"{where}: overhead[{i}] must have num_seqs and steps >= 1 and "
+                             f"seconds >= 0")
+    if profile.overhead is not None and profile.host is None:
+        raise ValueError(f"{where}: overhead without host samples (both come from the live "
+                         f"phase)")
 
 
 def features(shape: BatchShape) -> np.ndarray:
@@ -210,7 +238,8 @@ class MeasuredProfile:
         self.coefficients = nnls(rows * scale[:, None], np.ones_like(medians))
         self.fit_mape = float(np.mean(np.abs(rows @ self.coefficients - medians) / medians))
         #: What the daemon's path adds to these steps; None = not measured.
-        self.host: HostCosts | None = host_costs(data.host, self) if data.host else None
+        self.host: HostCosts | None = (host_costs(data.host, self, data.overhead)
+                                       if data.host else None)
 
     @property
     def ops(self) -> None:
@@ -254,28 +283,48 @@ class MeasuredProfile:
         return self.kv_capacity_tokens // block_size
 
 
-def host_costs(samples: list[HostSample], profile: MeasuredProfile) -> HostCosts:
-    """The daemon's costs beyond `profile`'s fitted steps, from live `samples`.
+def host_costs(samples: list[HostSample], profile: MeasuredProfile,
+               overhead: list[StepOverhead] | None = None) -> HostCosts:
+    """The daemon's costs beyond `profile`'s fitted steps, from live `samples` (and the
+    instance's own time a step in them, `overhead`, when its step log was kept).
 
-    Per step: each batch's median mean-TBT less the fitted decode step of that batch over
-    the contexts its tokens saw (prompt + 1 .. prompt + output - 1), fitted non-negative
-    as `step_s + step_per_seq_s x batch`. Per request: a lone request's median TTFT less
-    its fitted prefill step and that step's host cost. What the fit gets wrong at these
-    shapes lands in them too: they are what the simulator needs added to match the
-    daemon, measured, not a breakdown of where the time goes."""
-    by_batch: dict[int, list[float]] = {}
-    for sample in samples:
-        by_batch.setdefault(sample.batch, []).extend(
-            tbt - _decode_seconds(profile, sample) for tbt in sample.tbt_s)
-    batches = sorted(by_batch)
-    extra = np.array([max(0.0, statistics.median(by_batch[b])) for b in batches])
-    rows = np.array([[1.0, float(b)] for b in batches])
-    step_s, per_seq = nnls(rows, extra) if len(batches) > 1 else (extra[0], 0.0)
+    Per step: with `overhead`, the instance's own time by sequences in the step (each
+    size's steps-weighted median), fitted non-negative as `step_s + step_per_seq_s x
+    sequences`; without it, each batch's median mean-TBT less the fitted decode step of
+    that batch over the contexts its tokens saw (prompt + 1 .. prompt + output - 1),
+    fitted the same way -- what the fit gets wrong at these shapes then lands in them
+    too. Per request: a lone request's median TTFT less its fitted prefill step and that
+    step's host cost. They are what the simulator needs added to match the daemon,
+    measured, not a breakdown of where the time goes."""
+    extra = _overhead_by_size(overhead) if overhead else _tbt_beyond_fit(samples, profile)
+    sizes = sorted(extra)
+    rows = np.array([[1.0, float(n)] for n in sizes])
+    values = np.array([max(0.0, extra[n]) for n in sizes])
+    step_s, per_seq = nnls(rows, values) if len(sizes) > 1 else (values[0], 0.0)
     alone = [s for s in samples if s.batch == 1]
     first = profile.step_time(BatchShape.prefill_only(alone[0].prompt_len))
     ttft = statistics.median(t for s in alone for t in s.ttft_s)
     request_s = max(0.0, ttft - first - (step_s + per_seq))
     return HostCosts(float(request_s), float(step_s), float(per_seq))
+
+
+def _tbt_beyond_fit(samples: list[HostSample], profile: MeasuredProfile) -> dict[int, float]:
+    """Each batch size's median mean-TBT beyond the fitted decode step."""
+    by_batch: dict[int, list[float]] = {}
+    for sample in samples:
+        by_batch.setdefault(sample.batch, []).extend(
+            tbt - _decode_seconds(profile, sample) for tbt in sample.tbt_s)
+    return {b: statistics.median(v) for b, v in by_batch.items()}
+
+
+def _overhead_by_size(overhead: list[StepOverhead]) -> dict[int, float]:
+    """Each step size's overhead, the entries of that size weighted by their steps (a
+    joined file has one entry per size from each timing)."""
+    by_size: dict[int, list[StepOverhead]] = {}
+    for entry in overhead:
+        by_size.setdefault(entry.num_seqs, []).append(entry)
+    return {n: sum(e.seconds * e.steps for e in entries) / sum(e.steps for e in entries)
+            for n, entries in by_size.items()}
 
 
 def _decode_seconds(profile: MeasuredProfile, sample: HostSample) -> float:
