@@ -6,6 +6,8 @@ Covers: bench/studies/measured_loop.py.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench.studies.measured_loop import aggregate, main, report
@@ -51,7 +53,6 @@ def test_the_loop_is_one_profile_or_rounds_not_both_nor_neither(tmp_path):
 def test_one_round_runs_end_to_end_and_reports_every_side(tmp_path):
     """The real thing, small: two profiles of the tiny model around one round of a live
     daemon under the load generator, each run simulated four ways."""
-    import json
     out = tmp_path / "loop"
     assert main(["--rounds", "1", "--repeats", "1", "--rates", "4", "--num-requests", "12",
                  "--out", str(out)]) == 0

@@ -150,7 +150,9 @@ def interleaved(args, out: Path) -> list[dict]:
             runs.append((k, live(args, rate, out / f"round-{k}", step_log=True)))
             print(f"round {k}: live at {rate:g} req/s done", flush=True)
         profiles.append(time_profile(args, out / f"profile-{k}.json"))
-    return [simulated_round(args, k, row, profiles[k - 1], profiles[k], out / f"round-{k}")
+    arounds = {k: joined(profiles[k - 1], profiles[k], out / f"round-{k}")
+               for k in range(1, args.rounds + 1)}
+    return [simulated_round(args, k, row, profiles[k - 1], arounds[k], out / f"round-{k}")
             for k, row in runs]
 
 
@@ -163,29 +165,41 @@ def simulated_again(out: Path, args) -> list[dict]:
         raise SystemExit(f"measured_loop: --again needs an earlier --rounds run's "
                          f"{out / 'summary.json'}: {exc}") from None
     keep = ("rate", "load_live", "steal_pct_live")
+    arounds = {k: joined(out / f"profile-{k - 1}.json", out / f"profile-{k}.json",
+                         out / f"round-{k}") for k in {row["round"] for row in earlier}}
     return [simulated_round(args, row["round"], {k: row[k] for k in keep},
-                            out / f"profile-{row['round'] - 1}.json",
-                            out / f"profile-{row['round']}.json", out / f"round-{row['round']}")
+                            out / f"profile-{row['round'] - 1}.json", arounds[row["round"]],
+                            out / f"round-{row['round']}")
             for row in earlier]
 
 
-def simulated_round(args, k: int, row: dict, before: Path, after: Path, out: Path) -> dict:
-    """A live run of round `k` (its `live` row) beside its four simulations."""
-    from bench.profiling.profile_blend import join, scale
-    from bench.profiling.step_log_study import speed, speed_trace
-    from bench.sim.speed_trace import write_speed_trace
+def joined(before: Path, after: Path, out: Path) -> Path:
+    """The two profiles around a round as one file, `out/around.json`
+    (bench/profiling/profile_blend.py `join`)."""
+    from bench.profiling.profile_blend import join
     from engines.executors.profiles.measured import read_profile, write_profile
-    from engines.step_log import read_step_log
-    rate = row["rate"]
     around = out / "around.json"
     write_profile(around, join([(str(p), read_profile(p)) for p in (before, after)]))
+    return around
+
+
+def simulated_round(args, k: int, row: dict, before: Path, around: Path, out: Path) -> dict:
+    """A live run of round `k` (its `live` row) beside its four simulations: on the
+    profile `before` its round, on the two `around` it joined, and those at its speed."""
+    from bench.profiling.profile_blend import scale
+    from bench.profiling.step_log_study import speed, speed_trace
+    from bench.sim.speed_trace import write_speed_trace
+    from engines.executors.profiles.measured import write_profile
+    from engines.step_log import read_step_log
+    rate = row["rate"]
+    fitted = load_measured(around)
     steps = sorted((r for log in (out / f"steps_{rate:g}").glob("steps-*.jsonl")
                     for r in read_step_log(log)), key=lambda r: r.start)
-    factor = speed(steps, load_measured(around))
+    factor = speed(steps, fitted)
     minute = out / f"minute_{rate:g}.json"
-    write_profile(minute, scale(read_profile(around), factor))
+    write_profile(minute, scale(fitted.data, factor))
     trace = out / f"seconds_{rate:g}.trace.json"
-    write_speed_trace(trace, speed_trace(steps, load_measured(around), SPEED_WINDOW_S))
+    write_speed_trace(trace, speed_trace(steps, fitted, SPEED_WINDOW_S))
     sides = {"live": figures(out / f"live_{rate:g}.json"),
              "before": simulate(args, rate, before, out, "before"),
              "around": simulate(args, rate, around, out, "around"),
